@@ -1,0 +1,90 @@
+"""Per-request metrics, defined once, computed column-wise from the records table.
+
+Every metric here is documented with its formula in ``docs/metrics.md``. Times
+are seconds on the run clock; the functions return numpy arrays (seconds, or
+tokens/s) aligned with the rows passed in, NaN where a metric is undefined.
+
+    ttft          = first_token_at - sent_at
+    ttft_intended = first_token_at - intended_at     (coordinated-omission safe)
+    e2e           = ended_at - sent_at
+    e2e_intended  = ended_at - intended_at
+    tpot          = (ended_at - first_token_at) / (n_out - 1),  n_out >= 2
+    itl           pooled gaps between token-bearing chunks; a chunk carrying k
+                  tokens contributes k gaps of (gap / k)
+    schedule_lag  = sent_at - intended_at
+    out_tps       = n_out / e2e                      (per-request output tokens/s)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def col(table: pa.Table, name: str) -> np.ndarray:
+    """A numeric column as float64 with nulls as NaN."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    c = table.column(name)
+    if c.null_count:
+        c = pc.fill_null(c.cast(pa.float64()), float("nan"))
+    return np.asarray(c.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    ttft: np.ndarray
+    ttft_intended: np.ndarray
+    e2e: np.ndarray
+    e2e_intended: np.ndarray
+    tpot: np.ndarray
+    schedule_lag: np.ndarray
+    out_tps: np.ndarray
+    n_out: np.ndarray
+    n_in: np.ndarray
+
+
+def request_metrics(table: pa.Table) -> RequestMetrics:
+    intended = col(table, "intended_at")
+    sent = col(table, "sent_at")
+    first = col(table, "first_token_at")
+    ended = col(table, "ended_at")
+    n_out = col(table, "completion_tokens")
+    n_in = col(table, "prompt_tokens")
+    e2e = ended - sent
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out >= 2, (ended - first) / (n_out - 1), np.nan)
+        out_tps = np.where(e2e > 0, n_out / e2e, np.nan)
+    return RequestMetrics(
+        ttft=first - sent,
+        ttft_intended=first - intended,
+        e2e=e2e,
+        e2e_intended=ended - intended,
+        tpot=tpot,
+        schedule_lag=sent - intended,
+        out_tps=out_tps,
+        n_out=n_out,
+        n_in=n_in,
+    )
+
+
+def inter_token_latencies(table: pa.Table) -> np.ndarray:
+    """Pooled ITL samples (seconds) over all rows; see the module docstring."""
+    if table.num_rows == 0 or "chunk_times" not in table.column_names:
+        return np.empty(0)
+    times_col = table.column("chunk_times").combine_chunks()
+    toks_col = table.column("chunk_tokens").combine_chunks()
+    times = np.asarray(pc.list_flatten(times_col).to_numpy(zero_copy_only=False), dtype=np.float64)
+    if times.size < 2:
+        return np.empty(0)
+    parents = np.asarray(pc.list_parent_indices(times_col).to_numpy(zero_copy_only=False))
+    toks = np.asarray(pc.list_flatten(toks_col).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if toks.size != times.size:  # records without per-chunk counts: one token per chunk
+        toks = np.ones(times.size, dtype=np.int64)
+    same = parents[1:] == parents[:-1]
+    gaps = (times[1:] - times[:-1])[same]
+    k = np.maximum(toks[1:][same], 1)
+    return np.repeat(gaps / k, k)

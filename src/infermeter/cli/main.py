@@ -1,0 +1,65 @@
+"""The ``infermeter`` command line: one typer app, one module per command.
+
+Each ``infermeter.cli.cmd_*`` module defines ``register(app)`` and adds its
+command(s); this module discovers them, so adding a command never edits a
+shared file. ``main()`` turns :class:`infermeter.errors.UserError` into a
+one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+from rich.console import Console
+
+from infermeter import __version__
+from infermeter.errors import UserError
+
+app = typer.Typer(
+    name="infermeter",
+    help="Measure, model and price LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"infermeter {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Measure, model and price LLM serving."""
+
+
+def _load_commands() -> None:
+    import infermeter.cli as pkg
+
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name.startswith("cmd_"))
+    for name in names:
+        module = importlib.import_module(f"infermeter.cli.{name}")
+        module.register(app)
+
+
+_load_commands()
+
+
+def main() -> None:
+    err = Console(stderr=True)
+    try:
+        app(standalone_mode=True)
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

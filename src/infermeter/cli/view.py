@@ -1,0 +1,80 @@
+"""Console rendering for runs: the live progress panel and the summary table.
+
+Both read plain dicts (``LiveStats.snapshot()``, ``summary.json``), so the same
+rendering serves measured and simulated runs and can be tested on fixed input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+
+def _f(v: Any, fmt: str = ".1f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+def progress_panel(snap: dict[str, Any], elapsed: float, total: int | None, duration: float | None) -> Table:
+    t = Table.grid(padding=(0, 2))
+    done = f"{snap['done']}/{total}" if total else str(snap["done"])
+    span = f"{elapsed:.0f}/{duration:.0f} s" if duration else f"{elapsed:.0f} s"
+    t.add_row(Text("done", style="bold"), done, Text("elapsed", style="bold"), span,
+              Text("in flight", style="bold"), str(snap["in_flight"]))
+    t.add_row(Text("req/s", style="bold"), _f(snap["req_per_s"], ".2f"), Text("out tok/s", style="bold"),
+              _f(snap["out_tok_per_s"], ".0f"), Text("TTFT p50", style="bold"),
+              f"{_f(snap['ttft_p50_ms'])} ms", Text("errors", style="bold"),
+              Text(str(snap["errors"]), style="red" if snap["errors"] else ""))
+    return t
+
+
+def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
+    head = Table.grid(padding=(0, 2))
+    src = s.get("source", "measured")
+    head.add_row(Text("run", style="bold"), str(s.get("label")), Text(src, style="cyan"))
+    if s.get("load"):
+        head.add_row(Text("load", style="bold"), str(s["load"]), "")
+    head.add_row(Text("requests", style="bold"),
+                 f"{s['completed']} ok, {s['failed']} failed" + (f", {s.get('cancelled')} cancelled" if s.get("cancelled") else ""),
+                 f"in {s['duration_s']:.2f} s")
+    thr = Table(title="Throughput", title_justify="left", show_edge=False)
+    for c in ("req/s", "input tok/s", "output tok/s", "total tok/s", "goodput req/s"):
+        thr.add_column(c, justify="right")
+    thr.add_row(_f(s["request_throughput"], ".2f"), _f(s["input_token_throughput"], ".0f"),
+                _f(s["output_token_throughput"], ".0f"), _f(s.get("total_token_throughput"), ".0f"),
+                _f(s.get("goodput"), ".2f"))
+    lat = Table(title="Latency (ms)", title_justify="left", show_edge=False)
+    lat.add_column("metric")
+    for c in ("mean", "p50", "p90", "p95", "p99", "p99.9"):
+        lat.add_column(c, justify="right")
+    rows = [("TTFT", "ttft_ms"), ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
+            ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("schedule lag", "schedule_lag_ms")]
+    for name, key in rows:
+        d = s.get(key) or {}
+        if not d.get("count"):
+            continue
+        lat.add_row(name, *(_f(d.get(k), ".2f") for k in ("mean", "p50", "p90", "p95", "p99", "p999")))
+    parts: list[Any] = [head, thr, lat]
+    sm = s.get("server_metrics") or {}
+    if sm:
+        srv = Table(title="Server (scraped /metrics)", title_justify="left", show_edge=False)
+        keys = [("KV usage mean", "kv_cache_usage_mean", ".1%"), ("KV usage max", "kv_cache_usage_max", ".1%"),
+                ("waiting max", "num_requests_waiting_max", ".0f"), ("running max", "num_requests_running_max", ".0f"),
+                ("prefix hit rate", "prefix_cache_hit_rate", ".1%"), ("preemptions", "num_preemptions", ".0f")]
+        for name, _, _ in keys:
+            srv.add_column(name, justify="right")
+        srv.add_row(*("n/a" if sm.get(k) is None else format(sm[k], f) for _, k, f in keys))
+        parts.append(srv)
+    if s.get("errors"):
+        parts.append(Text("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())), style="red"))
+    if s.get("valid"):
+        parts.append(Text("valid: yes", style="green"))
+    else:
+        parts.append(Text("INVALID: " + "; ".join(s.get("invalid_reasons") or []), style="bold red"))
+    for w in s.get("warnings") or []:
+        parts.append(Text("warning: " + w, style="yellow"))
+    for a in s.get("alerts") or []:
+        parts.append(Text(f"ALERT: {a.get('alert', a)}", style="bold magenta"))
+    return Group(*parts)

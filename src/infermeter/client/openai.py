@@ -1,0 +1,297 @@
+"""OpenAI-compatible streaming client: one request in, one filled record out.
+
+``OpenAIClient.send(spec, record)`` sends a chat or completions request with
+``stream: true`` and ``stream_options.include_usage``, timestamps every phase on
+the run clock, and classifies any failure (``client.errors``). It never raises
+for a failed request: the record carries the outcome. Usage::
+
+    client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:8000", model="m"),
+                          session=aiohttp_session, clock=run_clock)
+    await client.send(spec, record)   # record.first_token_at, chunk_times, ...
+
+Per-engine quirks handled here: ``data:`` without a space, comment pings,
+usage chunks with empty ``choices``, a final chunk without ``[DONE]`` (a
+``finish_reason`` or usage ends the request too), ``reasoning_content`` deltas,
+a plain JSON answer when a server ignores ``stream``, and error objects sent
+inside the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict
+
+from infermeter.client.errors import RequestFailed, http_error_class
+from infermeter.client.sse import SSEError, SSEParser
+from infermeter.records.record import ERROR, OK, RequestRecord
+
+try:  # optional speed-up
+    import orjson
+
+    _loads: Callable[[str | bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+
+class ClientConfig(BaseModel):
+    """How to talk to the server (no secrets are ever written from here)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str
+    model: str
+    api: str = "chat"  # chat | completions
+    api_key: str | None = None
+    ignore_eos: bool = False
+    temperature: float | None = None
+    extra_body: dict[str, Any] = {}
+    connect_timeout_s: float = 10.0
+    first_token_timeout_s: float | None = 120.0
+    total_timeout_s: float | None = 600.0
+
+    def public(self) -> dict[str, Any]:
+        d = self.model_dump()
+        d["api_key"] = "***" if self.api_key else None
+        return d
+
+
+def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
+    choices = obj.get("choices")
+    if not choices:
+        return ""
+    c0 = choices[0]
+    if chat:
+        delta = c0.get("delta") or c0.get("message") or {}
+        return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+    return c0.get("text") or ""
+
+
+def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
+    """Split ``total`` tokens over chunks in proportion to their text length (each >= 1).
+
+    Used when the server's usage says more tokens than token-bearing chunks
+    (servers that put several tokens in one chunk). Largest-remainder rounding.
+    """
+    n = len(char_lens)
+    if n == 0:
+        return []
+    if total <= n:
+        return [1] * n
+    extra = total - n
+    weights = [max(c - 1, 0) for c in char_lens]
+    wsum = sum(weights)
+    if wsum == 0:
+        weights, wsum = [1] * n, n
+    shares = [extra * w / wsum for w in weights]
+    base = [int(s) for s in shares]
+    left = extra - sum(base)
+    order = sorted(range(n), key=lambda i: shares[i] - base[i], reverse=True)
+    for i in order[:left]:
+        base[i] += 1
+    return [1 + b for b in base]
+
+
+class OpenAIClient:
+    """Sends one request at a time per call; share one instance across tasks."""
+
+    def __init__(self, config: ClientConfig, session: aiohttp.ClientSession, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.session = session
+        self.clock = clock
+        self._chat = config.api == "chat"
+        self._url = config.base_url.rstrip("/") + ("/v1/chat/completions" if self._chat else "/v1/completions")
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if config.api_key:
+            self._headers["Authorization"] = f"Bearer {config.api_key}"
+
+    def body(self, spec: Any) -> bytes:
+        c = self.config
+        body: dict[str, Any] = {"model": c.model, "stream": True, "stream_options": {"include_usage": True},
+                                "max_tokens": spec.max_tokens}
+        if self._chat:
+            body["messages"] = list(spec.messages) if spec.messages is not None else [{"role": "user", "content": spec.prompt or ""}]
+        else:
+            body["prompt"] = spec.prompt if spec.prompt is not None else "\n".join(m.get("content", "") for m in spec.messages or ())
+        if c.ignore_eos:
+            body["ignore_eos"] = True
+            body["min_tokens"] = spec.max_tokens
+        if c.temperature is not None:
+            body["temperature"] = c.temperature
+        body.update(c.extra_body)
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    async def send(self, spec: Any, rec: RequestRecord, body: bytes | None = None) -> None:
+        """Send ``spec`` and fill ``rec`` in place (timestamps, tokens, outcome)."""
+        c = self.config
+        clock = self.clock
+        data = body if body is not None else self.body(spec)
+        rec.requested_output_tokens = spec.max_tokens
+        rec.requested_input_tokens = spec.input_tokens
+        char_lens: list[int] = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline_first = start + c.first_token_timeout_s if c.first_token_timeout_s else None
+        deadline_total = start + c.total_timeout_s if c.total_timeout_s else None
+        first_deadline = min(d for d in (deadline_first, deadline_total, float("inf")) if d is not None)
+        try:
+            async with asyncio.timeout_at(None if first_deadline == float("inf") else first_deadline) as tmo:
+                rec.sent_at = clock()
+                async with self.session.post(self._url, data=data, headers=self._headers) as resp:
+                    rec.first_byte_at = clock()
+                    rec.http_status = resp.status
+                    if resp.status != 200:
+                        text = (await resp.content.read(2048)).decode("utf-8", "replace")
+                        raise RequestFailed(http_error_class(resp.status), f"HTTP {resp.status}: {text.strip()[:200]}", resp.status)
+                    ctype = resp.headers.get("Content-Type", "")
+                    if "text/event-stream" not in ctype:
+                        raw = await resp.read()
+                        self._handle_plain(raw, rec, char_lens)
+                    else:
+                        finished = await self._read_stream(resp, rec, char_lens, tmo, deadline_total)
+                        if not finished:
+                            if rec.first_token_at is None:
+                                raise RequestFailed("stream_cut" if rec.stream_tokens == 0 and rec.usage_source else "malformed_response",
+                                                    "stream ended before any token and without a finish")
+                            raise RequestFailed("stream_cut", f"stream ended after {rec.stream_tokens} chunks without a finish")
+            rec.ended_at = clock()
+            rec.outcome = OK
+        except RequestFailed as exc:
+            self._fail(rec, exc.error_class, exc.detail)
+        except aiohttp.ServerTimeoutError as exc:
+            self._fail(rec, "connect_timeout", f"no connection within {c.connect_timeout_s:g} s: {exc}")
+        except TimeoutError:
+            if rec.first_token_at is None and deadline_first is not None and (
+                deadline_total is None or deadline_first < deadline_total
+            ):
+                self._fail(rec, "first_token_timeout", f"no token within {c.first_token_timeout_s:g} s")
+            else:
+                self._fail(rec, "total_timeout", f"not finished within {c.total_timeout_s:g} s")
+        except aiohttp.ClientConnectorError as exc:
+            self._fail(rec, "connect_error", f"cannot connect to {self.config.base_url}: {exc.os_error}")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
+            if rec.first_byte_at is None:
+                self._fail(rec, "connect_error", f"connection broke before a response: {type(exc).__name__}")
+            else:
+                where = "after" if rec.first_token_at is not None else "before"
+                self._fail(rec, "stream_cut", f"connection broke {where} the first token: {type(exc).__name__}")
+        except (SSEError, UnicodeDecodeError) as exc:
+            self._fail(rec, "malformed_response", str(exc))
+        except aiohttp.ClientResponseError as exc:
+            self._fail(rec, "malformed_response", f"bad HTTP response: {exc.message}")
+        except aiohttp.ClientError as exc:
+            self._fail(rec, "connect_error", f"{type(exc).__name__}: {exc}")
+        self._finish_tokens(rec, char_lens)
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, char_lens: list[int],
+                           tmo: asyncio.Timeout, deadline_total: float | None) -> bool:
+        parser = SSEParser()
+        chat = self._chat
+        clock = self.clock
+        finished = False
+        times = rec.chunk_times
+        rescheduled = False
+        on_event = self._on_event
+        async for raw in resp.content.iter_any():
+            now = clock()
+            for ev in parser.feed(raw):
+                if on_event(ev.data, now, rec, char_lens, chat, times):
+                    finished = True
+            if not rescheduled and rec.first_token_at is not None:
+                tmo.reschedule(deadline_total)
+                rescheduled = True
+        for ev in parser.close():
+            if on_event(ev.data, clock(), rec, char_lens, chat, times):
+                finished = True
+        return finished
+
+    def _on_event(self, data: str, now: float, rec: RequestRecord, char_lens: list[int], chat: bool, times: list[float]) -> bool:
+        """Handle one SSE data payload; True when it finishes the request."""
+        if data == "[DONE]":
+            return True
+        if not data:
+            return False
+        try:
+            obj = _loads(data)
+        except ValueError:
+            raise RequestFailed("malformed_response", f"invalid JSON in stream: {data[:80]!r}") from None
+        if type(obj) is not dict:
+            raise RequestFailed("malformed_response", f"stream event is not a JSON object: {data[:80]!r}")
+        choices = obj.get("choices")
+        if choices:
+            c0 = choices[0]
+            if chat:
+                delta = c0.get("delta") or c0.get("message") or {}
+                text = delta.get("content") or ""
+                if "reasoning_content" in delta or "reasoning" in delta:
+                    text += delta.get("reasoning_content") or delta.get("reasoning") or ""
+            else:
+                text = c0.get("text") or ""
+            if text:
+                if rec.first_token_at is None:
+                    rec.first_token_at = now
+                times.append(now)
+                char_lens.append(len(text))
+                rec.stream_tokens += 1
+            done = bool(c0.get("finish_reason"))
+        else:
+            if "error" in obj:
+                err = obj["error"]
+                msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+                raise RequestFailed("stream_cut" if rec.first_token_at is not None else "http_5xx",
+                                    f"server error in stream: {msg}"[:300])
+            done = False
+        usage = obj.get("usage")
+        if usage:
+            self._usage(rec, usage)
+            if not choices:
+                done = True
+        return done
+
+    @staticmethod
+    def _usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.completion_tokens = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            rec.cached_tokens = details.get("cached_tokens")
+        rec.usage_source = "server"
+
+    def _handle_plain(self, raw: bytes, rec: RequestRecord, char_lens: list[int]) -> None:
+        try:
+            obj = _loads(raw)
+        except ValueError:
+            raise RequestFailed("malformed_response", f"response is neither SSE nor JSON: {raw[:80]!r}") from None
+        if not isinstance(obj, dict) or not obj.get("choices"):
+            raise RequestFailed("malformed_response", f"response has no choices: {raw[:80]!r}")
+        now = self.clock()
+        text = _chunk_text(obj, self._chat)
+        if text:
+            rec.first_token_at = now
+            rec.chunk_times.append(now)
+            char_lens.append(len(text))
+            rec.stream_tokens = 1
+        if obj.get("usage"):
+            self._usage(rec, obj["usage"])
+
+    def _fail(self, rec: RequestRecord, error_class: str, detail: str) -> None:
+        rec.outcome = ERROR
+        rec.error_class = error_class
+        rec.error_detail = detail
+        rec.ended_at = self.clock()
+
+    @staticmethod
+    def _finish_tokens(rec: RequestRecord, char_lens: list[int]) -> None:
+        if rec.usage_source == "server" and rec.completion_tokens is not None and rec.completion_tokens != rec.stream_tokens \
+                and rec.outcome == OK and char_lens:
+            rec.chunk_tokens = allocate_tokens(char_lens, rec.completion_tokens)
+        else:
+            rec.chunk_tokens = [1] * len(char_lens)
+        if rec.usage_source is None:
+            rec.usage_source = "stream"
+            rec.completion_tokens = rec.stream_tokens
+            rec.prompt_tokens = rec.requested_input_tokens

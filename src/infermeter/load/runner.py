@@ -1,0 +1,230 @@
+"""The load runner: sends a workload on a shape's schedule and records everything.
+
+The runner consumes one schedule type and knows nothing else about the shape:
+open-loop shapes give absolute send offsets (it sleeps until ``t0 + offset``,
+never relative to the previous send, so lateness never accumulates); a closed
+loop runs N streams. It owns the in-flight cap, warmup, stop conditions,
+cancellation and live statistics, once, for every shape::
+
+    runner = Runner(send=client.send, specs=iter(workload.requests()), shape=shape,
+                    limits=Limits(requests=100, warmup=5), clock=clock, on_record=journal.write)
+    stats = await runner.run()
+
+Every request the schedule reached gets exactly one record: ``ok``/``error``
+from the client, ``cancelled`` when the run stopped while it was in flight, or
+``dropped`` when it never got to be sent. Intended send time is the schedule's
+time (open loop) or the moment the stream was free (closed loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from infermeter.load.shapes import ConstantConcurrency, Shape, TraceReplay
+from infermeter.load.stats import LiveStats
+from infermeter.records.record import RequestRecord
+
+CAP_HELD_S = 0.010
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When to stop: measured requests and/or seconds of sending; warmup requests go first."""
+
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    max_concurrency: int | None = None
+    grace_s: float = 30.0  # after --duration, wait this long for in-flight requests
+
+    def describe(self) -> str:
+        parts = []
+        if self.requests is not None:
+            parts.append(f"{self.requests} requests")
+        if self.duration_s is not None:
+            parts.append(f"{self.duration_s:g} s")
+        s = " or ".join(parts) or "until stopped"
+        if self.warmup:
+            s += f" (+{self.warmup} warmup)"
+        return s
+
+
+@dataclass
+class RunStats:
+    started_wall: float = 0.0
+    sent: int = 0
+    cap_held: int = 0
+    max_in_flight: int = 0
+    client_cpu: float | None = None
+    wall_s: float = 0.0
+    interrupted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+SendFn = Callable[[Any, RequestRecord], Awaitable[None]]
+
+
+class Runner:
+    def __init__(self, *, send: SendFn, specs: Iterator[Any], shape: Shape, limits: Limits,
+                 clock: Callable[[], float], on_record: Callable[[RequestRecord], None],
+                 rng: np.random.Generator | None = None, live: LiveStats | None = None,
+                 index_filter: Callable[[int], bool] | None = None) -> None:
+        self.send = send
+        self.specs = specs
+        self.shape = shape
+        self.limits = limits
+        self.clock = clock
+        self.on_record = on_record
+        self.rng = rng or np.random.default_rng(0)
+        self.live = live or LiveStats()
+        self.index_filter = index_filter  # for striping one schedule over workers
+        self.stats = RunStats()
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._sem = asyncio.Semaphore(limits.max_concurrency) if limits.max_concurrency else None
+        self._total = None if limits.requests is None else limits.requests + limits.warmup
+
+    def stop(self) -> None:
+        """Stop sending (Ctrl-C); in-flight requests are cancelled and recorded as such."""
+        self.stats.interrupted = True
+        self._stop.set()
+
+    # -- one request ---------------------------------------------------------------------------
+    async def _one(self, idx: int, spec: Any, intended: float) -> None:
+        rec = RequestRecord(request_id=idx, phase="warmup" if idx < self.limits.warmup else "measure",
+                            intended_at=intended, conversation_id=getattr(spec, "conversation_id", None),
+                            prefix_group=getattr(spec, "prefix_group", None),
+                            requested_input_tokens=getattr(spec, "input_tokens", None),
+                            requested_output_tokens=getattr(spec, "max_tokens", None))
+        try:
+            if self._sem is not None:
+                await self._sem.acquire()
+                if self.clock() - intended > CAP_HELD_S:
+                    self.stats.cap_held += 1
+            try:
+                self._in_flight += 1
+                self.live.in_flight = self._in_flight
+                if self._in_flight > self.stats.max_in_flight:
+                    self.stats.max_in_flight = self._in_flight
+                self.stats.sent += 1
+                await self.send(spec, rec)
+            finally:
+                self._in_flight -= 1
+                self.live.in_flight = self._in_flight
+                if self._sem is not None:
+                    self._sem.release()
+        except asyncio.CancelledError:
+            rec.outcome = "cancelled" if rec.sent_at is not None else "dropped"
+            rec.error_class = None
+            rec.ended_at = self.clock() if rec.sent_at is not None else None
+        self.live.add(rec)
+        self.on_record(rec)
+
+    def _spawn(self, idx: int, spec: Any, intended: float) -> None:
+        t = asyncio.get_running_loop().create_task(self._one(idx, spec, intended))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def _take(self, counter: Iterator[int]) -> tuple[int, Any] | None:
+        for idx in counter:
+            if self._total is not None and idx >= self._total:
+                return None
+            try:
+                spec = next(self.specs)
+            except StopIteration:
+                return None
+            if self.index_filter is None or self.index_filter(idx):
+                return idx, spec
+        return None
+
+    # -- schedules -----------------------------------------------------------------------------
+    async def _open_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0_loop = loop.time() - self.clock()
+        dur = self.limits.duration_s
+        if isinstance(self.shape, TraceReplay):
+            offsets: Iterator[float] | None = None
+        else:
+            offsets = self.shape.arrivals(self.rng)  # type: ignore[union-attr]
+        for idx in itertools.count():
+            if self._stop.is_set() or (self._total is not None and idx >= self._total):
+                return
+            try:
+                spec = next(self.specs)
+            except StopIteration:
+                return
+            if offsets is None:
+                offset = float(spec.arrival_s or 0.0) * self.shape.time_scale  # type: ignore[union-attr]
+            else:
+                offset = next(offsets)
+            if dur is not None and offset > dur:
+                return
+            if self.index_filter is not None and not self.index_filter(idx):
+                continue
+            delay = t0_loop + offset - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                    return
+                except TimeoutError:
+                    pass
+            self._spawn(idx, spec, offset)
+
+    async def _closed_loop(self, n: int) -> None:
+        counter = itertools.count()
+        dur = self.limits.duration_s
+
+        async def stream() -> None:
+            while not self._stop.is_set():
+                if dur is not None and self.clock() >= dur:
+                    return
+                got = self._take(counter)
+                if got is None:
+                    return
+                idx, spec = got
+                t = asyncio.get_running_loop().create_task(self._one(idx, spec, self.clock()))
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+                await asyncio.wait({t})
+
+        await asyncio.gather(*(stream() for _ in range(n)))
+
+    async def run(self) -> RunStats:
+        self.stats.started_wall = time.time()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if isinstance(self.shape, ConstantConcurrency):
+            sched = asyncio.create_task(self._closed_loop(self.shape.concurrency))
+        else:
+            sched = asyncio.create_task(self._open_loop())
+        stopper = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({sched, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not sched.done():
+            sched.cancel()
+            await asyncio.gather(sched, return_exceptions=True)
+        elif sched.exception() is not None:
+            stopper.cancel()
+            raise sched.exception()  # type: ignore[misc]
+        # Drain: wait for in-flight requests (bounded after --duration), cancel the rest.
+        if self._tasks and not self._stop.is_set():
+            grace = self.limits.grace_s if self.limits.duration_s is not None else None
+            waiter = asyncio.gather(*list(self._tasks), return_exceptions=True)
+            done, _ = await asyncio.wait({waiter, stopper}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if waiter not in done:
+                waiter.cancel()
+        stopper.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        wall = time.perf_counter() - wall0
+        self.stats.wall_s = wall
+        self.stats.client_cpu = (time.process_time() - cpu0) / wall if wall > 0 else None
+        return self.stats

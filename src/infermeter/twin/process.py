@@ -1,0 +1,83 @@
+"""Start ``infermeter emulate`` as a child process on a free 127.0.0.1 port.
+
+Used by ``infermeter run`` when no ``--url`` is given: the emulator runs in its
+own process so it never competes with the client for the event loop::
+
+    with EmulatorProcess(["--ttft-ms", "50"]) as emu:
+        emu.base_url   # "http://127.0.0.1:PORT", healthy
+
+Startup waits for ``/health`` (bounded); a failure raises UserError with the
+child's last output.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from infermeter.errors import UserError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmulatorProcess:
+    def __init__(self, args: list[str] | None = None, *, startup_timeout_s: float = 60.0) -> None:
+        self.args = list(args or [])
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False)
+
+    def __enter__(self) -> "EmulatorProcess":
+        cmd = [sys.executable, "-m", "infermeter.cli.main", "emulate", "--host", "127.0.0.1",
+               "--port", str(self.port), *self.args]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                      stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise UserError(f"the embedded emulator exited with code {self._proc.returncode}: {self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        self.__exit__(None, None, None)
+        raise UserError(f"the embedded emulator did not become healthy within {self.startup_timeout_s:g} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 400) -> str:
+        try:
+            return Path(self._log.name).read_text(errors="replace")[-n:].strip()
+        except OSError:
+            return ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+        with_suppress_unlink(self._log.name)
+
+
+def with_suppress_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

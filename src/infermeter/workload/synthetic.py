@@ -1,0 +1,91 @@
+"""Single-turn profiles: ``synthetic`` (optionally with shared prefixes), ``fixed`` and ``code``.
+
+Each request is one prompt of a drawn length; nothing is shared unless the
+profile says so::
+
+    wl = SingleTurnWorkload(SyntheticParams(prefix_tokens=800, prefix_groups=4, input_tokens="1000"),
+                            ctx, seed=3)
+    spec = next(wl.requests())    # prompt = group prefix (800 tokens) + distinct tail (200)
+
+* ``synthetic``/``fixed``: prose (or ``source``) text; with ``prefix_tokens`` P
+  and ``prefix_groups`` G, each request picks a group uniformly and starts
+  with that group's P-token prefix, so the shared-prefix fraction is
+  P / mean input length.
+* ``code``: a contiguous cut of Python's standard-library source starting at a
+  line (distinct per request), followed by a short instruction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from infermeter.errors import ConfigError
+from infermeter.workload.compose import TextMaker
+from infermeter.workload.context import BuildContext
+from infermeter.workload.lengths import LengthSampler
+from infermeter.workload.profiles import CodeParams, FixedParams, SyntheticParams
+from infermeter.workload.spec import RequestSpec
+
+CODE_INSTRUCTION = " Continue the code above with the next function, and reply with code only."
+
+
+class SingleTurnWorkload:
+    """One prompt per request: the ``synthetic``, ``fixed`` and ``code`` profiles."""
+
+    def __init__(self, params: SyntheticParams | FixedParams | CodeParams, ctx: BuildContext, *, seed: int) -> None:
+        self.params = params
+        self.ctx = ctx
+        self.seed = seed
+        self.prefix_tokens = getattr(params, "prefix_tokens", 0)
+        self.prefix_groups = getattr(params, "prefix_groups", 1) if self.prefix_tokens else 0
+        self.pool = ctx.pool(params.source, params.input_tokens.max)
+        self._suffix = ""
+        self._suffix_tokens = 0
+        if params.kind == "code":
+            self._suffix_tokens = self.pool.mid_count(CODE_INSTRUCTION)
+            self._suffix = CODE_INSTRUCTION
+        lo = params.input_tokens.min
+        need = self.prefix_tokens + self._suffix_tokens
+        if need and lo <= need:
+            what = "--prefix-tokens" if self.prefix_tokens else "the code instruction"
+            raise ConfigError(
+                f"{what} ({need} tokens) leaves no room in the shortest prompt "
+                f"(--input-tokens min {lo}); raise the minimum input length above {need}"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        return self.ctx.describe(
+            profile=self.params.kind,
+            parameters=self.params.model_dump(mode="json"),
+            sources=[self.pool.describe()],
+            seed=self.seed,
+        )
+
+    def requests(self) -> Iterator[RequestSpec]:
+        params, ctx, pool = self.params, self.ctx, self.pool
+        rng = np.random.default_rng([self.seed, 1])
+        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        ins = LengthSampler(params.input_tokens, rng)
+        outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
+        groups = np.random.default_rng([self.seed, 4])
+        P, G = self.prefix_tokens, self.prefix_groups
+        prefixes = [maker.first(10**9 + g, P) for g in range(G)] if P else []
+        code = params.kind == "code"
+        suffix, suffix_n = self._suffix, self._suffix_tokens
+        i = 0
+        while True:
+            n = ins.draw()
+            group = None
+            if P:
+                group = int(groups.integers(G))
+                pre = prefixes[group]
+                text, got = pool.exact(lambda m, pre=pre, i=i: pre + maker.mid(i, m - P), n)
+            elif code:
+                text, got = pool.exact(lambda m, i=i: maker.whole(i, m - suffix_n) + suffix, n)
+            else:
+                text, got = pool.exact(lambda m, i=i: maker.first(i, m), n)
+            yield ctx.spec(i, text, outs.draw(), got, prefix_group=group)
+            i += 1

@@ -1,0 +1,77 @@
+"""Metric math on hand-computed records."""
+
+import pytest
+
+from infermeter.analysis.metrics import inter_token_latencies, request_metrics
+from infermeter.analysis.summary import build_summary
+from infermeter.client.openai import allocate_tokens
+from infermeter.records.record import RequestRecord, records_to_table
+
+
+def rec(i, intended, sent, chunks, toks, ended, n_out=None, outcome="ok", err=None, n_in=10, usage="server"):
+    return RequestRecord(request_id=i, intended_at=intended, sent_at=sent, first_byte_at=sent,
+                         first_token_at=chunks[0] if chunks else None, ended_at=ended, chunk_times=chunks,
+                         chunk_tokens=toks, outcome=outcome, error_class=err,
+                         completion_tokens=sum(toks) if n_out is None else n_out, prompt_tokens=n_in,
+                         stream_tokens=len(chunks), usage_source=usage)
+
+
+RECS = [
+    # sent 10 ms late; first token 100 ms after send; 4 tokens, chunks at .1 .2 .3 (2 tokens) .. ends .35
+    rec(0, 0.00, 0.01, [0.11, 0.21, 0.31], [1, 1, 2], 0.35),
+    rec(1, 0.50, 0.50, [0.70, 0.80], [1, 1], 0.80),
+    rec(2, 1.00, 1.00, [], [], 1.20, n_out=0, outcome="error", err="http_5xx"),
+]
+
+
+def test_per_request_metrics():
+    m = request_metrics(records_to_table(RECS[:2]))
+    assert m.ttft.tolist() == pytest.approx([0.10, 0.20])
+    assert m.ttft_intended.tolist() == pytest.approx([0.11, 0.20])
+    assert m.e2e.tolist() == pytest.approx([0.34, 0.30])
+    # TPOT = (E2E - TTFT)/(n-1): (0.34-0.10)/3 and (0.30-0.20)/1
+    assert m.tpot.tolist() == pytest.approx([0.08, 0.10])
+    assert m.schedule_lag.tolist() == pytest.approx([0.01, 0.0])
+    assert m.out_tps.tolist() == pytest.approx([4 / 0.34, 2 / 0.30])
+
+
+def test_itl_pools_gaps_and_splits_multi_token_chunks():
+    itl = sorted(inter_token_latencies(records_to_table(RECS)).tolist())
+    # request 0: gap .1 (1 tok), gap .1 split over 2 tokens -> .05, .05 ; request 1: gap .1
+    assert itl == pytest.approx([0.05, 0.05, 0.1, 0.1])
+
+
+def test_summary_counts_throughput_and_errors():
+    s = build_summary(records_to_table(RECS), run={"slo": {"ttft_ms": 150}})
+    assert s["completed"] == 2 and s["failed"] == 1
+    assert s["errors"] == {"http_5xx": 1}
+    assert s["duration_s"] == pytest.approx(1.2)  # first intended 0.0 .. last end 1.2
+    assert s["request_throughput"] == pytest.approx(2 / 1.2)
+    assert s["output_token_throughput"] == pytest.approx(6 / 1.2)
+    assert s["input_token_throughput"] == pytest.approx(20 / 1.2)
+    assert s["ttft_ms"]["p50"] == pytest.approx(150.0)
+    assert s["goodput"] == pytest.approx(1 / 1.2)  # only request 0 (110 ms from intended) meets 150 ms
+    # request 0 reported 4 tokens by usage but 3 chunks: a disagreement
+    assert s["usage_mismatches"] == 1
+    assert s["token_count_source"] == "server"
+
+
+def test_open_loop_lag_makes_run_invalid():
+    recs = [rec(i, i * 0.1, i * 0.1 + (0.05 if i == 5 else 0.0), [i * 0.1 + 0.2], [1], i * 0.1 + 0.3) for i in range(20)]
+    s = build_summary(records_to_table(recs), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    assert not s["valid"]
+    assert any(r.startswith("schedule_lag") for r in s["invalid_reasons"])
+    ok = build_summary(records_to_table(recs), run={"load": {"open_loop": False}})
+    assert ok["valid"]
+
+
+def test_warmup_rows_do_not_count():
+    recs = [rec(0, 0, 0, [0.1], [1], 0.2), rec(1, 0.2, 0.2, [0.3], [1], 0.4)]
+    recs[0].phase = "warmup"
+    s = build_summary(records_to_table(recs))
+    assert s["completed"] == 1 and s["duration_s"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("lens,total,expected", [([4, 4], 2, [1, 1]), ([1, 9], 6, [1, 5]), ([5, 5, 5], 9, [3, 3, 3])])
+def test_allocate_tokens(lens, total, expected):
+    assert allocate_tokens(lens, total) == expected
