@@ -179,8 +179,12 @@ def _jsonl(text: str, name: str) -> list[tuple[str, Any]]:
     return out
 
 
-def read_entries(path: Path) -> tuple[list[Entry], str]:
-    """All entries of a JSON/JSONL/CSV file and the format name."""
+def read_entries(path: Path, *, time_unit: str | None = None) -> tuple[list[Entry], str]:
+    """All entries of a JSON/JSONL/CSV file and the format name.
+
+    ``time_unit`` ("s" or "ms") sets the unit of a ``timestamp`` field; by
+    default it is milliseconds in JSON (Mooncake) and seconds in CSV (BurstGPT).
+    """
     name = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -192,7 +196,7 @@ def read_entries(path: Path) -> tuple[list[Entry], str]:
     if suffix == ".csv":
         from infermeter.workload.traces import read_csv
 
-        return read_csv(text, name), "csv"
+        return read_csv(text, name, timestamp_ms=time_unit == "ms"), "csv"
     if suffix in (".jsonl", ".ndjson") or (suffix != ".json" and text.lstrip()[:1] == "{"):
         objs, fmt = _jsonl(text, name), "jsonl"
     elif text.lstrip()[:1] == "[":
@@ -203,4 +207,5 @@ def read_entries(path: Path) -> tuple[list[Entry], str]:
         raise DataError(f"{name}:1: expected a JSON array, JSON lines or a CSV file with a header")
     if not objs:
         raise DataError(f"{name}: holds no requests")
-    return [parse_object(obj, where, time_key_ms=True) for where, obj in objs], fmt
+    ms = time_unit != "s"
+    return [parse_object(obj, where, time_key_ms=ms) for where, obj in objs], fmt

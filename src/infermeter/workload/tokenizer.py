@@ -109,6 +109,7 @@ class HFTokenizer:
         self.kind = kind
         self.source = source
         self._hash: str | None = None
+        self.extra: dict[str, Any] = {}
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
@@ -125,7 +126,8 @@ class HFTokenizer:
     def describe(self) -> dict[str, Any]:
         if self._hash is None:
             self._hash = hashlib.sha256(self._tok.to_str().encode()).hexdigest()[:16]
-        return {"name": self.name, "kind": self.kind, "source": self.source, "hash": self._hash, "exact_for_model": True}
+        out = {"name": self.name, "kind": self.kind, "source": self.source, "hash": self._hash, "exact_for_model": True}
+        return {**out, **self.extra}
 
 
 def _tokenizers_module(what: str) -> Any:
