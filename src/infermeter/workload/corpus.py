@@ -33,8 +33,11 @@ _PROSE_START = re.compile(r"(?:(?<=\s)|^)(?=[^\W\d_])")
 _CODE_START = re.compile(r"^(?=[ ]*\S)", re.M)
 
 # Standard-library files read for the code corpus, in this order, up to _CODE_BYTES.
-_CODE_BYTES = 1_500_000
-_CODE_SKIP = ("test", "idlelib", "lib2to3", "turtledemo", "__phello__", "site-packages", "pydoc_data", "ensurepip")
+_CODE_BYTES = 1_000_000
+_CODE_SKIP = (
+    "test", "idlelib", "lib2to3", "turtledemo", "__phello__", "site-packages", "pydoc_data", "ensurepip",
+    "encodings", "_sysconfigdata", "_compat_pickle", "_aix_support", "config-",
+)
 
 
 @dataclass(frozen=True, slots=True)

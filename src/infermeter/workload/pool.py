@@ -34,6 +34,8 @@ from infermeter.workload.tokenizer import Tokenizer
 
 _SEP = "\n\n"
 _MAX_FIX_TRIES = 8
+_MAX_FIRST_CHARS = 256  # a start point whose first piece is longer is not used
+_FILL_CACHE = 64  # filler strings kept ready for remainders up to this many tokens
 
 
 _BOUNDARY = re.compile(r"(?<=\S) (?=[^\W\d_])")
@@ -81,15 +83,16 @@ class TextPool:
         # Start points (all in the first copy): first piece runs to the next boundary.
         sp = np.asarray(corpus.starts, dtype=np.int64)
         nxt = np.searchsorted(b, sp, side="right")
-        nxt = nxt[nxt < len(b)]
-        sp = sp[: len(nxt)]
+        ok = (nxt < len(b)) & (b[np.minimum(nxt, len(b) - 1)] - sp <= _MAX_FIRST_CHARS)
+        sp, nxt = sp[ok], nxt[ok]
+        if not len(sp):
+            raise ConfigError(f"text source {corpus.name!r}: found no place to start a prompt")
         pieces = [period[int(s) : int(b[k])] for s, k in zip(sp, nxt, strict=True)]
         fc = tokenizer.count_batch(pieces)
         self._sp_char = [int(s) for s in sp]
         self._sp_unit = [int(k) for k in nxt]
         self._sp_fc = [int(c) for c in fc]
         self._one_token_starts = [i for i, c in enumerate(self._sp_fc) if c == 1]
-        self.max_first = max(self._sp_fc)
         # One-token words (" word") for topping up a prompt to its exact length.
         words: list[str] = []
         seen: set[str] = set()
@@ -105,7 +108,7 @@ class TextPool:
             raise ConfigError(f"text source {corpus.name!r}: no one-token words for tokenizer {tokenizer.name}")
         self._fill_words = words
         self._fill = [""]
-        self._grow_fill(int(counts.max()) + self.max_first + 2)
+        self._grow_fill(_FILL_CACHE)
         self.additive = aligned and self._verify()
 
     # -- sizes ---------------------------------------------------------------------------
@@ -125,9 +128,10 @@ class TextPool:
             self._fill.append(self._fill[-1] + words[(k - 1) % len(words)])
 
     def _filler(self, r: int) -> str:
-        if r >= len(self._fill):
-            self._grow_fill(r)
-        return self._fill[r]
+        if r < len(self._fill):
+            return self._fill[r]
+        words = self._fill_words
+        return "".join(words[k % len(words)] for k in range(r))
 
     # -- building text -------------------------------------------------------------------
     def take(self, start: int, n: int) -> str:

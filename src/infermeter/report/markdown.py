@@ -1,0 +1,120 @@
+"""``report.md`` (the same sections and tables as the HTML page) and ``summary.csv`` (one row per run).
+
+The contract: :func:`render_markdown` prints every table of a
+:class:`~infermeter.report.content.ReportContent` as a GitHub-flavoured
+Markdown table with the very cells the HTML shows; a best value is
+``**value** ★``. Text from result files is escaped (``|``, ``<``, ``>``,
+backslashes, line breaks) so it cannot break a table or inject markup.
+:func:`summary_rows` flattens each run's ``summary.json`` (and its price) into
+raw, unformatted CSV columns::
+
+    >>> print(render_markdown(content).splitlines()[0])
+    # infermeter report: 3 runs
+    >>> summary_rows(leaves, costs)[0]["ttft_ms_p95"]
+    181.2
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from infermeter.report.content import ReportContent
+from infermeter.report.pricing import RunCost
+from infermeter.report.rundir import RunDir
+from infermeter.report.table import Cell, Table
+
+CSV_DISTRIBUTIONS = ("ttft_ms", "ttft_from_intended_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")
+CSV_STATS = ("count", "mean", "stdev", "min", "max", "p50", "p90", "p95", "p99", "p999")
+CSV_SCALARS = ("completed", "failed", "dropped", "duration_s", "request_throughput", "input_token_throughput",
+               "output_token_throughput", "total_token_throughput", "goodput", "error_rate", "target_rate",
+               "achieved_rate", "mean_input_tokens", "mean_output_tokens", "token_count_source", "usage_mismatches")
+
+
+def md_escape(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(out.splitlines()).strip() or " "
+
+
+def _md_cell(c: Cell) -> str:
+    text = md_escape(c.display)
+    return f"**{text}** ★" if c.best else text
+
+
+def render_md_table(t: Table) -> str:
+    lines = [f"### {md_escape(t.title)}", "", "| " + " | ".join(md_escape(c) for c in t.columns) + " |",
+             "|" + "|".join("---" for _ in t.columns) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in t.rows]
+    if t.note:
+        lines += ["", f"_{md_escape(t.note)}_"]
+    return "\n".join(lines)
+
+
+def render_markdown(content: ReportContent) -> str:
+    out = [f"# {md_escape(content.title)}", ""]
+    out += [md_escape(h) + "  " for h in content.headline]
+    out += [f"Generated {content.generated_at} by infermeter {content.version}. "
+            "Interactive charts are in report.html (same folder).", ""]
+    for s in content.sections:
+        out += [f"## {md_escape(s.title)}", ""]
+        if s.intro:
+            out += [md_escape(s.intro), ""]
+        if s.has_charts and not s.tables:
+            out += ["_Charts only: open report.html._", ""]
+        for t in s.tables:
+            out += [render_md_table(t), ""]
+        out += [f"- {md_escape(n)}" for n in s.notes] + ([""] if s.notes else [])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def summary_rows(leaves: list[RunDir], costs: list[RunCost]) -> list[dict[str, Any]]:
+    """One flat dict per run (see the module docstring)."""
+    by_run = {id(c.run): c for c in costs}
+    rows = []
+    for r in leaves:
+        s = r.summary
+        row: dict[str, Any] = {
+            "label": r.label, "path": str(r.path), "source": r.source, "model": r.model, "hardware": r.hardware,
+            "profile": r.profile, "sweep": r.parent, "started_at": r.started_at, "valid": s.get("valid"),
+            "invalid_reasons": "; ".join(str(x) for x in s.get("invalid_reasons") or []),
+        }
+        row.update({k: s.get(k) for k in CSV_SCALARS})
+        for d in CSV_DISTRIBUTIONS:
+            block = s.get(d) or {}
+            row.update({f"{d}_{k}": block.get(k) for k in CSV_STATS})
+        sm = s.get("server_metrics") if isinstance(s.get("server_metrics"), dict) else {}
+        for k in ("kv_cache_usage_mean", "kv_cache_usage_max", "num_requests_waiting_max", "num_requests_running_max",
+                  "prefix_cache_hit_rate", "num_preemptions"):
+            row[k] = sm.get(k)
+        c = by_run.get(id(r))
+        res = c.result if c else None
+        row.update({
+            "usd_per_hour": res.usd_per_hour if res else None,
+            "usd_per_1m_output_tokens": res.usd_per_1m_output_tokens if res else None,
+            "usd_per_1m_total_tokens": res.usd_per_1m_total_tokens if res else None,
+            "price_source": res.price.source if res else (c.reason if c else None),
+            "price_date": res.price.date_text if res else None,
+        })
+        rows.append(row)
+    return rows
+
+
+def _csv_value(v: Any) -> Any:
+    """Empty for missing; text that a spreadsheet would run as a formula gets a leading quote."""
+    if v is None:
+        return ""
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v
+    return v
+
+
+def render_csv(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: _csv_value(v) for k, v in row.items()})
+    return buf.getvalue()

@@ -1,0 +1,199 @@
+"""The report's tables, built once from run summaries and costs.
+
+The contract: each builder takes leaf runs (single runs and sweep steps) and
+returns a :class:`~infermeter.report.table.Table` whose cells hold the
+``summary.json`` values themselves (percentiles in ms, rates per second,
+error rate as a fraction shown in %), so a test can read a value back from
+``report.md`` and find it in ``summary.json``::
+
+    >>> [t.title for t in run_tables(leaves)]
+    ['Runs', 'Throughput', 'Latency: TTFT (ms)', ..., 'Validity']
+
+Invalid runs carry ``flag="invalid"`` on their name cell; simulated runs
+``flag="simulated"`` on their source cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infermeter.report.definitions import DEFINITIONS
+from infermeter.report.pricing import RunCost
+from infermeter.report.rundir import RunDir
+from infermeter.report.table import Cell, Table
+
+LATENCY_METRICS = [
+    ("ttft_ms", "TTFT"),
+    ("ttft_from_intended_ms", "TTFT from intended send"),
+    ("tpot_ms", "TPOT"),
+    ("itl_ms", "ITL"),
+    ("e2e_ms", "E2E"),
+]
+LATENCY_STATS = [("count", "count"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p95", "p95"),
+                 ("p99", "p99"), ("p999", "p99.9"), ("max", "max")]
+SERVER_KEYS = [
+    ("kv_cache_usage_mean", "KV usage mean", "pct"), ("kv_cache_usage_max", "KV usage max", "pct"),
+    ("num_requests_waiting_max", "waiting max", "num"), ("num_requests_running_max", "running max", "num"),
+    ("prefix_cache_hit_rate", "prefix-cache hit rate", "pct"), ("num_preemptions", "preemptions", "num"),
+]
+
+
+def run_cell(r: RunDir) -> Cell:
+    return Cell.text(r.label, flag=None if r.summary.get("valid", True) else "invalid")
+
+
+def source_cell(r: RunDir) -> Cell:
+    return Cell.text(r.source, flag="simulated" if r.source != "measured" else None)
+
+
+def verdict_text(s: dict[str, Any]) -> str:
+    if s.get("valid", True):
+        return "valid"
+    reasons = s.get("invalid_reasons") or []
+    return "INVALID" + (": " + "; ".join(str(x) for x in reasons) if reasons else "")
+
+
+def offered_load(s: dict[str, Any]) -> float | None:
+    """Target rate of an open-loop run, else the achieved send rate (req/s)."""
+    v = s.get("target_rate")
+    return v if v is not None else s.get("achieved_rate")
+
+
+def runs_table(leaves: list[RunDir]) -> Table:
+    rows = []
+    for r in leaves:
+        s = r.summary
+        rows.append([
+            run_cell(r), source_cell(r), Cell.text(r.model), Cell.text(r.hardware), Cell.text(r.profile),
+            Cell.text(s.get("load")), Cell.num(s.get("completed")), Cell.num(s.get("failed")),
+            Cell.num(s.get("dropped")), Cell.num(s.get("duration_s")),
+            Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+        ])
+    cols = ["run", "source", "model", "hardware", "profile", "load", "completed", "failed", "dropped",
+            "duration (s)", "verdict"]
+    return Table("runs", "Runs", cols, rows)
+
+
+def throughput_table(leaves: list[RunDir]) -> Table:
+    keys = [("request_throughput", "req/s"), ("input_token_throughput", "input tok/s"),
+            ("output_token_throughput", "output tok/s"), ("total_token_throughput", "total tok/s"),
+            ("goodput", "goodput req/s"), ("target_rate", "target rate (req/s)"),
+            ("achieved_rate", "achieved rate (req/s)")]
+    rows = []
+    for r in leaves:
+        s = r.summary
+        rows.append([run_cell(r)] + [Cell.num(s.get(k)) for k, _ in keys] + [Cell.pct(s.get("error_rate"))])
+    return Table("throughput", "Throughput", ["run"] + [c for _, c in keys] + ["error rate"], rows,
+                 note="Goodput is empty for runs without an SLO.")
+
+
+def latency_tables(leaves: list[RunDir]) -> list[Table]:
+    out = []
+    for key, name in LATENCY_METRICS:
+        rows = []
+        for r in leaves:
+            d = r.summary.get(key) or {}
+            if not d or not d.get("count", 1):
+                continue
+            rows.append([run_cell(r)] + [Cell.num(d.get(k)) for k, _ in LATENCY_STATS])
+        if rows:
+            out.append(Table(f"latency_{key}", f"Latency: {name} (ms)", ["run"] + [c for _, c in LATENCY_STATS], rows))
+    return out
+
+
+def validity_table(leaves: list[RunDir]) -> Table:
+    rows = []
+    for r in leaves:
+        s = r.summary
+        lag = (s.get("schedule_lag_ms") or {}).get("p99")
+        notes = [str(x) for x in (s.get("warnings") or [])] + [str(a) if not isinstance(a, dict) else
+                                                             str(a.get("message") or a) for a in (s.get("alerts") or [])]
+        tokens = s.get("token_count_source")
+        if s.get("usage_mismatches"):
+            tokens = f"{tokens} ({s['usage_mismatches']} usage mismatches)"
+        rows.append([
+            run_cell(r), Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+            Cell.num(lag), Cell.text(tokens), Cell.text("; ".join(notes)),
+        ])
+    return Table("validity", "Validity", ["run", "verdict", "schedule lag p99 (ms)", "token counts", "warnings and alerts"],
+                 rows, note="An invalid run's numbers describe what happened, not what the server can do.")
+
+
+def server_table(leaves: list[RunDir]) -> Table | None:
+    rows = []
+    for r in leaves:
+        sm = r.summary.get("server_metrics")
+        if not isinstance(sm, dict):
+            continue
+        cells = [Cell.pct(sm.get(k)) if kind == "pct" else Cell.num(sm.get(k)) for k, _, kind in SERVER_KEYS]
+        rows.append([run_cell(r)] + cells)
+    if not rows:
+        return None
+    return Table("server", "Server metrics", ["run"] + [c for _, c, _ in SERVER_KEYS], rows,
+                 note="– means the server did not expose the signal (never zero).")
+
+
+def gpu_table(leaves: list[RunDir]) -> Table | None:
+    blocks = [(r, r.summary.get("gpu")) for r in leaves if isinstance(r.summary.get("gpu"), dict)]
+    keys: list[str] = []
+    for _, g in blocks:
+        keys.extend(k for k, v in g.items() if k not in keys and isinstance(v, (int, float)) and not isinstance(v, bool))
+    if not blocks or not keys:
+        return None
+    rows = [[run_cell(r)] + [Cell.num(g.get(k)) for k in keys] for r, g in blocks]
+    return Table("gpu", "GPU telemetry", ["run"] + [k.replace("_", " ") for k in keys], rows)
+
+
+def run_tables(leaves: list[RunDir]) -> list[Table]:
+    tables = [runs_table(leaves), throughput_table(leaves), *latency_tables(leaves), validity_table(leaves)]
+    tables.extend(t for t in (server_table(leaves), gpu_table(leaves)) if t is not None)
+    return tables
+
+
+def sweep_table(sweep: RunDir) -> Table:
+    rows = []
+    for st in sweep.steps:
+        s = st.summary
+        rows.append([
+            Cell.text(st.name), Cell.num(offered_load(s)), Cell.num(s.get("achieved_rate")),
+            Cell.num(s.get("request_throughput")), Cell.num(s.get("output_token_throughput")),
+            Cell.num((s.get("ttft_ms") or {}).get("p95")), Cell.num((s.get("tpot_ms") or {}).get("p95")),
+            Cell.num((s.get("e2e_ms") or {}).get("p95")), Cell.pct(s.get("error_rate")),
+            Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+        ])
+    cols = ["step", "offered load (req/s)", "achieved (req/s)", "req/s", "output tok/s", "TTFT p95 (ms)",
+            "TPOT p95 (ms)", "E2E p95 (ms)", "error rate", "verdict"]
+    return Table(f"sweep_{sweep.label}", f"Sweep: {sweep.label}", cols, rows, section="sweeps")
+
+
+def cost_table(costs: list[RunCost]) -> Table:
+    rows = []
+    for c in costs:
+        s = c.run.summary
+        rows.append([
+            run_cell(c.run), Cell.text(c.run.hardware), source_cell(c.run), Cell.num(s.get("output_token_throughput")),
+            Cell.usd(c.usd_per_hour), Cell.usd(c.usd_per_1m_output), Cell.usd(c.usd_per_1m_total),
+            Cell.text(c.reason or (f"{c.result.price.provider} {c.result.price.instance}" if c.result else None)),
+        ])
+    cols = ["run", "configuration", "source", "output tok/s", "$/hour", "$/1M output tokens", "$/1M total tokens", "price"]
+    return Table("cost", "Cost per 1M tokens", cols, rows, section="cost")
+
+
+def prices_table(costs: list[RunCost]) -> Table:
+    seen: dict[str, Any] = {}
+    for c in costs:
+        if c.result is not None:
+            seen.setdefault(c.result.price.config, c.result.price)
+    rows = [[
+        Cell.text(p.config), Cell.usd(p.usd_per_hour), Cell.usd(p.usd_per_gpu_hour), Cell.text(p.provider),
+        Cell.text(p.instance), Cell.text(p.billing), Cell.text(p.source), Cell.text(p.date_text),
+        Cell.text("; ".join(p.notes)),
+    ] for p in seen.values()]
+    cols = ["configuration", "$/hour", "$/GPU-hour", "provider", "instance", "billing", "source", "date", "notes"]
+    return Table("prices", "Prices used", cols, rows, section="cost",
+                 note=None if rows else "No run could be priced (see the reasons in the cost table).")
+
+
+def definitions_table() -> Table:
+    return Table("definitions", "Metric definitions", ["term", "definition"],
+                 [[Cell.text(t), Cell.text(d)] for t, d in DEFINITIONS], section="definitions")

@@ -1,0 +1,170 @@
+"""What the twin emulates: a model on hardware, as engines ready to run (offline or live).
+
+:func:`build_twin` asks the performance model for the deployment (KV capacity,
+context limit, step times) and returns a :class:`Twin` that makes engines::
+
+    twin = build_twin("llama-3.1-8b", "h100-sxm", engine=EngineConfig(max_num_seqs=128))
+    engines = twin.engines()          # one per replica x pipeline stage (see below)
+    twin.describe()                   # -> run.json "target.emulated"
+
+Parallelism: ``tp`` is inside the step time. Data-parallel replicas (``count /
+(tp*pp)``) are separate engines with their own KV cache; requests go to the least
+loaded. With ``pp > 1`` vLLM keeps ``pp`` micro-batches in flight; the twin runs
+``pp`` engines per replica, each with ``1/pp`` of the replica's KV blocks and the
+full step time (one micro-batch passes through every stage per step).
+
+KV blocks = ``kv_capacity_tokens // 16`` per replica, unless
+``num_gpu_blocks_override`` is set; ``max_model_len`` = the option, else the
+deployment's (both clamped to what one engine's blocks hold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infermeter.errors import ConfigError
+from infermeter.twin.config import EngineConfig
+from infermeter.twin.engine import Engine
+from infermeter.twin.kvcache import BLOCK_SIZE
+from infermeter.twin.predictor import LinearStepTime, StepTimePredictor
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A ready-to-run emulation: step times, engine knobs, blocks per engine, engine count."""
+
+    model: str
+    served_model_name: str
+    hardware: str | None  # config label, e.g. "4xa100-80gb:tp4"
+    predictor: StepTimePredictor
+    config: EngineConfig
+    num_blocks: int  # per engine
+    lanes: int  # engines: replicas x pp
+    request_overhead_s: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def engines(self, *, keep_token_times: bool = False, max_span_steps: int = 1 << 30) -> list[Engine]:
+        return [
+            Engine(self.predictor, self.config, self.num_blocks, keep_token_times=keep_token_times,
+                   max_span_steps=max_span_steps)
+            for _ in range(self.lanes)
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able facts for run.json ``target.emulated`` and ``/v1/models``."""
+        return {
+            "backend": "twin",
+            "model": self.model,
+            "hardware": self.hardware,
+            "engine": "vllm",
+            **self.config.model_dump(mode="json"),
+            "num_gpu_blocks": self.num_blocks * self.lanes,
+            "block_size": BLOCK_SIZE,
+            "engines": self.lanes,
+            "max_model_len": min(self.config.max_model_len or self.num_blocks * BLOCK_SIZE,
+                                 self.num_blocks * BLOCK_SIZE),
+            **self.details,
+        }
+
+
+def build_twin(
+    model: str,
+    hardware: str = "h100-sxm",
+    *,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    engine: EngineConfig | None = None,
+    gpu_memory_utilization: float = 0.9,
+    served_model_name: str | None = None,
+) -> Twin:
+    """The performance model's deployment as a twin; ConfigError names a bad model/hardware/dtype."""
+    from infermeter.perfmodel import build_deployment
+
+    d = build_deployment(model, hardware, dtype=dtype, kv_dtype=kv_dtype, engine="vllm",
+                         gpu_memory_utilization=gpu_memory_utilization)
+    if not d.fits:
+        raise ConfigError(f"{model} on {d.config.label}: does not fit ({d.why_not})")
+    cfg = engine or engine_defaults()
+    pp = d.pipeline_depth
+    if cfg.num_gpu_blocks_override is not None:
+        blocks = cfg.num_gpu_blocks_override
+    else:
+        blocks = d.kv_capacity_tokens // BLOCK_SIZE
+    per_lane = blocks // pp
+    if per_lane < 1:
+        raise ConfigError(f"{model} on {d.config.label}: no room for a single KV block")
+    mml = cfg.max_model_len or d.max_model_len
+    cfg = cfg.model_copy(update={"max_model_len": min(mml, per_lane * BLOCK_SIZE)})
+    spec = d.spec
+    return Twin(
+        model=spec.name,
+        served_model_name=served_model_name or spec.hf_id or spec.name,
+        hardware=d.config.label,
+        predictor=d,
+        config=cfg,
+        num_blocks=per_lane,
+        lanes=d.config.replicas * pp,
+        request_overhead_s=float(getattr(d, "request_overhead_s", 0.0) or 0.0),
+        details={
+            "dtype": d.dtype,
+            "kv_dtype": d.kv_dtype,
+            "tp": d.config.tp,
+            "pp": pp,
+            "replicas": d.config.replicas,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "kv_capacity_tokens": d.kv_capacity_tokens,
+        },
+    )
+
+
+def engine_defaults(**overrides: Any) -> EngineConfig:
+    """EngineConfig with the performance model's vLLM defaults, then ``overrides`` (None = keep)."""
+    from infermeter.perfmodel.calibration import load_calibration
+
+    eng = load_calibration().engine("vllm")
+    base: dict[str, Any] = {"max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens}
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return EngineConfig(**base)
+    except ValueError as exc:  # pydantic's ValidationError: name the option(s)
+        errs = getattr(exc, "errors", lambda: [])()
+        msg = "; ".join(
+            (f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: " if e["loc"] else "")
+            + str(e["msg"]).removeprefix("Value error, ")
+            for e in errs
+        )
+        raise ConfigError(msg or str(exc)) from None
+
+
+def fake_twin(
+    *,
+    predictor: StepTimePredictor | None = None,
+    num_blocks: int = 4096,
+    engine: EngineConfig | None = None,
+    lanes: int = 1,
+    model: str = "fake-linear",
+) -> Twin:
+    """A twin on the in-package linear step-time fake (tests, demos without a hardware model)."""
+    cfg = engine or EngineConfig()
+    cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or num_blocks * BLOCK_SIZE,
+                                                      num_blocks * BLOCK_SIZE)})
+    return Twin(model=model, served_model_name=model, hardware=None, predictor=predictor or LinearStepTime(),
+                config=cfg, num_blocks=num_blocks, lanes=lanes)
+
+
+def hardware_config(gpu: str, tp: int | None = None, pp: int | None = None) -> str:
+    """``--gpu`` with ``--tp``/``--pp`` applied: ``("a100-80gb", tp=4)`` -> ``"4xa100-80gb:tp4"``.
+
+    The GPU count becomes ``replicas * tp * pp`` (replicas from ``--gpu``'s own count).
+    """
+    from infermeter.perfmodel.configspec import parse_config
+
+    cfg = parse_config(gpu)
+    if tp is None and pp is None:
+        return cfg.label
+    t, p = tp or cfg.tp, pp or cfg.pp
+    if t < 1 or p < 1:
+        raise ConfigError(f"--tp {t} / --pp {p}: must be >= 1")
+    count = cfg.replicas * t * p
+    return parse_config(f"{count}x{cfg.hardware}:tp{t},pp{p}").label

@@ -1,0 +1,420 @@
+"""A vLLM-like continuous-batching engine, one scheduling step at a time, on any clock.
+
+The engine forms a batch, asks the performance model how long it takes, and applies
+its effects when the caller says the step has ended. It never reads a clock: the
+caller passes ``now`` (virtual time offline, scaled real time live)::
+
+    >>> from infermeter.twin.predictor import LinearStepTime
+    >>> eng = Engine(LinearStepTime(base_s=0.01, per_token_s=0.0), EngineConfig(), num_blocks=64)
+    >>> eng.add(SimRequest(rid=0, arrival=0.0, prompt_tokens=32, max_tokens=3))
+    True
+    >>> t = 0.0
+    >>> while (d := eng.schedule(t)) is not None:
+    ...     t += d
+    ...     done = eng.complete(t)
+    >>> round(t, 3), done[0].first_token_at, done[0].outputs
+    (0.03, 0.01, 3)
+
+Scheduling, as vLLM V1 with FCFS: running requests first (every decoding sequence
+gets one token; unfinished prefills continue in admission order within the
+``max_num_batched_tokens`` budget); KV blocks for them are allocated now, and when
+there are not enough the most recently admitted running request is preempted by
+recompute (blocks freed, back to the front of the queue, counted); if nothing was
+preempted, waiting requests are admitted in order while there is budget, a free
+sequence slot (``max_num_seqs``) and free blocks for their first chunk after the
+prefix-cache hit (at most ``num_tokens - 1`` tokens hit). The head of the queue
+blocks the rest.
+
+Decoding requests are not visited per step: a step counter ``g`` advances, a
+request entered decode at ``g0`` with ``c0`` computed tokens and ``o0`` outputs, and
+finishes at ``g0 + max_tokens - o0`` (a heap). The sum of contexts and the number of
+new KV blocks per step (a histogram of block-boundary phases) are O(1), so a step
+costs O(requests whose state changes). When no prefill is pending and nothing can
+be admitted, :meth:`schedule` covers several identical decode steps at once (a
+*span*), up to the next finish, KV exhaustion or ``horizon`` (next arrival), timed
+by the model's closed-form ``decode_span``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from infermeter.twin.config import EngineConfig
+from infermeter.twin.hashing import private_key
+from infermeter.twin.kvcache import BLOCK_SIZE, BlockPool
+from infermeter.twin.predictor import StepTimePredictor
+from infermeter.twin.request import DECODE, FINISHED, PREFILL, REJECTED, WAITING, SimRequest
+
+_INF = math.inf
+
+
+class Engine:
+    """Queues, KV blocks and step formation; see the module docstring."""
+
+    def __init__(
+        self,
+        predictor: StepTimePredictor,
+        config: EngineConfig,
+        num_blocks: int,
+        *,
+        keep_token_times: bool = False,
+        max_span_steps: int = 1 << 30,
+    ) -> None:
+        self.predictor = predictor
+        self.config = config
+        self.pool = BlockPool(num_blocks, enable_prefix_caching=config.enable_prefix_caching)
+        cap = num_blocks * BLOCK_SIZE
+        self.max_model_len = min(config.max_model_len or cap, cap)
+        self.keep_token_times = keep_token_times
+        self.max_span_steps = max(1, max_span_steps)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: dict[int, SimRequest] = {}  # admission order; preemption takes the last
+        self.prefilling: list[SimRequest] = []
+        self.g = 0  # decode-step counter
+        self.n_dec = 0
+        self._sum_c = 0  # sum over decoding requests of (c0 - g0)
+        self._phase = [0] * BLOCK_SIZE  # decoding requests per block-boundary phase
+        self._heap: list[tuple[int, int, int, SimRequest]] = []
+        self._seq = 0
+        self._tlog: list[float] = [0.0]  # end time of the step that set the counter to g
+        self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float]] | None = None
+        # counters (vLLM metric names in comments)
+        self.num_preemptions = 0  # vllm:num_preemptions_total
+        self.prefix_queries = 0  # vllm:prefix_cache_queries_total (tokens)
+        self.prefix_hits = 0  # vllm:prefix_cache_hits_total (tokens)
+        self.prompt_tokens_total = 0  # vllm:prompt_tokens_total
+        self.generation_tokens_total = 0  # vllm:generation_tokens_total
+        self.steps = 0
+        self.busy_s = 0.0
+        self.usage_integral = 0.0  # sum of kv usage x step time
+        self.running_integral = 0.0  # sum of running requests x step time
+        self.max_usage = 0.0
+        self.max_waiting = 0
+        self.max_running = 0
+        self.last_step_tokens = 0
+
+    # -- intake --------------------------------------------------------------------
+    def add(self, r: SimRequest) -> bool:
+        """Queue a request; False (state REJECTED, ``error`` set) when it can never run."""
+        if r.prompt_tokens < 1 or r.max_tokens < 1:
+            r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
+        elif r.prompt_tokens + r.max_tokens > self.max_model_len:
+            r.error = (
+                f"prompt ({r.prompt_tokens}) + max_tokens ({r.max_tokens}) tokens exceed "
+                f"max_model_len ({self.max_model_len})"
+            )
+        if r.error is not None:
+            r.state = REJECTED
+            return False
+        if self.keep_token_times and r.token_times is None:
+            r.token_times = []
+        self.waiting.append(r)
+        if len(self.waiting) > self.max_waiting:
+            self.max_waiting = len(self.waiting)
+        return True
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def outputs_of(self, r: SimRequest) -> int:
+        """Output tokens ``r`` has produced so far."""
+        if r.state == DECODE:
+            return r.o0 + self.g - r.g0
+        return r.outputs
+
+    # -- one step ------------------------------------------------------------------
+    def schedule(self, now: float, horizon: float = _INF) -> float | None:
+        """Form the next step (or span of decode steps); its duration in seconds, None when idle."""
+        if self._pending is not None:
+            raise RuntimeError("schedule() called twice without complete()")
+        if not self.running and not self.waiting:
+            return None
+        pool = self.pool
+        phase = self._phase
+        g = self.g
+        cfg = self.config
+        preempted = False
+        while True:  # running requests: decodes, then continuing prefills; preempt until they fit
+            n_dec = self.n_dec
+            need = phase[g & 15] if n_dec else 0
+            budget = cfg.max_num_batched_tokens - n_dec
+            plan: list[tuple[SimRequest, int]] = []
+            grow: list[int] = []
+            for r in self.prefilling:
+                if budget <= 0:
+                    break
+                chunk = min(r.num_tokens - r.computed, budget)
+                nb = -(-(r.computed + chunk) // BLOCK_SIZE) - r.blocks
+                plan.append((r, chunk))
+                grow.append(nb)
+                need += nb
+                budget -= chunk
+            if need <= pool.num_free:
+                break
+            self._preempt(next(reversed(self.running.values())))
+            preempted = True
+        d0 = phase[g & 15] if n_dec else 0
+        if d0:
+            pool.allocate(d0)
+        if plan:
+            for (r, _), nb in zip(plan, grow):
+                if nb:
+                    pool.allocate(nb)
+                    r.blocks += nb
+        if self.waiting and (not preempted or not self.running):
+            budget = self._admit(now, budget, plan)
+        if not plan and n_dec == 0:
+            if self.waiting:
+                raise RuntimeError("twin engine: waiting requests but nothing can be scheduled")
+            return None
+        steps = 1
+        ends: list[float] = []
+        kv = self._sum_c + n_dec * (g + 1)
+        if plan:
+            new_tokens = n_dec
+            pairs = float(kv)  # a decode attends its whole context with one query
+            for r, chunk in plan:
+                new_tokens += chunk
+                kv += r.computed + chunk
+                pairs += chunk * (r.computed + (chunk + 1) / 2)
+            dur = self.predictor.step_time(new_tokens, kv, n_dec + len(plan), pairs)
+            self.last_step_tokens = new_tokens
+        else:
+            steps = self._span_steps(now, horizon, kv, pool.num_free + d0)
+            if steps > 1:
+                pool.allocate(self._blocks_for(steps) - d0)
+            if self.keep_token_times and steps > 1:
+                ends = self._step_ends(now, n_dec, kv, steps)
+                dur = ends.pop() - now
+            elif steps == 1:
+                dur = self.predictor.step_time(n_dec, kv, n_dec, None)
+            else:
+                dur = self.predictor.decode_span(n_dec, kv, steps)
+            self.last_step_tokens = n_dec
+        self._pending = (steps, n_dec, plan, ends)
+        self.steps += steps
+        self.busy_s += dur
+        usage = 1.0 - pool.num_free / pool.num_blocks
+        self.usage_integral += usage * dur
+        self.running_integral += len(self.running) * dur
+        if usage > self.max_usage:
+            self.max_usage = usage
+        if len(self.running) > self.max_running:
+            self.max_running = len(self.running)
+        return dur
+
+    def complete(self, now: float) -> list[SimRequest]:
+        """Apply the pending step at its end time ``now``; the requests that finished."""
+        if self._pending is None:
+            return []
+        steps, n_dec, plan, ends = self._pending
+        self._pending = None
+        finished: list[SimRequest] = []
+        if n_dec:
+            self.g += steps
+            self.generation_tokens_total += n_dec * steps
+            if self.keep_token_times:
+                self._tlog.extend(ends)
+                self._tlog.append(now)
+            heap = self._heap
+            g = self.g
+            while heap and heap[0][0] <= g:
+                _, _, epoch, r = heapq.heappop(heap)
+                if epoch != r.epoch or r.state != DECODE:
+                    continue
+                self._leave_decode(r)
+                r.outputs = r.o0 + g - r.g0
+                r.computed = r.c0 + g - r.g0
+                r.blocks = -(-r.computed // BLOCK_SIZE)
+                self._finish(r, now)
+                finished.append(r)
+        for r, chunk in plan:
+            self._advance_prefill(r, chunk, now, finished)
+        return finished
+
+    # -- internals -----------------------------------------------------------------
+    def _admit(self, now: float, budget: int, plan: list[tuple[SimRequest, int]]) -> int:
+        pool = self.pool
+        waiting = self.waiting
+        running = self.running
+        max_seqs = self.config.max_num_seqs
+        chunked = self.config.enable_chunked_prefill
+        refs = pool._refs
+        prefilling = self.prefilling
+        while waiting and budget > 0 and len(running) < max_seqs:
+            r = waiting[0]
+            keys = r.keys
+            hits = free_hits = 0
+            if keys and keys[0] in refs:  # most prompts miss on their first block
+                hits, free_hits = pool.match(keys, (r.num_tokens - 1) >> 4)
+            hit_tokens = hits * BLOCK_SIZE
+            todo = r.num_tokens - hit_tokens
+            if todo <= budget:
+                chunk = todo
+            elif chunked:
+                chunk = budget
+            else:
+                break
+            nb = -(-(hit_tokens + chunk) // BLOCK_SIZE) - hits
+            if nb + free_hits > pool.num_free:
+                break
+            waiting.popleft()
+            if hits:
+                held = list(keys[:hits])
+                pool.acquire(held)
+                r.held = held
+            if nb:
+                pool.allocate(nb)
+            r.blocks = hits + nb
+            r.computed = hit_tokens
+            r.next_reg = hits
+            self.prefix_queries += r.num_tokens
+            self.prefix_hits += hit_tokens
+            if r.cached_tokens is None:
+                r.cached_tokens = hit_tokens
+            if r.scheduled_at is None:
+                r.scheduled_at = now
+            r.state = PREFILL
+            running[r.rid] = r
+            prefilling.append(r)
+            plan.append((r, chunk))
+            budget -= chunk
+        return budget
+
+    def _advance_prefill(self, r: SimRequest, chunk: int, now: float, finished: list[SimRequest]) -> None:
+        computed = r.computed = r.computed + chunk
+        keys = r.keys
+        if keys and r.next_reg < len(keys):
+            upto = computed >> 4
+            if upto > len(keys):
+                upto = len(keys)
+            pool = self.pool
+            if pool.caching:  # register newly full prompt blocks (inline BlockPool.register)
+                refs = pool._refs
+                held = r.held
+                for key in keys[r.next_reg : upto]:
+                    if key not in refs:
+                        refs[key] = 1
+                        held.append(key)
+            if upto > r.next_reg:
+                r.next_reg = upto
+        if computed < r.num_tokens:
+            return
+        self.prefilling.remove(r)
+        r.outputs += 1
+        r.num_tokens += 1
+        self.generation_tokens_total += 1
+        if r.first_token_at is None:
+            r.first_token_at = now
+            self.prompt_tokens_total += r.prompt_tokens
+        if r.token_times is not None:
+            r.token_times.append(now)
+        if r.outputs >= r.max_tokens:
+            self._finish(r, now)
+            finished.append(r)
+            return
+        g = self.g
+        r.state = DECODE
+        r.g0 = g
+        r.c0 = r.computed
+        r.o0 = r.outputs
+        self.n_dec += 1
+        self._sum_c += r.c0 - g
+        self._phase[(g - r.c0) & 15] += 1
+        self._seq += 1
+        heapq.heappush(self._heap, (g + r.max_tokens - r.o0, self._seq, r.epoch, r))
+
+    def _leave_decode(self, r: SimRequest) -> None:
+        self.n_dec -= 1
+        self._sum_c -= r.c0 - r.g0
+        self._phase[(r.g0 - r.c0) & 15] -= 1
+        if r.token_times is not None:
+            r.token_times.extend(self._tlog[r.g0 + 1 : self.g + 1])
+
+    def _finish(self, r: SimRequest, now: float) -> None:
+        del self.running[r.rid]
+        self.pool.free(r.held, r.blocks - len(r.held))
+        r.held = []
+        r.state = FINISHED
+        r.ended_at = now
+
+    def _preempt(self, r: SimRequest) -> None:
+        """Recompute preemption: free ``r``'s blocks (keeping computed ones findable), requeue it first."""
+        del self.running[r.rid]
+        if r.state == DECODE:
+            self._leave_decode(r)
+            r.outputs = r.o0 + self.g - r.g0
+            r.computed = r.c0 + self.g - r.g0
+            r.blocks = -(-r.computed // BLOCK_SIZE)
+            r.epoch += 1
+        else:
+            self.prefilling.remove(r)
+        pool = self.pool
+        full = r.computed // BLOCK_SIZE
+        keys = list(r.keys[:full])
+        keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
+        if pool.caching:
+            held = set(r.held)
+            for key in keys:
+                if key not in held and pool.register(key):
+                    r.held.append(key)
+        pool.free(r.held, r.blocks - len(r.held))
+        r.keys = keys
+        r.held = []
+        r.blocks = 0
+        r.computed = 0
+        r.next_reg = 0
+        r.num_tokens = r.prompt_tokens + r.outputs
+        r.state = WAITING
+        r.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(r)
+
+    def _blocks_for(self, steps: int) -> int:
+        """New KV blocks the decoding requests need over the next ``steps`` steps."""
+        full, rest = divmod(steps, BLOCK_SIZE)
+        total = full * self.n_dec
+        g = self.g + full * BLOCK_SIZE
+        phase = self._phase
+        for j in range(rest):
+            total += phase[(g + j) & 15]
+        return total
+
+    def _span_steps(self, now: float, horizon: float, kv: int, free: int) -> int:
+        """Identical decode steps until the next finish, KV exhaustion or arrival (at least 1)."""
+        heap = self._heap
+        while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
+            heapq.heappop(heap)
+        g = self.g
+        k = min(heap[0][0] - g, self.max_span_steps) if heap else self.max_span_steps
+        if k <= 1:
+            return 1
+        n = self.n_dec
+        cycles = free // n
+        if cycles * BLOCK_SIZE < k:  # KV may run out first: last step whose demand still fits
+            kv_steps = cycles * BLOCK_SIZE
+            left = free - cycles * n
+            phase = self._phase
+            while kv_steps < k:
+                d = phase[(g + kv_steps) & 15]
+                if d > left:
+                    break
+                left -= d
+                kv_steps += 1
+            k = max(1, kv_steps)
+        if not self.waiting and horizon < _INF and k > 1:
+            k = max(1, min(k, self.predictor.steps_within(n, kv, horizon - now)))
+        return k
+
+    def _step_ends(self, now: float, n: int, kv: int, steps: int) -> list[float]:
+        """End times of each step of a decode span (keep_token_times: per-token times)."""
+        t = now
+        ends = []
+        st = self.predictor.step_time
+        for j in range(steps):
+            t += st(n, kv + j * n, n, None)
+            ends.append(t)
+        return ends

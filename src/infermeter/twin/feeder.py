@@ -1,0 +1,184 @@
+"""The request stream of a simulation: workload specs + schedule offsets -> :class:`SimRequest`.
+
+Making a request (drawing lengths, cutting prompt text, hashing its blocks) costs
+about as much as simulating it, so huge runs make the stream in a child process, on
+the second core, and receive it in columnar batches; small runs make it in-process.
+Both give the same requests in the same order (same seeds)::
+
+    reqs = local_stream(offsets, iter(workload.requests()))         # in this process
+    reqs = ChildStream(FeedSpec(workload={...}, shape=shape, seed=0))  # in a child
+    next(reqs).arrival   # the intended send offset (s); None offsets -> 0.0 (closed loops)
+    reqs.close()
+
+Prefix-cache keys come from the prompt text as the emulator server sees it
+(``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`).
+Python's ``hash`` is salted per process, which is why the child sends keys *and*
+the parent never mixes them with keys it computes itself: one run, one process
+making keys. A trace replay uses each spec's ``arrival_s * time_scale``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from infermeter.errors import UserError
+from infermeter.twin.hashing import chat_text, text_block_keys
+from infermeter.twin.request import SimRequest
+
+BATCH = 8192
+
+
+def spec_keys(spec: Any) -> list[int]:
+    """Prefix-cache keys of a workload spec's prompt."""
+    n = spec.input_tokens
+    if n < 16:
+        return []
+    text = spec.prompt if spec.prompt is not None else chat_text(spec.messages or ())
+    return text_block_keys(text, n)
+
+
+def local_stream(
+    offsets: Iterator[float] | None,
+    specs: Iterator[Any],
+    *,
+    replay: bool = False,
+    time_scale: float = 1.0,
+    keys: bool = True,
+) -> Iterator[SimRequest]:
+    """SimRequests from specs, timed by ``offsets`` (None: 0.0, or trace times when ``replay``)."""
+    rid = 0
+    for spec in specs:
+        if replay:
+            at = (spec.arrival_s or 0.0) * time_scale
+        elif offsets is not None:
+            at = next(offsets, None)
+            if at is None:
+                return
+        else:
+            at = 0.0
+        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, spec_keys(spec) if keys else (), at,
+                         spec.conversation_id, spec.prefix_group)
+        rid += 1
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """What a child process needs to rebuild the stream (picklable)."""
+
+    workload: dict[str, Any]  # keyword arguments of infermeter.workload.build_workload
+    shape: Any = None  # a load shape (pydantic, picklable); None: closed loop
+    seed: int = 0
+    replay: bool = False
+    time_scale: float = 1.0
+    limit: int | None = None  # requests in all (warmup included)
+    duration_s: float | None = None
+    keys: bool = True
+
+
+def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
+    try:
+        from infermeter.workload import build_workload
+
+        wl = build_workload(**spec.workload)
+        offsets = None
+        if spec.shape is not None and not spec.replay:
+            offsets = spec.shape.arrivals(np.random.default_rng(spec.seed))
+        stream = local_stream(offsets, iter(wl.requests()), replay=spec.replay, time_scale=spec.time_scale,
+                              keys=spec.keys)
+        limit = spec.limit
+        horizon = spec.duration_s if spec.duration_s is not None else float("inf")
+        n = 0
+        done = False
+        while not done:
+            at: list[float] = []
+            pt: list[int] = []
+            mt: list[int] = []
+            conv: list[int] = []
+            grp: list[int] = []
+            kcount: list[int] = []
+            kflat: list[int] = []
+            for r in stream:
+                if r.arrival >= horizon:
+                    done = True
+                    break
+                at.append(r.arrival)
+                pt.append(r.prompt_tokens)
+                mt.append(r.max_tokens)
+                conv.append(-1 if r.conversation_id is None else r.conversation_id)
+                grp.append(-1 if r.prefix_group is None else r.prefix_group)
+                kcount.append(len(r.keys))
+                kflat.extend(r.keys)
+                n += 1
+                if (limit is not None and n >= limit) or len(at) >= BATCH:
+                    done = limit is not None and n >= limit
+                    break
+            else:
+                done = True
+            cols = (np.array(at, dtype=np.float64), np.array(pt, dtype=np.int64), np.array(mt, dtype=np.int64),
+                    np.array(conv, dtype=np.int64), np.array(grp, dtype=np.int64),
+                    np.array(kcount, dtype=np.int64), np.array(kflat, dtype=np.int64))
+            conn.send_bytes(pickle.dumps(("batch", cols), protocol=pickle.HIGHEST_PROTOCOL))
+        conn.send_bytes(pickle.dumps(("end", None)))
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        pass
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        try:
+            conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
+        except (BrokenPipeError, EOFError):
+            pass
+    finally:
+        conn.close()
+
+
+class ChildStream:
+    """An iterator of SimRequests made by a child process (see the module docstring)."""
+
+    def __init__(self, spec: FeedSpec) -> None:
+        # fork: no re-import of __main__ and a fast start; the child only runs workload code
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_produce, args=(spec, child), daemon=True, name="infermeter-feeder")
+        self._proc.start()
+        child.close()
+        self._gen = self._requests()
+
+    def _requests(self) -> Iterator[SimRequest]:
+        rid = 0
+        while True:
+            try:
+                kind, payload = pickle.loads(self._conn.recv_bytes())
+            except EOFError:
+                raise UserError("the simulation's workload process ended unexpectedly") from None
+            if kind == "end":
+                return
+            if kind == "error":
+                raise UserError(f"workload process: {payload}")
+            at, pt, mt, conv, grp, kcount, kflat = (c.tolist() for c in payload)
+            pos = 0
+            for j in range(len(at)):
+                c = kcount[j]
+                keys = kflat[pos : pos + c]
+                pos += c
+                cid, gid = conv[j], grp[j]
+                yield SimRequest(rid, at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
+                                 None if gid < 0 else gid)
+                rid += 1
+
+    def __iter__(self) -> ChildStream:
+        return self
+
+    def __next__(self) -> SimRequest:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+        self._conn.close()
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join(timeout=10)

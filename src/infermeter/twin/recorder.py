@@ -1,0 +1,231 @@
+"""Simulated requests to ``requests.parquet``, in batches, plus streaming totals.
+
+:class:`RecordSink` turns each finished (or rejected) :class:`SimRequest` into one
+row of :data:`infermeter.records.record.ARROW_SCHEMA` and writes row groups of
+``batch_rows`` with a ``pyarrow.parquet.ParquetWriter``, so memory does not grow with
+the run. It also feeds :class:`~infermeter.twin.sketch.LogHistogram` totals, from
+which huge runs get their summary without reading the file back::
+
+    sink = RecordSink(out_dir / "requests.parquet", warmup=0, token_times=False)
+    for r in finished: sink.add(r)
+    sink.close()
+    sink.totals.ttft.distribution(1000.0)     # ms
+
+What a simulated row holds: ``sent_at = arrival`` (when the engine got it; later than
+``intended_at`` only when ``--max-concurrency`` held it), ``first_byte_at = sent_at``
+(a streaming server sends its headers at once), ``first_token_at`` and ``ended_at``
+from the engine, usage as a server reports it (``usage_source="server"``),
+``cached_tokens`` = prefix-cache hit at admission. With ``token_times`` the
+per-token times go to ``chunk_times`` (one token per chunk, as vLLM streams per
+step); without (huge runs) the chunk lists are empty and inter-token latency is
+derived per request as ``(ended_at - first_token_at) / (completion_tokens - 1)``.
+Rejected requests (prompt + max_tokens over ``max_model_len``) are ``error`` /
+``http_4xx`` / 400, as vLLM answers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from infermeter.records.record import ARROW_SCHEMA
+from infermeter.twin.request import FINISHED, SimRequest
+from infermeter.twin.sketch import LogHistogram
+
+_NUMERIC = (
+    "request_id",
+    "intended_at",
+    "sent_at",
+    "first_token_at",
+    "ended_at",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+)
+
+
+@dataclass
+class Totals:
+    """Streaming aggregates over measured rows (the summary of huge runs)."""
+
+    completed: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    first_intended: float = np.inf
+    last_end: float = -np.inf
+    first_sent: float = np.inf
+    last_sent: float = -np.inf
+    first_intended_sent: float = np.inf
+    last_intended_sent: float = -np.inf
+    sent: int = 0
+    n_in: float = 0.0
+    n_out: float = 0.0
+    cached: float = 0.0
+    ttft: LogHistogram = field(default_factory=LogHistogram)
+    ttft_intended: LogHistogram = field(default_factory=LogHistogram)
+    e2e: LogHistogram = field(default_factory=LogHistogram)
+    e2e_intended: LogHistogram = field(default_factory=LogHistogram)
+    tpot: LogHistogram = field(default_factory=LogHistogram)
+    itl: LogHistogram = field(default_factory=LogHistogram)
+    lag: LogHistogram = field(default_factory=LogHistogram)
+    out_tps: LogHistogram = field(default_factory=LogHistogram)
+    slo_met: int = 0
+
+
+class RecordSink:
+    """Batches rows into a parquet file and into :class:`Totals`; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        warmup: int = 0,
+        token_times: bool = False,
+        batch_rows: int = 1 << 16,
+        slo: dict[str, float] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.warmup = warmup
+        self.token_times = token_times
+        self.batch_rows = batch_rows
+        self.slo = slo or {}
+        self.totals = Totals()
+        self.rows = 0
+        self._writer = pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd")
+        self._buf: list[SimRequest] = []
+
+    def add(self, r: SimRequest) -> None:
+        self._buf.append(r)
+        if len(self._buf) >= self.batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        buf = self._buf
+        if not buf:
+            return
+        self._buf = []
+        n = len(buf)
+        cols: dict[str, Any] = {name: [] for name in _NUMERIC}
+        ok_flags = []
+        details = []
+        for r in buf:
+            cols["request_id"].append(r.rid)
+            cols["intended_at"].append(r.intended_at if r.intended_at is not None else r.arrival)
+            cols["sent_at"].append(r.arrival)
+            cols["first_token_at"].append(r.first_token_at)
+            cols["ended_at"].append(r.ended_at)
+            cols["prompt_tokens"].append(r.prompt_tokens)
+            cols["completion_tokens"].append(r.outputs)
+            cols["cached_tokens"].append(r.cached_tokens)
+            ok_flags.append(r.state == FINISHED)
+            details.append(r.error)
+        ok = np.array(ok_flags, dtype=bool)
+        rid = np.array(cols["request_id"], dtype=np.int64)
+        intended = np.array(cols["intended_at"], dtype=np.float64)
+        sent = np.array(cols["sent_at"], dtype=np.float64)
+        first = np.array([np.nan if x is None else x for x in cols["first_token_at"]], dtype=np.float64)
+        ended = np.array(cols["ended_at"], dtype=np.float64)
+        n_in = np.array(cols["prompt_tokens"], dtype=np.int64)
+        n_out = np.array(cols["completion_tokens"], dtype=np.int64)
+        cached = pa.array(cols["cached_tokens"], pa.int64())
+        phase = np.where(rid < self.warmup, "warmup", "measure")
+        if self.token_times:
+            chunk_times = pa.array([r.token_times or [] for r in buf], pa.list_(pa.float64()))
+            chunk_tokens = pa.array([[1] * len(r.token_times or ()) for r in buf], pa.list_(pa.int32()))
+        else:
+            zeros = pa.array(np.zeros(n + 1, dtype=np.int32))
+            chunk_times = pa.ListArray.from_arrays(zeros, pa.array([], pa.float64()))
+            chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int32()))
+        n_out_ok = np.where(ok, n_out, 0)
+        table = pa.table(
+            {
+                "request_id": rid,
+                "phase": pa.array(phase, pa.string()),
+                "worker": pa.array(np.zeros(n, dtype=np.int32)),
+                "intended_at": intended,
+                "sent_at": sent,
+                "first_byte_at": sent,
+                "first_token_at": pa.array(first, pa.float64(), from_pandas=True),
+                "ended_at": ended,
+                "chunk_times": chunk_times,
+                "chunk_tokens": chunk_tokens,
+                "outcome": pa.array(np.where(ok, "ok", "error"), pa.string()),
+                "error_class": pa.array([None if k else "http_4xx" for k in ok_flags], pa.string()),
+                "error_detail": pa.array(details, pa.string()),
+                "http_status": pa.array([None if k else 400 for k in ok_flags], pa.int32()),
+                "requested_input_tokens": n_in,
+                "requested_output_tokens": pa.array([r.max_tokens for r in buf], pa.int64()),
+                "prompt_tokens": n_in,
+                "completion_tokens": pa.array(n_out_ok, pa.int64()),
+                "stream_tokens": n_out_ok,
+                "usage_source": pa.array(np.where(ok, "server", None), pa.string()),
+                "cached_tokens": cached,
+                "conversation_id": pa.array([r.conversation_id for r in buf], pa.int64()),
+                "prefix_group": pa.array([r.prefix_group for r in buf], pa.int64()),
+            },
+            schema=ARROW_SCHEMA,
+        )
+        self._writer.write_table(table)
+        self.rows += n
+        measure = rid >= self.warmup
+        self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached, details)
+
+    def _account(self, measure: np.ndarray, ok: np.ndarray, intended: np.ndarray, sent: np.ndarray,
+                 first: np.ndarray, ended: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
+                 cached: pa.Array, details: list[str | None]) -> None:
+        t = self.totals
+        if not measure.any():
+            return
+        t.first_intended = min(t.first_intended, float(intended[measure].min()))
+        t.last_end = max(t.last_end, float(np.nanmax(ended[measure])))
+        t.first_sent = min(t.first_sent, float(sent[measure].min()))
+        t.last_sent = max(t.last_sent, float(sent[measure].max()))
+        t.first_intended_sent = min(t.first_intended_sent, float(intended[measure].min()))
+        t.last_intended_sent = max(t.last_intended_sent, float(intended[measure].max()))
+        t.sent += int(measure.sum())
+        t.lag.add((sent - intended)[measure])
+        bad = measure & ~ok
+        if bad.any():
+            t.failed += int(bad.sum())
+            t.errors["http_4xx"] = t.errors.get("http_4xx", 0) + int(bad.sum())
+        m = measure & ok
+        if not m.any():
+            return
+        t.completed += int(m.sum())
+        t.n_in += float(n_in[m].sum())
+        t.n_out += float(n_out[m].sum())
+        c = np.asarray(cached.to_numpy(zero_copy_only=False), dtype=np.float64)[m]
+        t.cached += float(np.nansum(c))
+        ttft = (first - sent)[m]
+        ttft_i = (first - intended)[m]
+        e2e = (ended - sent)[m]
+        e2e_i = (ended - intended)[m]
+        no = n_out[m].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(no >= 2, (ended - first)[m] / (no - 1), np.nan)
+            tps = np.where(e2e > 0, no / e2e, np.nan)
+        t.ttft.add(ttft)
+        t.ttft_intended.add(ttft_i)
+        t.e2e.add(e2e)
+        t.e2e_intended.add(e2e_i)
+        t.tpot.add(tpot)
+        t.itl.add(tpot, weights=np.maximum(no - 1, 0))
+        t.out_tps.add(tps)
+        if self.slo:
+            meets = np.ones(ttft.size, dtype=bool)
+            if "ttft_ms" in self.slo:
+                meets &= ttft_i * 1000 <= self.slo["ttft_ms"]
+            if "tpot_ms" in self.slo:
+                meets &= ~(tpot * 1000 > self.slo["tpot_ms"])
+            if "e2e_ms" in self.slo:
+                meets &= e2e_i * 1000 <= self.slo["e2e_ms"]
+            t.slo_met += int(meets.sum())
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()

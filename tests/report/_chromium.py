@@ -1,0 +1,175 @@
+"""Drive headless Chromium over the DevTools protocol (aiohttp websocket; no extra Python package).
+
+``ensure_chromium()`` returns the browser path, installing Debian's ``chromium`` with apt-get when
+it is missing (pytest skips with the reason when it cannot). ``inspect_page(path)`` opens a local
+file and reports console errors, uncaught exceptions, log errors (CSP violations land there),
+dialogs, and pixel statistics of a screenshot of every chart, decoded by the browser's own canvas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def ensure_chromium() -> tuple[Path | None, str]:
+    """(path, "") when Chromium is there or could be installed, else (None, why)."""
+    if CHROMIUM.exists():
+        return CHROMIUM, ""
+    if shutil.which("apt-get") is None:
+        return None, "no /usr/bin/chromium and no apt-get to install it"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        try:
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{' '.join(cmd)} failed: {exc}"
+        if res.returncode != 0:
+            return None, f"{' '.join(cmd)} exited {res.returncode}: {res.stderr.strip()[-300:]}"
+    return (CHROMIUM, "") if CHROMIUM.exists() else (None, "apt-get installed chromium but /usr/bin/chromium is missing")
+
+
+@dataclass
+class PageReport:
+    console_errors: list[str] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)
+    log_errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    charts: list[dict[str, Any]] = field(default_factory=list)  # id, std, colored pixels
+    values: dict[str, Any] = field(default_factory=dict)  # results of the extra expressions
+    screenshot: bytes = b""
+
+
+_PIXELS_JS = """
+(async (data) => {
+  const img = new Image();
+  await new Promise((ok, bad) => { img.onload = ok; img.onerror = bad; img.src = "data:image/png;base64," + data; });
+  const c = document.createElement("canvas"); c.width = img.width; c.height = img.height;
+  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+  const px = g.getImageData(0, 0, c.width, c.height).data;
+  let n = 0, s = 0, s2 = 0, colored = 0;
+  for (let i = 0; i < px.length; i += 4) {
+    const r = px[i], gr = px[i + 1], b = px[i + 2], y = 0.299 * r + 0.587 * gr + 0.114 * b;
+    n++; s += y; s2 += y * y;
+    if (Math.max(r, gr, b) - Math.min(r, gr, b) > 60) colored++;
+  }
+  const m = s / n;
+  return JSON.stringify({width: c.width, height: c.height, std: Math.sqrt(Math.max(0, s2 / n - m * m)), colored});
+})
+"""
+
+
+class _Cdp:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws, self.next_id, self.pending, self.events = ws, 0, {}, []
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            if "id" in data and data["id"] in self.pending:
+                self.pending.pop(data["id"]).set_result(data)
+            else:
+                self.events.append(data)
+
+    async def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[self.next_id] = fut
+        await self.ws.send_str(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        data = await asyncio.wait_for(fut, timeout)
+        if "error" in data:
+            raise RuntimeError(f"{method}: {data['error']}")
+        return data.get("result", {})
+
+    async def evaluate(self, expr: str) -> Any:
+        res = await self.call("Runtime.evaluate", expression=expr, awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"evaluate {expr[:60]!r}: {res['exceptionDetails'].get('text')}")
+        return res["result"].get("value")
+
+
+async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int, height: int) -> PageReport:
+    with tempfile.TemporaryDirectory(prefix="infermeter-chromium-") as profile:
+        proc = subprocess.Popen(
+            [str(browser), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+             f"--window-size={width},{height}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            port_file = Path(profile) / "DevToolsActivePort"
+            deadline = time.monotonic() + 30
+            while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("chromium did not open its DevTools port")
+                await asyncio.sleep(0.05)
+            port = int(port_file.read_text().splitlines()[0])
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{port}/json/list") as resp:
+                    targets = await resp.json(content_type=None)
+                ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page")
+                async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+                    return await _drive(_Cdp(ws), page, extra)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
+    for domain in ("Page", "Runtime", "Log"):
+        await cdp.call(f"{domain}.enable")
+    await cdp.call("Page.navigate", url=page.resolve().as_uri())
+    deadline = time.monotonic() + 30
+    while not any(e.get("method") == "Page.loadEventFired" for e in cdp.events):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the page did not finish loading")
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    rep = PageReport()
+    for name, expr in extra.items():
+        rep.values[name] = await cdp.evaluate(expr)
+    boxes = await cdp.evaluate(
+        "JSON.stringify(Array.from(document.querySelectorAll('figure.chart')).map(f => {"
+        "const r = f.querySelector('svg').getBoundingClientRect();"
+        "return {id: f.id, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height}; }))")
+    for box in json.loads(boxes):
+        shot = await cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                              clip={"x": box["x"], "y": box["y"], "width": max(1, box["w"]),
+                                    "height": max(1, box["h"]), "scale": 1})
+        stats = json.loads(await cdp.evaluate(f"{_PIXELS_JS}({json.dumps(shot['data'])})"))
+        rep.charts.append({"id": box["id"], **stats})
+    rep.screenshot = base64.b64decode((await cdp.call("Page.captureScreenshot", format="png"))["data"])
+    for e in cdp.events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            rep.console_errors.append(" ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+        elif m == "Runtime.exceptionThrown":
+            d = p.get("exceptionDetails", {})
+            rep.exceptions.append(str(d.get("exception", {}).get("description") or d.get("text")))
+        elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+            rep.log_errors.append(p["entry"].get("text", ""))
+        elif m == "Page.javascriptDialogOpening":
+            rep.dialogs.append(p.get("message", ""))
+    return rep
+
+
+def inspect_page(browser: Path, page: Path, extra: dict[str, str] | None = None,
+                 width: int = 1400, height: int = 1000) -> PageReport:
+    """Open ``page`` in headless Chromium and report what happened (see the module docstring)."""
+    return asyncio.run(asyncio.wait_for(_inspect(browser, page, extra or {}, width, height), 120))

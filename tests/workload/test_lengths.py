@@ -1,0 +1,72 @@
+"""Length distributions: the mean[,stdev[,min,max]] syntax and the clamped-normal sampler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infermeter.errors import ConfigError
+from infermeter.workload.lengths import LengthDist, LengthSampler
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("200", LengthDist(200, 0.0, 200, 200)),
+        ("800,100,50,800", LengthDist(800, 100.0, 50, 800)),
+        ("1000,100", LengthDist(1000, 100.0, 700, 1300)),  # mean -/+ 3 stdev
+        ("10,5", LengthDist(10, 5.0, 1, 25)),  # never below 1
+        (" 64 , 0 ", LengthDist(64, 0.0, 64, 64)),
+        (512, LengthDist(512, 0.0, 512, 512)),
+    ],
+)
+def test_parse(text: str, expected: LengthDist) -> None:
+    assert LengthDist.parse(text, flag="--input-tokens") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "1, 2 or 4 numbers"),
+        ("1,2,3", "1, 2 or 4 numbers"),
+        ("abc", "expected numbers"),
+        ("0", "mean must be a whole number of tokens >= 1"),
+        ("12.5", "mean must be a whole number"),
+        ("100,-1", "stdev must be >= 0"),
+        ("100,10,200,50", "min 200 is above max 50"),
+        ("100,10,150,200", "mean 100 is outside [min, max]"),
+        ("nan", "finite"),
+    ],
+)
+def test_parse_errors_name_the_flag(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        LengthDist.parse(text, flag="--output-tokens")
+    assert str(err.value).startswith("--output-tokens:")
+    assert fragment in str(err.value)
+
+
+def test_label_round_trips() -> None:
+    for text in ("200", "800,100,50,800", "4096,1000,3000,6000"):
+        d = LengthDist.parse(text)
+        assert LengthDist.parse(d.label()) == d
+
+
+def test_fixed_length_never_varies() -> None:
+    s = LengthSampler(LengthDist.parse("200"), np.random.default_rng(0))
+    assert {s.draw() for _ in range(3000)} == {200}
+
+
+def test_clamped_normal_matches_closed_form() -> None:
+    # Normal(800, 100) clamped to [50, 800]: mean = 800 - 100/sqrt(2*pi) = 760.11, half the mass at 800.
+    s = LengthSampler(LengthDist.parse("800,100,50,800"), np.random.default_rng(1))
+    draws = np.array([s.draw() for _ in range(20_000)])
+    assert draws.min() >= 50 and draws.max() == 800
+    assert abs(draws.mean() - 760.11) < 2.0
+    assert abs((draws == 800).mean() - 0.5) < 0.015
+
+
+def test_same_seed_same_draws_across_blocks() -> None:
+    d = LengthDist.parse("100,30,1,400")
+    a = LengthSampler(d, np.random.default_rng(5))
+    b = LengthSampler(d, np.random.default_rng(5))
+    assert [a.draw() for _ in range(2500)] == [b.draw() for _ in range(2500)]
