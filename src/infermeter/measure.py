@@ -5,7 +5,7 @@ analysis — for ``infermeter run`` and for everything built on runs (sweeps,
 campaigns, studies)::
 
     cfg = RunConfig(url="http://127.0.0.1:8000", concurrency=8, requests=100)
-    result = asyncio.run(measure(cfg))
+    result = asyncio.run(Measurement(cfg).run())
     result.summary["output_token_throughput"], result.run_dir
 
 With no ``url`` it starts the embedded emulator in a child process and says so
@@ -13,6 +13,12 @@ in ``run.json`` (``target.emulated``). Records are journaled as they finish;
 the summary is written at the end, also after Ctrl-C (``Measurement.stop()``).
 A target that cannot be reached at all is a :class:`UserError` before any
 request is sent.
+
+The same entry point runs the bigger shapes of docs/load.md: ``load="sweep"``
+and ``load="find-max"`` (one step per sub-directory ``steps/<k>/``, driven by
+``measure_plan``), ``workers=N`` processes or ``ray=ADDRESS`` actors (one
+striped schedule, merged exactly), soak storage (part files, checkpoints,
+windows; ``soak_settings``) and ``Measurement.resume(DIR)``.
 """
 
 from __future__ import annotations
@@ -22,26 +28,29 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infermeter import __version__
 from infermeter.analysis.summary import build_summary
-from infermeter.client.openai import ClientConfig, OpenAIClient
+from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
-from infermeter.load.runner import Limits, Runner, RunStats
+from infermeter.load.runner import Limits
 from infermeter.load.shapes import (ConstantArrivalRate, ConstantConcurrency, RampingArrivalRate, Shape,
                                     TraceReplay)
 from infermeter.load.stats import LiveStats
+from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
 from infermeter.records import store
 
 
@@ -66,13 +75,31 @@ class RunConfig(BaseModel):
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     max_concurrency: int | None = None
-    load: Literal["replay"] | None = None
+    load: Literal["replay", "sweep", "find-max"] | None = None
     time_scale: float = 1.0
     requests: int | None = None
     duration_s: float | None = None
     warmup: int = 0
     grace_s: float = 30.0
     seed: int = 0
+    # multi-step plans (docs/load.md)
+    sweep_rates: int = Field(5, ge=0)
+    search: Literal["rate", "concurrency"] = "rate"
+    search_start: float | None = Field(None, gt=0)
+    search_max: float | None = Field(None, gt=0)
+    resolution: float = Field(0.05, gt=0, lt=1)
+    max_steps: int = Field(12, ge=2)
+    slo_percentile: float = 99.0
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+    # scale: processes, Ray, client calibration
+    workers: int = Field(1, ge=1)
+    ray: str | None = None
+    calibrate: bool = True
+    strict: bool = False
+    # soak storage
+    window_s: float | None = Field(None, gt=0)
+    checkpoint_s: float | None = Field(None, gt=0)
+    part_records: int = Field(5000, ge=100)
     # workload
     profile: str | None = None
     dataset: str | None = None
@@ -127,6 +154,8 @@ def parse_slo(text: str | None) -> dict[str, float]:
 
 def build_shape(cfg: RunConfig) -> Shape:
     """Desugar the load flags into one shape; conflicting flags are an error naming both."""
+    if cfg.load in ("sweep", "find-max"):
+        raise ConfigError(f"--load {cfg.load} is a multi-step plan, not one shape (see build_plan)")
     ramp = cfg.ramp_up_strategy is not None
     given = [n for n, v in (("--concurrency", cfg.concurrency), ("--rate", cfg.rate),
                             ("--ramp-up-strategy", cfg.ramp_up_strategy), ("--load replay", cfg.load)) if v is not None]
@@ -163,12 +192,36 @@ def build_shape(cfg: RunConfig) -> Shape:
     return ConstantConcurrency(concurrency=n)
 
 
+def requested_rate(shape: Shape) -> float | None:
+    """The peak open-loop rate a shape asks for (None: closed loop or replay)."""
+    if isinstance(shape, ConstantArrivalRate):
+        return shape.rate_per_s
+    if isinstance(shape, RampingArrivalRate):
+        return max(shape.start_rate_per_s, shape.end_rate_per_s)
+    return None
+
+
+def soak_settings(cfg: RunConfig) -> dict[str, Any] | None:
+    """Soak storage (parts, checkpoints, windows) for long runs or when asked; None for ordinary runs."""
+    long_run = (cfg.duration_s or 0) >= 3600 or (cfg.requests or 0) >= 200_000
+    if not (long_run or cfg.window_s or cfg.checkpoint_s):
+        return None
+    dur = cfg.duration_s or 0
+    window = cfg.window_s or (3600.0 if dur >= 6 * 3600 else 300.0 if dur >= 3600 else 60.0)
+    return {"window_s": window, "checkpoint_s": cfg.checkpoint_s or 60.0, "part_records": cfg.part_records}
+
+
 def _build_workload(cfg: RunConfig) -> Any:
     from infermeter.workload import build_workload
 
     return build_workload(profile=cfg.profile, dataset=cfg.dataset, input_tokens=cfg.input_tokens,
                           output_tokens=cfg.output_tokens, prefix_tokens=cfg.prefix_tokens,
                           prefix_groups=cfg.prefix_groups, tokenizer=cfg.tokenizer, seed=cfg.seed, api=cfg.api)
+
+
+def specs_for(cfg: RunConfig) -> Any:
+    """The run's request specs (module level, so worker processes and Ray actors can rebuild them)."""
+    return iter(_build_workload(cfg).requests())
 
 
 def default_out_dir(label: str) -> Path:
@@ -202,6 +255,10 @@ async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict
     return None, {}
 
 
+def iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, timezone.utc).isoformat()
+
+
 class RunResult(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     run_dir: Path
@@ -210,111 +267,178 @@ class RunResult(BaseModel):
 
 
 class Measurement:
-    """One run; ``stop()`` (e.g. from a SIGINT handler) ends it cleanly."""
+    """One run (or one multi-step plan); ``stop()`` (e.g. from a SIGINT handler) ends it cleanly.
 
-    def __init__(self, cfg: RunConfig, live: LiveStats | None = None) -> None:
+    ``notify`` receives one-line notices (calibration warnings, steps) for the console."""
+
+    def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
+                 notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
         self.cfg = cfg
-        self.live = live or LiveStats()
-        self.runner: Runner | None = None
+        self.live: Any = live or LiveStats()
+        self.notify = notify or (lambda msg: None)
+        self.resume_dir = resume_dir
         self.stopped = False
-        self.shape = build_shape(cfg)
+        self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
+        self.clock: Callable[[], float] = aligned_clock(time.time())
+        from infermeter.load.plans import build_plan
+
+        self.plan = build_plan(cfg)
+        self.shape = None if self.plan is not None else build_shape(cfg)
         self.workload = _build_workload(cfg)
+        self.soak = soak_settings(cfg) if self.plan is None else None
+        if cfg.ray is not None or cfg.workers > 1:
+            if self.soak:
+                raise ConfigError("--workers/--ray with soak storage (--window, --checkpoint, runs >= 1 h) is not "
+                                  "supported yet; run the soak in one process")
+            if cfg.load == "replay":
+                raise ConfigError("--load replay runs in one process; drop --workers/--ray")
+
+    @classmethod
+    def resume(cls, run_dir: Path, api_key: str | None = None, **kw: Any) -> "Measurement":
+        """A Measurement that continues the killed soak run in ``run_dir``."""
+        from infermeter.load.plans import resume_config
+
+        return cls(resume_config(Path(run_dir), api_key), resume_dir=Path(run_dir), **kw)
 
     def stop(self) -> None:
         self.stopped = True
-        if self.runner is not None:
-            self.runner.stop()
+        if self._active is not None:
+            self._active.stop()
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        src = self._active if self._active is not None and hasattr(self._active, "snapshot") else None
+        return src.snapshot(now) if src is not None and not isinstance(src, WorkerRun) else self.live.snapshot(now)
 
     async def run(self) -> RunResult:
         cfg = self.cfg
         with ExitStack() as stack:
             url = cfg.url
-            emulated = None
             if url is None:
                 from infermeter.twin.process import EmulatorProcess
 
-                emu = stack.enter_context(EmulatorProcess(list(cfg.emulator_args)))
-                url = emu.base_url
+                url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
+            if self.plan is not None:
+                from infermeter.load.plans import measure_plan
+
+                return await measure_plan(self, url, cfg.url is None)
             return await self._run(url, cfg.url is None)
 
-    async def _run(self, url: str, embedded: bool) -> RunResult:
+    async def _run(self, url: str, embedded: bool, calibration: dict[str, Any] | None = None) -> RunResult:
+        from infermeter.load import plans
+
         cfg = self.cfg
-        t_perf0 = time.perf_counter()
-
-        def clock() -> float:
-            return time.perf_counter() - t_perf0
-
-        peak = cfg.concurrency or cfg.max_concurrency or 0
+        assert self.shape is not None
         async with make_session(connect_timeout_s=cfg.connect_timeout_s, max_connections=0) as session:
             headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
             model, model_info = await discover_model(session, url, headers)
-            if cfg.model:
-                model = cfg.model
+            model = cfg.model or model
             if not model:
                 raise UserError(f"{url}/v1/models gave no model id; pass --model")
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
             label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
-            run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
-            if (run_dir / store.SUMMARY).exists() or (run_dir / store.JOURNAL).exists():
+            run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
+            if self.resume_dir is None and ((run_dir / store.SUMMARY).exists() or (run_dir / store.JOURNAL).exists()):
                 raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+            calibration = await plans.check_capacity(self, calibration)
             run_dir.mkdir(parents=True, exist_ok=True)
-            load_desc: dict[str, Any] = {
-                **self.shape.model_dump(mode="json"), "describe": self.shape.describe(),
-                "open_loop": not isinstance(self.shape, ConstantConcurrency),
-                "target_rate": getattr(self.shape, "rate_per_s", None), "limits": {
-                    "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
-                    "max_concurrency": cfg.max_concurrency}}
-            run: dict[str, Any] = {
-                "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "measured",
-                "label": label, "started_at": datetime.now(timezone.utc).isoformat(), "seed": cfg.seed,
-                "model": model, "hardware": cfg.hardware or ((emulated or {}).get("hardware")),
-                "profile": (self.workload.describe() or {}).get("profile"),
-                "target": {"url": url, "embedded": embedded, "engine": (emulated and "infermeter-emulator") or None,
-                           "emulated": emulated},
-                "load": load_desc, "workload": self.workload.describe(), "host": host_info(),
-                "slo": cfg.slo, "config": cfg.public(),
-            }
+            run = plans.run_header(self, url, embedded, model, label, emulated, calibration)
+            if self.resume_dir is not None:
+                run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
             store.write_json(run_dir / store.RUN, run)
-            client = OpenAIClient(ClientConfig(base_url=url, model=model, api=cfg.api, api_key=cfg.api_key,
-                                               ignore_eos=cfg.ignore_eos, temperature=cfg.temperature,
-                                               extra_body=cfg.extra_body, connect_timeout_s=cfg.connect_timeout_s,
-                                               first_token_timeout_s=cfg.first_token_timeout_s,
-                                               total_timeout_s=cfg.timeout_s), session, clock)
-            journal = store.Journal(run_dir)
+            client = ClientConfig(base_url=url, model=model, api=cfg.api, api_key=cfg.api_key, ignore_eos=cfg.ignore_eos,
+                                  temperature=cfg.temperature, extra_body=cfg.extra_body,
+                                  connect_timeout_s=cfg.connect_timeout_s, first_token_timeout_s=cfg.first_token_timeout_s,
+                                  total_timeout_s=cfg.timeout_s)
             limits = Limits(requests=cfg.requests, duration_s=cfg.duration_s, warmup=cfg.warmup,
                             max_concurrency=cfg.max_concurrency, grace_s=cfg.grace_s)
-            self.runner = Runner(send=client.send, specs=iter(self.workload.requests()), shape=self.shape,
-                                 limits=limits, clock=clock, on_record=journal.write,
-                                 rng=np.random.default_rng(cfg.seed), live=self.live)
-            self.clock = clock
-            if self.stopped:
-                self.runner.stop()
-            scraper = await self._start_scraper(session, url, clock)
+            n = cfg.workers if cfg.ray else effective_workers(self.shape, cfg.workers)
+            wplan = WorkerPlan(client=client, shape=self.shape, limits=limits, seed=cfg.seed, workers=n,
+                               make_specs=partial(specs_for, cfg), connect_timeout_s=cfg.connect_timeout_s)
+            scraper = await self._start_scraper(session, url)
             try:
-                stats = await self.runner.run()
+                if self.soak:
+                    from infermeter.load.plans import execute_soak
+
+                    summary = await execute_soak(self, wplan, run_dir, run)
+                else:
+                    worker_stats = await self._execute(wplan, run_dir, run)
             finally:
-                journal.close()
                 server_metrics = await self._stop_scraper(scraper, run_dir)
-        run["runtime"] = _runtime(stats)
         if server_metrics is not None:
             run["server_metrics"] = server_metrics
-        table = store.finalize(run_dir)
-        summary = build_summary(table, run=run)
+        if self.soak:
+            summary.update({k: run[k] for k in ("server_metrics",) if k in run})
+        else:
+            run["runtime"] = plans.runtime(worker_stats)
+            table = self._collect(run_dir, run, n)
+            summary = build_summary(table, run=run)
         summary["run_dir"] = str(run_dir)
+        summary["warnings"] = list(summary.get("warnings") or []) + run.get("notices", [])
         if cfg.alerts:
             summary["alerts"] = _evaluate_alerts(cfg.alerts, summary)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
 
-    async def _start_scraper(self, session: aiohttp.ClientSession, url: str, clock: Any) -> Any:
+    def _on_start(self, run: dict[str, Any]) -> Callable[[float], None]:
+        def on_start(start_wall: float) -> None:
+            self.clock = aligned_clock(start_wall)
+            if self.resume_dir is None:
+                run["t0_unix"] = start_wall
+                run["started_at"] = iso(start_wall)
+        return on_start
+
+    async def _execute(self, wplan: WorkerPlan, run_dir: Path, run: dict[str, Any], sink: Any = None,
+                       start_wall: float | None = None) -> list[dict[str, Any]]:
+        on_start = self._on_start(run)
+        if self.cfg.ray is not None:
+            from infermeter.load.ray_backend import RayPool
+
+            pool: Any = RayPool(wplan, run_dir, self.cfg.ray)
+        elif wplan.workers > 1:
+            from infermeter.load.workers import ProcessPool
+
+            pool = ProcessPool(wplan, run_dir)
+        else:
+            work = WorkerRun(wplan, 0, run_dir, sink=sink, live=self.live)
+            self._active = work
+            work.prepare()
+            t0 = start_wall if start_wall is not None else time.time()
+            on_start(t0)
+            if self.stopped:
+                work.stop()
+            return [await work.run(t0)]
+        self._active = pool
+        self.live = pool.live
+        if self.stopped:
+            pool.stop()
+        return list(await pool.run(on_start=on_start))
+
+    def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
+        """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""
+        if not (run_dir / "workers").is_dir():
+            return store.finalize(run_dir)
+        from infermeter.load.workers import merge_records, worker_tables
+
+        cfg = self.cfg
+        interrupted = bool((run.get("runtime") or {}).get("interrupted"))
+        expected = cfg.requests + cfg.warmup if cfg.requests is not None and not interrupted and not cfg.duration_s else None
+        table, report = merge_records(worker_tables(run_dir, n), expected)
+        run["runtime"]["merge"] = report
+        if report.get("missing"):
+            run.setdefault("notices", []).append(f"merge: {report['missing']} requests have no record (a worker died?)")
+        store.write_table(run_dir, table)
+        shutil.rmtree(run_dir / "workers", ignore_errors=True)
+        return table
+
+    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> Any:
         if not self.cfg.scrape:
             return None
         try:
             from infermeter.telemetry.scraper import MetricsScraper
         except ImportError:
             return None
-        scraper = MetricsScraper(url, interval_s=self.cfg.scrape_interval_s, now=clock)
+        scraper = MetricsScraper(url, interval_s=self.cfg.scrape_interval_s, now=lambda: self.clock())
         await scraper.start(session)
         return scraper
 
@@ -326,11 +450,6 @@ class Measurement:
         return scraper.summary()
 
 
-def _runtime(stats: RunStats) -> dict[str, Any]:
-    return {"sent": stats.sent, "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight,
-            "client_cpu": stats.client_cpu, "wall_s": stats.wall_s, "interrupted": stats.interrupted}
-
-
 def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
@@ -338,14 +457,26 @@ def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[d
 
 
 def summarize_dir(run_dir: Path) -> dict[str, Any]:
-    """Rebuild summary.json from what is on disk (also for killed runs)."""
+    """Rebuild summary.json from what is on disk (also for killed runs, worker runs and soak runs)."""
     run_dir = Path(run_dir)
     run = store.read_json(run_dir / store.RUN) if (run_dir / store.RUN).exists() else {}
-    table = store.finalize(run_dir) if (run_dir / store.JOURNAL).exists() else store.load_table(run_dir)
-    summary = build_summary(table, run=run)
+    if (run_dir / "parts").is_dir() or run.get("soak"):
+        from infermeter.load.plans import summarize_soak
+
+        summary = summarize_soak(run_dir, run)
+    else:
+        if (run_dir / "workers").is_dir():
+            from infermeter.load.workers import merge_records, worker_tables
+
+            table, _ = merge_records(worker_tables(run_dir))
+            store.write_table(run_dir, table)
+            shutil.rmtree(run_dir / "workers", ignore_errors=True)
+        table = store.finalize(run_dir) if (run_dir / store.JOURNAL).exists() else store.load_table(run_dir)
+        summary = build_summary(table, run=run)
     summary["run_dir"] = str(run_dir)
     store.write_json(run_dir / store.SUMMARY, summary)
     return summary
 
 
-__all__ = ["RunConfig", "Measurement", "RunResult", "build_shape", "parse_slo", "summarize_dir", "json"]
+__all__ = ["RunConfig", "Measurement", "RunResult", "build_shape", "parse_slo", "summarize_dir", "specs_for",
+           "soak_settings", "requested_rate", "json", "asyncio"]

@@ -3,7 +3,8 @@
 ``ensure_chromium()`` returns the browser path, installing Debian's ``chromium`` with apt-get when
 it is missing (pytest skips with the reason when it cannot). ``inspect_page(path)`` opens a local
 file and reports console errors, uncaught exceptions, log errors (CSP violations land there),
-dialogs, and pixel statistics of a screenshot of every chart, decoded by the browser's own canvas.
+dialogs, pixel statistics of a screenshot of every chart (decoded by the browser's own canvas), and
+then the values of extra expressions, which may click around.
 """
 
 from __future__ import annotations
@@ -142,8 +143,6 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
     rep = PageReport()
-    for name, expr in extra.items():
-        rep.values[name] = await cdp.evaluate(expr)
     boxes = await cdp.evaluate(
         "JSON.stringify(Array.from(document.querySelectorAll('figure.chart')).map(f => {"
         "const r = f.querySelector('svg').getBoundingClientRect();"
@@ -155,6 +154,8 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
         stats = json.loads(await cdp.evaluate(f"{_PIXELS_JS}({json.dumps(shot['data'])})"))
         rep.charts.append({"id": box["id"], **stats})
     rep.screenshot = base64.b64decode((await cdp.call("Page.captureScreenshot", format="png"))["data"])
+    for name, expr in extra.items():  # after the screenshots: these may click and change the page
+        rep.values[name] = await cdp.evaluate(expr)
     for e in cdp.events:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):

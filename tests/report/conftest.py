@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +117,11 @@ def make_sweep():
     return write_sweep
 
 
+@pytest.fixture(scope="module")
+def make_sweep_module():
+    return write_sweep
+
+
 @pytest.fixture(scope="session")
 def grid_runs(tmp_path_factory) -> list[Path]:
     """A 3 hardware × 3 profile set: faster hardware has lower latency; one run is a simulation."""
@@ -128,3 +136,22 @@ def grid_runs(tmp_path_factory) -> list[Path]:
                                  source="simulated" if (hw, prof) == ("l40s", "code") else "measured",
                                  started_at=f"2025-01-0{i + 1}T1{j}:00:00Z", telemetry=(i == 0)))
     return out
+
+
+def _helper(name: str):
+    """A sibling helper module (tests run with --import-mode=importlib, so no plain import)."""
+    spec = importlib.util.spec_from_file_location(f"infermeter_report_tests_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """``inspect(page, extra)`` in headless Chromium (installed with apt-get when missing; skipped when impossible)."""
+    cdp = _helper("_chromium")
+    path, why = cdp.ensure_chromium()
+    if path is None:
+        pytest.skip(f"headless Chromium is not available: {why}")
+    return functools.partial(cdp.inspect_page, path)

@@ -178,7 +178,7 @@ def _values(spec: MetricSpec, arrays: RequestArrays) -> np.ndarray:
         return np.where(arrays.ok | arrays.error, arrays.error.astype(np.float64), np.nan)
     if spec.source == "ok":
         return arrays.ok.astype(np.float64)
-    return getattr(arrays, spec.source)
+    return np.asarray(getattr(arrays, spec.source), dtype=np.float64)
 
 
 def _bootstrap(spec: MetricSpec, values: np.ndarray, scale: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -191,9 +191,9 @@ def _bootstrap(spec: MetricSpec, values: np.ndarray, scale: float, resamples: in
         v = np.sort(v)
         r = min(n, max(1, math.ceil(spec.q * n - 1e-9)))
         u = rng.beta(r, n - r + 1, size=resamples)
-        return v[np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)]
+        return np.asarray(v[np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)])
     if spec.kind == "proportion":
-        return rng.binomial(n, float(v.mean()), size=resamples) / n
+        return np.asarray(rng.binomial(n, float(v.mean()), size=resamples) / n)
     sd = float(v.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
     return rng.normal(float(v.mean()), sd, size=resamples) * scale
 

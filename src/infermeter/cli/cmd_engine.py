@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         eng = launch(name)
         err.print(f"[cyan]installing {name} into {eng.venv.root} (log: {eng.venv.log_path}) ...[/]")
         model_dir = eng.prepare_model()
-        Console().print(f"{name}: ready; model {model_dir}; timings {eng.timings}")
+        typer.echo(f"{name}: ready; model {model_dir}; " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
 
     @engine_app.command("up")
     def up(
@@ -55,15 +55,15 @@ def register(app: typer.Typer) -> None:
         except BaseException:
             eng.stop()
             raise
-        out = Console()
-        out.print(f"{name} serving model {eng.model!r} at {base_url}  (log: {eng.log_path})")
-        out.print(f"timings: {eng.timings}")
-        out.print(f"measure it: infermeter run --url {base_url} --model {eng.model} --concurrency 4 --requests 40")
+        echo = typer.echo
+        echo(f"{name} serving model {eng.model!r} at {base_url}  (log: {eng.log_path})")
+        echo("timings: " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
+        echo(f"measure it: infermeter run --url {base_url} --model {eng.model} --concurrency 4 --requests 40")
         if detach:
             path = detached.save(name, eng)
-            out.print(f"detached (pid {eng.pid}); stop with: infermeter engine down {name}   [{path}]")
+            echo(f"detached (pid {eng.pid}, state {path}); stop with: infermeter engine down {name}")
             return
-        out.print("Ctrl-C stops it.")
+        echo("Ctrl-C stops it.")
         try:
             while eng.alive():
                 time.sleep(1.0)
@@ -79,10 +79,7 @@ def register(app: typer.Typer) -> None:
         """Stop a server started with `engine up --detach`."""
         from infermeter.engines import detached
 
-        if detached.stop(name):
-            Console().print(f"{name}: stopped")
-        else:
-            Console().print(f"{name}: not running")
+        typer.echo(f"{name}: stopped" if detached.stop(name) else f"{name}: not running")
 
     @engine_app.command("status")
     def status(name: str = typer.Argument("vllm-cpu", help="Engine: vllm-cpu.")) -> None:
@@ -91,10 +88,9 @@ def register(app: typer.Typer) -> None:
 
         eng = launch(name)
         marker = eng.venv.marker()
-        out = Console()
-        out.print(f"{name}: installed: {'yes' if eng.venv.ready() else 'no'}"
-                  + (f" ({marker.get('installed_at')}, {marker.get('install_s')} s)" if marker else "")
-                  + f"; venv {eng.venv.root / 'venv'}")
+        typer.echo(f"{name}: installed: {'yes' if eng.venv.ready() else 'no'}"
+                   + (f" ({marker.get('installed_at')}, {marker.get('install_s')} s)" if marker else "")
+                   + f"; venv {eng.venv.root / 'venv'}")
         info = detached.load(name)
-        out.print(f"{name}: running at {info['base_url']} (pid {info['pid']}, log {info['log']})" if info
-                  else f"{name}: not running (detached servers only)")
+        typer.echo(f"{name}: running at {info['base_url']} (pid {info['pid']}, log {info['log']})" if info
+                   else f"{name}: not running (detached servers only)")

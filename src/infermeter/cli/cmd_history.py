@@ -52,7 +52,7 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 1 else f"{v:.2f}"
     if hasattr(v, "strftime"):
-        return v.strftime("%Y-%m-%d %H:%M")
+        return str(v.strftime("%Y-%m-%d %H:%M"))
     return str(v)
 
 
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         for d in index or []:
             for run_id in h.index_run(d, db):
                 if not json_out:
-                    console.print(f"indexed {run_id}", highlight=False, markup=False)
+                    console.print(f"indexed {run_id}", highlight=False, markup=False, soft_wrap=True)
         filters = {"model": model, "hardware": hardware, "profile": profile, "source": source,
                    "since": h.parse_when(since, flag="--since") if since else None,
                    "until": h.parse_when(until, flag="--until") if until else None}

@@ -39,4 +39,4 @@ def register(app: typer.Typer) -> None:
         files = build_report(run_dirs, out, ReportOptions(title=title, price_options=price_options, api_usd_per_1m=api_price))
         console = Console()
         for f in (files.html, files.markdown, files.csv):
-            console.print(f"wrote {f}", highlight=False, markup=False)
+            console.print(f"wrote {f}", highlight=False, markup=False, soft_wrap=True)

@@ -39,6 +39,14 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     head.add_row(Text("requests", style="bold"),
                  f"{s['completed']} ok, {s['failed']} failed" + (f", {s.get('cancelled')} cancelled" if s.get("cancelled") else ""),
                  f"in {s['duration_s']:.2f} s")
+    if s.get("target_rate"):
+        head.add_row(Text("rate", style="bold"),
+                     f"achieved {_f(s.get('achieved_rate'), '.2f')} of target {s['target_rate']:.2f} req/s", "")
+    if s.get("token_count_source"):
+        tok = f"tokens from {s['token_count_source']} usage" if s["token_count_source"] != "stream" else "tokens counted from the stream"
+        if s.get("usage_mismatches"):
+            tok += f" ({s['usage_mismatches']} requests where usage and stream disagree)"
+        head.add_row(Text("tokens", style="bold"), tok, "")
     thr = Table(title="Throughput", title_justify="left", show_edge=False)
     for c in ("req/s", "input tok/s", "output tok/s", "total tok/s", "goodput req/s"):
         thr.add_column(c, justify="right")

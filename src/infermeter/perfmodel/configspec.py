@@ -46,12 +46,15 @@ class HardwareConfig:
 
     @property
     def label(self) -> str:
+        """Canonical string; ``parse_config(c.label) == c`` (``4xh100-sxm:tp1`` keeps its ``tp1``)."""
         head = f"{self.count}x{self.hardware}" if self.count != 1 else self.hardware
         par = []
         if self.tp != 1:
             par.append(f"tp{self.tp}")
         if self.pp != 1:
             par.append(f"pp{self.pp}")
+        if not par and self.count != 1:
+            par.append("tp1")  # without it the count would read as the TP degree
         return head + (":" + ",".join(par) if par else "")
 
 

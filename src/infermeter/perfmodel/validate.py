@@ -4,7 +4,8 @@ Promises: :func:`load_rows` parses a measurements CSV (columns of
 ``tests/data/published-measurements.csv``) and raises :class:`DataError` naming the file, line and
 column on bad input; :func:`predict` returns the model's value for a row's metric under a
 calibration; :func:`validate` returns per-row in-sample predictions (the given calibration) and
-out-of-sample ones (leave-one-out: refit on every other row, starting from the priors)::
+out-of-sample ones (leave-one-out: refit on every other row, starting from the priors; or
+leave-one-source-out)::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> report = validate(rows)
@@ -133,6 +134,7 @@ class RowResult:
 @dataclass(frozen=True, slots=True)
 class Report:
     results: tuple[RowResult, ...]
+    holdout: str = "row"
 
     @property
     def median_abs_error(self) -> float:
@@ -151,19 +153,36 @@ class Report:
         return max(abs(r.error_loo) for r in self.results if r.error_loo is not None)
 
 
-def validate(rows: list[Row], cal: Calibration | None = None, *, loo: bool = True) -> Report:
-    """In-sample predictions under ``cal`` (default: shipped table) and leave-one-out refits."""
+def source_group(row: Row) -> str:
+    """The publication a row comes from: its id up to the first '-' (tr8, nim70, trt05, ...)."""
+    return row.id.split("-", 1)[0]
+
+
+def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = "row") -> Report:
+    """In-sample predictions under ``cal`` (default: shipped table) and out-of-sample refits.
+
+    ``holdout="row"``: leave-one-out, each row predicted by a fit on all other rows;
+    ``"source"``: leave-one-source-out, all rows of a publication (:func:`source_group`) held out
+    together; ``"none"``: in-sample only. Every refit starts from the priors.
+    """
     from infermeter.perfmodel.fit import fit, priors_only
 
+    if holdout not in ("row", "source", "none"):
+        raise DataError(f"--holdout {holdout!r} unknown; use row, source or none")
     cal = cal or load_calibration()
     base = priors_only(cal)
+    key = (lambda r: r.id) if holdout == "row" else source_group
+    refits: dict[str, Calibration] = {}
     out = []
-    for i, row in enumerate(rows):
-        pred_loo = None
-        if loo:
-            pred_loo = predict(row, fit(rows[:i] + rows[i + 1:], base))
-        out.append(RowResult(row=row, predicted=predict(row, cal), predicted_loo=pred_loo))
-    return Report(results=tuple(out))
+    for row in rows:
+        pred_out = None
+        if holdout != "none":
+            g = key(row)
+            if g not in refits:
+                refits[g] = fit([r for r in rows if key(r) != g], base)
+            pred_out = predict(row, refits[g])
+        out.append(RowResult(row=row, predicted=predict(row, cal), predicted_loo=pred_out))
+    return Report(results=tuple(out), holdout=holdout)
 
 
 def log_error(row: Row, cal: Calibration) -> float:

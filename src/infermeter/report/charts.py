@@ -90,19 +90,19 @@ def load_charts(runs: list[RunDir]) -> list[dict[str, Any]]:
         return []
     thr_views: dict[str, list[dict[str, Any]]] = {"output tokens/s": [], "requests/s": []}
     lat_views: dict[str, list[dict[str, Any]]] = {"TTFT p95": [], "TPOT p95": [], "E2E p95": []}
-    for name, members, dashed in _groups(runs):
-        def series(xs: list[Any], ys: list[Any]) -> dict[str, Any]:
-            pts = [p for p in _pts(xs, ys) if p[1] is not None]
-            return {"name": name, "points": pts, "dashed": dashed, "markers": True}
+    def series(name: str, dashed: bool, xs: list[Any], ys: list[Any]) -> dict[str, Any]:
+        pts = [p for p in _pts(xs, ys) if p[1] is not None]
+        return {"name": name, "points": pts, "dashed": dashed, "markers": True}
 
+    for name, members, dashed in _groups(runs):
         # points follow the offered load, so a saturated sweep bends back instead of zigzagging
         s = sorted((m.summary for m in members), key=lambda x: offered_load(x) or 0.0)
         load = [offered_load(x) for x in s]
         out_tps = [x.get("output_token_throughput") for x in s]
-        thr_views["output tokens/s"].append(series(load, out_tps))
-        thr_views["requests/s"].append(series(load, [x.get("request_throughput") for x in s]))
+        thr_views["output tokens/s"].append(series(name, dashed, load, out_tps))
+        thr_views["requests/s"].append(series(name, dashed, load, [x.get("request_throughput") for x in s]))
         for view, key in (("TTFT p95", "ttft_ms"), ("TPOT p95", "tpot_ms"), ("E2E p95", "e2e_ms")):
-            lat_views[view].append(series(out_tps, [(x.get(key) or {}).get("p95") for x in s]))
+            lat_views[view].append(series(name, dashed, out_tps, [(x.get(key) or {}).get("p95") for x in s]))
     thr = {
         "id": "throughput-vs-load", "title": "Throughput vs offered load",
         "note": "Each point is a run (or sweep step); where the curve flattens, the deployment is saturated.",

@@ -36,10 +36,3 @@ class ReportContent:
     sections: list[Section]
     charts: list[dict[str, Any]] = field(default_factory=list)
 
-    def table(self, key: str) -> Table:
-        """The table with ``key`` (KeyError when absent)."""
-        for s in self.sections:
-            for t in s.tables:
-                if t.key == key:
-                    return t
-        raise KeyError(key)

@@ -59,7 +59,7 @@ def require_duckdb() -> Any:
     try:
         import duckdb
     except ImportError:
-        raise UserError("DuckDB is needed for history, sql and report queries: pip install 'infermeter[report]'") from None
+        raise UserError("DuckDB is needed for `infermeter history` and `infermeter sql`: pip install 'infermeter[report]'") from None
     return duckdb
 
 

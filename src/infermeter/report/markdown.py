@@ -83,7 +83,7 @@ def summary_rows(leaves: list[RunDir], costs: list[RunCost]) -> list[dict[str, A
         for d in CSV_DISTRIBUTIONS:
             block = s.get(d) or {}
             row.update({f"{d}_{k}": block.get(k) for k in CSV_STATS})
-        sm = s.get("server_metrics") if isinstance(s.get("server_metrics"), dict) else {}
+        sm: dict[str, Any] = s["server_metrics"] if isinstance(s.get("server_metrics"), dict) else {}
         for k in ("kv_cache_usage_mean", "kv_cache_usage_max", "num_requests_waiting_max", "num_requests_running_max",
                   "prefix_cache_hit_rate", "num_preemptions"):
             row[k] = sm.get(k)

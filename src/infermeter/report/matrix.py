@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
@@ -87,10 +86,11 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
     if len(row_names) < 2 and len(col_names) < 2:
         return []
     cost_of: dict[int, RunCost] = {id(c.run): c for c in costs}
-    note = "★ marks the best valid value in each profile column; invalid runs are marked (invalid) and never best."
+    note = ("★ marks the best valid value in each profile column (none when all are equal); invalid runs are marked "
+            "(invalid) and never best; (sim.) marks simulated runs.")
     if shadowed:
         note += f" {shadowed} run(s) shared a cell with a later run and are not shown here."
-    tables = []
+    tables: list[Table] = []
     for m in MATRIX_METRICS:
         grid: list[list[Cell]] = []
         valid: list[list[bool]] = []
@@ -105,18 +105,16 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
                     continue
                 is_valid = bool(r.summary.get("valid", True))
                 c = m.cell(m.value(r, cost_of.get(id(r))))
-                suffix = "" if is_valid else " (invalid)"
-                row.append(Cell(c.display + suffix, c.value, flag=None if is_valid else "invalid"))
+                simulated = r.source != "measured"
+                suffix = (" (invalid)" if not is_valid else "") + (" (sim.)" if simulated else "")
+                flag = "invalid" if not is_valid else ("simulated" if simulated else None)
+                row.append(Cell(c.display + suffix, c.value, flag=flag))
                 ok_row.append(is_valid)
             grid.append(row)
             valid.append(ok_row)
         for j in range(1, len(col_names) + 1):
             mark_best(grid, j, m.higher_is_better, [v[j] for v in valid])
-        tables.append(Table(f"matrix_{m.key}", m.title, ["configuration", *col_names], grid, note=note, section="matrix"))
+        tables.append(Table(f"matrix_{m.key}", m.title, ["configuration", *col_names], grid,
+                            note=None if tables else note, section="matrix"))
     return tables
 
-
-def matrix_summary(runs: list[RunDir]) -> dict[str, Any]:
-    """Row and column names, for page headings."""
-    _, rows, cols, _ = matrix_cells(runs)
-    return {"configurations": rows, "profiles": cols}

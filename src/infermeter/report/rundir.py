@@ -85,21 +85,26 @@ class RunDir:
     def source(self) -> str:
         return str(self._meta("source") or "measured")
 
+    def _text(self, key: str) -> str | None:
+        value = self._meta(key)
+        return None if value is None else str(value)
+
     @property
     def model(self) -> str | None:
-        return self._meta("model")
+        return self._text("model")
 
     @property
     def hardware(self) -> str | None:
-        return self._meta("hardware")
+        return self._text("hardware")
 
     @property
     def profile(self) -> str | None:
-        return self._meta("profile")
+        return self._text("profile")
 
     @property
     def started_at(self) -> str | None:
-        return self.run.get("started_at") or self.summary.get("started_at")
+        value = self.run.get("started_at") or self.summary.get("started_at")
+        return None if value is None else str(value)
 
     @property
     def is_sweep(self) -> bool:

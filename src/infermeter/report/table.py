@@ -95,13 +95,13 @@ class Table:
 
 
 def mark_best(rows: list[list[Cell]], col: int, higher_is_better: bool, eligible: list[bool] | None = None) -> None:
-    """Flag the best numeric value in column ``col`` among eligible rows (ties: all of them)."""
+    """Flag the best numeric value in column ``col`` among eligible rows (ties: all of them; none when all are equal)."""
     vals = [
         (i, r[col].value) for i, r in enumerate(rows)
         if isinstance(r[col].value, (int, float)) and not isinstance(r[col].value, bool)
         and math.isfinite(r[col].value) and (eligible is None or eligible[i])
     ]
-    if len(vals) < 2:
+    if len(vals) < 2 or len({v for _, v in vals}) == 1:  # nothing to beat, or all equal
         return
     target = max(v for _, v in vals) if higher_is_better else min(v for _, v in vals)
     for i, v in vals:

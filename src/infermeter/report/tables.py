@@ -123,8 +123,8 @@ def server_table(leaves: list[RunDir]) -> Table | None:
     rows = []
     for r in leaves:
         sm = r.summary.get("server_metrics")
-        if not isinstance(sm, dict):
-            continue
+        if not isinstance(sm, dict) or all(sm.get(k) is None for k, _, _ in SERVER_KEYS):
+            continue  # no server metrics, or none the server exposed
         cells = [Cell.pct(sm.get(k)) if kind == "pct" else Cell.num(sm.get(k)) for k, _, kind in SERVER_KEYS]
         rows.append([run_cell(r)] + cells)
     if not rows:
@@ -134,7 +134,7 @@ def server_table(leaves: list[RunDir]) -> Table | None:
 
 
 def gpu_table(leaves: list[RunDir]) -> Table | None:
-    blocks = [(r, r.summary.get("gpu")) for r in leaves if isinstance(r.summary.get("gpu"), dict)]
+    blocks: list[tuple[RunDir, dict[str, Any]]] = [(r, r.summary["gpu"]) for r in leaves if isinstance(r.summary.get("gpu"), dict)]
     keys: list[str] = []
     for _, g in blocks:
         keys.extend(k for k, v in g.items() if k not in keys and isinstance(v, (int, float)) and not isinstance(v, bool))

@@ -59,7 +59,7 @@ def window_grid(duration_s: float, target_windows: int = 150) -> np.ndarray:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     n = int(math.ceil(duration_s / step - 1e-9))
-    return np.arange(n + 1) * step
+    return np.asarray(np.arange(n + 1) * step, dtype=np.float64)
 
 
 def cumulative_ramps(starts: np.ndarray, ends: np.ndarray, amounts: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -161,8 +161,10 @@ _GROUP_COLUMNS = ("gpu", "gpu_index", "index", "device")
 def _notnull(col: np.ndarray) -> np.ndarray:
     """Mask of entries that are neither None nor NaN (object or numeric arrays)."""
     if col.dtype.kind == "f":
-        return np.isfinite(col)
-    return np.array([x is not None for x in col], dtype=bool) if col.dtype == object else np.ones(col.shape, bool)
+        return np.asarray(np.isfinite(col), dtype=bool)
+    if col.dtype == object:
+        return np.array([x is not None for x in col], dtype=bool)
+    return np.ones(col.shape, dtype=bool)
 
 
 def _bucket_mean(t: np.ndarray, v: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:

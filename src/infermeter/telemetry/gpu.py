@@ -189,6 +189,11 @@ class GpuSampler:
                 return
         await self._poller.start()
 
+    async def sample_now(self) -> None:
+        """One extra sample now (errors counted, not raised); no-op without a GPU."""
+        if self.unavailable is None and self._poller.running:
+            await self._poller.tick_now()
+
     async def stop(self) -> None:
         await self._poller.stop()
         if isinstance(self._source, NvmlSource):

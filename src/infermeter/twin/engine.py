@@ -45,7 +45,7 @@ from infermeter.twin.config import EngineConfig
 from infermeter.twin.hashing import private_key
 from infermeter.twin.kvcache import BLOCK_SIZE, BlockPool
 from infermeter.twin.predictor import StepTimePredictor
-from infermeter.twin.request import DECODE, FINISHED, PREFILL, REJECTED, WAITING, SimRequest
+from infermeter.twin.request import ABORTED, DECODE, FINISHED, PREFILL, REJECTED, WAITING, SimRequest
 
 _INF = math.inf
 
@@ -80,6 +80,7 @@ class Engine:
         self._seq = 0
         self._tlog: list[float] = [0.0]  # end time of the step that set the counter to g
         self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float]] | None = None
+        self._aborts: list[SimRequest] = []
         # counters (vLLM metric names in comments)
         self.num_preemptions = 0  # vllm:num_preemptions_total
         self.prefix_queries = 0  # vllm:prefix_cache_queries_total (tokens)
@@ -130,6 +131,8 @@ class Engine:
         """Form the next step (or span of decode steps); its duration in seconds, None when idle."""
         if self._pending is not None:
             raise RuntimeError("schedule() called twice without complete()")
+        if self._aborts:
+            self._apply_aborts(now)
         if not self.running and not self.waiting:
             return None
         pool = self.pool
@@ -221,16 +224,31 @@ class Engine:
                 self._tlog.append(now)
             heap = self._heap
             g = self.g
-            while heap and heap[0][0] <= g:
-                _, _, epoch, r = heapq.heappop(heap)
-                if epoch != r.epoch or r.state != DECODE:
-                    continue
-                self._leave_decode(r)
-                r.outputs = r.o0 + g - r.g0
-                r.computed = r.c0 + g - r.g0
-                r.blocks = -(-r.computed // BLOCK_SIZE)
-                self._finish(r, now)
-                finished.append(r)
+            if heap and heap[0][0] <= g:  # decodes that reached max_tokens (inlined _leave_decode + _finish)
+                pool = self.pool
+                running = self.running
+                phase = self._phase
+                tlog = self._tlog
+                pop = heapq.heappop
+                while heap and heap[0][0] <= g:
+                    _, _, epoch, r = pop(heap)
+                    if epoch != r.epoch or r.state != DECODE:
+                        continue
+                    g0, c0 = r.g0, r.c0
+                    self.n_dec -= 1
+                    self._sum_c -= c0 - g0
+                    phase[(g0 - c0) & 15] -= 1
+                    if r.token_times is not None:
+                        r.token_times.extend(tlog[g0 + 1 : g + 1])
+                    computed = r.computed = c0 + g - g0
+                    r.outputs = r.o0 + g - g0
+                    blocks = r.blocks = -(-computed // BLOCK_SIZE)
+                    del running[r.rid]
+                    held = r.held
+                    pool.free(held, blocks - len(held))
+                    r.state = FINISHED
+                    r.ended_at = now
+                    finished.append(r)
         for r, chunk in plan:
             self._advance_prefill(r, chunk, now, finished)
         return finished
@@ -341,8 +359,8 @@ class Engine:
         r.state = FINISHED
         r.ended_at = now
 
-    def _preempt(self, r: SimRequest) -> None:
-        """Recompute preemption: free ``r``'s blocks (keeping computed ones findable), requeue it first."""
+    def _release(self, r: SimRequest, *, keep: bool) -> None:
+        """Take a running ``r`` off the engine and free its blocks (``keep``: computed blocks stay findable)."""
         del self.running[r.rid]
         if r.state == DECODE:
             self._leave_decode(r)
@@ -353,18 +371,23 @@ class Engine:
         else:
             self.prefilling.remove(r)
         pool = self.pool
-        full = r.computed // BLOCK_SIZE
-        keys = list(r.keys[:full])
-        keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
-        if pool.caching:
-            held = set(r.held)
-            for key in keys:
-                if key not in held and pool.register(key):
-                    r.held.append(key)
+        if keep:
+            full = r.computed // BLOCK_SIZE
+            keys = list(r.keys[:full])
+            keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
+            if pool.caching:
+                held = set(r.held)
+                for key in keys:
+                    if key not in held and pool.register(key):
+                        r.held.append(key)
+            r.keys = keys
         pool.free(r.held, r.blocks - len(r.held))
-        r.keys = keys
         r.held = []
         r.blocks = 0
+
+    def _preempt(self, r: SimRequest) -> None:
+        """Recompute preemption: free ``r``'s blocks (keeping computed ones findable), requeue it first."""
+        self._release(r, keep=True)
         r.computed = 0
         r.next_reg = 0
         r.num_tokens = r.prompt_tokens + r.outputs
@@ -372,6 +395,25 @@ class Engine:
         r.preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(r)
+
+    def abort(self, r: SimRequest, now: float) -> None:
+        """The client went away: drop ``r`` (now if waiting; after the step in flight if running)."""
+        if r.state == WAITING:
+            self.waiting.remove(r)
+            self._end_aborted(r, now)
+        elif r.state in (PREFILL, DECODE):
+            self._aborts.append(r)
+
+    def _end_aborted(self, r: SimRequest, now: float) -> None:
+        r.state = ABORTED
+        r.ended_at = now
+
+    def _apply_aborts(self, now: float) -> None:
+        for r in self._aborts:
+            if r.state in (PREFILL, DECODE):
+                self._release(r, keep=False)
+                self._end_aborted(r, now)
+        self._aborts.clear()
 
     def _blocks_for(self, steps: int) -> int:
         """New KV blocks the decoding requests need over the next ``steps`` steps."""

@@ -98,14 +98,16 @@ class BlockPool:
         self.num_free -= n
         lru = self._lru
         while n:
-            key, count = lru.popitem(last=False)
-            if key < 0:  # anonymous run
+            key = next(iter(lru))
+            if key < 0:  # anonymous run: take from it (updating a value keeps its place)
+                count = lru[key]
                 if count > n:
                     lru[key] = count - n
-                    lru.move_to_end(key, last=False)
                     return
+                del lru[key]
                 n -= count
             else:  # a cached block: evict its key
+                del lru[key]
                 del self._refs[key]
                 self.evictions += 1
                 n -= 1
@@ -127,11 +129,15 @@ class BlockPool:
         As in vLLM, the tail is freed first (anonymous blocks, then keys in reverse), so
         the request's last blocks are evicted before its prefix.
         """
+        lru = self._lru
         if anonymous:
-            self._push_run(anonymous)
+            last = next(reversed(lru), 0) if lru else 0
+            if last < 0:  # extend the tail run: same LRU order, fewer entries
+                lru[last] += anonymous
+            else:
+                self._push_run(anonymous)
             self.num_free += anonymous
         refs = self._refs
-        lru = self._lru
         for key in reversed(keys):
             ref = refs[key] - 1
             refs[key] = ref

@@ -37,16 +37,6 @@ from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import FINISHED, SimRequest
 from infermeter.twin.sketch import LogHistogram
 
-_NUMERIC = (
-    "request_id",
-    "intended_at",
-    "sent_at",
-    "first_token_at",
-    "ended_at",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-)
 
 
 @dataclass
@@ -110,29 +100,20 @@ class RecordSink:
             return
         self._buf = []
         n = len(buf)
-        cols: dict[str, Any] = {name: [] for name in _NUMERIC}
-        ok_flags = []
-        details = []
-        for r in buf:
-            cols["request_id"].append(r.rid)
-            cols["intended_at"].append(r.intended_at if r.intended_at is not None else r.arrival)
-            cols["sent_at"].append(r.arrival)
-            cols["first_token_at"].append(r.first_token_at)
-            cols["ended_at"].append(r.ended_at)
-            cols["prompt_tokens"].append(r.prompt_tokens)
-            cols["completion_tokens"].append(r.outputs)
-            cols["cached_tokens"].append(r.cached_tokens)
-            ok_flags.append(r.state == FINISHED)
-            details.append(r.error)
-        ok = np.array(ok_flags, dtype=bool)
-        rid = np.array(cols["request_id"], dtype=np.int64)
-        intended = np.array(cols["intended_at"], dtype=np.float64)
-        sent = np.array(cols["sent_at"], dtype=np.float64)
-        first = np.array([np.nan if x is None else x for x in cols["first_token_at"]], dtype=np.float64)
-        ended = np.array(cols["ended_at"], dtype=np.float64)
-        n_in = np.array(cols["prompt_tokens"], dtype=np.int64)
-        n_out = np.array(cols["completion_tokens"], dtype=np.int64)
-        cached = pa.array(cols["cached_tokens"], pa.int64())
+        (rid_l, intended_l, sent_l, first_l, ended_l, n_in_l, n_out_l, cached_l, max_l, conv_l, grp_l, state_l,
+         details) = zip(*[(r.rid, r.arrival if r.intended_at is None else r.intended_at, r.arrival,
+                           r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs, r.cached_tokens, r.max_tokens,
+                           r.conversation_id, r.prefix_group, r.state, r.error) for r in buf])
+        ok = np.array(state_l, dtype=np.int64) == FINISHED
+        ok_flags = ok.tolist()
+        rid = np.array(rid_l, dtype=np.int64)
+        intended = np.array(intended_l, dtype=np.float64)
+        sent = np.array(sent_l, dtype=np.float64)
+        first = np.array(first_l, dtype=np.float64)  # None -> nan
+        ended = np.array(ended_l, dtype=np.float64)
+        n_in = np.array(n_in_l, dtype=np.int64)
+        n_out = np.array(n_out_l, dtype=np.int64)
+        cached = pa.array(cached_l, pa.int64())
         phase = np.where(rid < self.warmup, "warmup", "measure")
         if self.token_times:
             chunk_times = pa.array([r.token_times or [] for r in buf], pa.list_(pa.float64()))
@@ -155,29 +136,30 @@ class RecordSink:
                 "chunk_times": chunk_times,
                 "chunk_tokens": chunk_tokens,
                 "outcome": pa.array(np.where(ok, "ok", "error"), pa.string()),
-                "error_class": pa.array([None if k else "http_4xx" for k in ok_flags], pa.string()),
+                "error_class": pa.array(np.where(ok, None, "http_4xx"), pa.string()),
                 "error_detail": pa.array(details, pa.string()),
-                "http_status": pa.array([None if k else 400 for k in ok_flags], pa.int32()),
+                "http_status": pa.array([None if k else 400 for k in ok_flags], pa.int32()) if not ok.all()
+                else pa.nulls(n, pa.int32()),
                 "requested_input_tokens": n_in,
-                "requested_output_tokens": pa.array([r.max_tokens for r in buf], pa.int64()),
+                "requested_output_tokens": pa.array(max_l, pa.int64()),
                 "prompt_tokens": n_in,
                 "completion_tokens": pa.array(n_out_ok, pa.int64()),
                 "stream_tokens": n_out_ok,
                 "usage_source": pa.array(np.where(ok, "server", None), pa.string()),
                 "cached_tokens": cached,
-                "conversation_id": pa.array([r.conversation_id for r in buf], pa.int64()),
-                "prefix_group": pa.array([r.prefix_group for r in buf], pa.int64()),
+                "conversation_id": pa.array(conv_l, pa.int64()),
+                "prefix_group": pa.array(grp_l, pa.int64()),
             },
             schema=ARROW_SCHEMA,
         )
         self._writer.write_table(table)
         self.rows += n
         measure = rid >= self.warmup
-        self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached, details)
+        self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached)
 
     def _account(self, measure: np.ndarray, ok: np.ndarray, intended: np.ndarray, sent: np.ndarray,
                  first: np.ndarray, ended: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
-                 cached: pa.Array, details: list[str | None]) -> None:
+                 cached: pa.Array) -> None:
         t = self.totals
         if not measure.any():
             return

@@ -25,6 +25,7 @@ PREFILL = 1  # running, prompt (or recompute) not finished
 DECODE = 2  # running, one token per step
 FINISHED = 3
 REJECTED = 4
+ABORTED = 5  # the client went away (live)
 
 
 @dataclass(slots=True, eq=False)

@@ -74,7 +74,7 @@ class LogHistogram:
     def _at_rank(self, k: float, cum: np.ndarray) -> float:
         """Representative value of the k-th smallest sample (0-based)."""
         if k < self.zeros:
-            return max(min(self.lo, 0.0), self.lo) if self.lo <= _LO else self.lo
+            return min(max(0.0, self.lo), self.hi)
         i = min(int(np.searchsorted(cum, k, side="right")), _NB - 1)
         return min(max(_LO * GROWTH ** (i + 0.5), self.lo), self.hi)
 

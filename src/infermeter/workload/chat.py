@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from infermeter.errors import ConfigError
 from infermeter.workload.compose import TextMaker
 from infermeter.workload.context import BuildContext
 from infermeter.workload.lengths import LengthSampler
@@ -52,6 +53,11 @@ class ChatWorkload:
         self.params = params
         self.ctx = ctx
         self.seed = seed
+        if params.system_tokens + params.user_tokens.min > params.max_context_tokens:
+            raise ConfigError(
+                f"profile 'chat': system_tokens {params.system_tokens} + the shortest user message "
+                f"({params.user_tokens.min}) exceed max_context_tokens {params.max_context_tokens}"
+            )
         longest = max(params.user_tokens.max, params.output_tokens.max, params.system_tokens)
         if params.reply_tokens is not None:
             longest = max(longest, params.reply_tokens.max)

@@ -165,22 +165,37 @@ class TextPool:
     def exact(self, build: Callable[[int], str], n: int) -> tuple[str, int]:
         """``(text, tokens)`` where ``text = build(m)`` and, when the pool is additive, tokens == n.
 
-        Non-additive tokenizers: measure and adjust ``m`` until the count is ``n``
-        (or the closest count found after a few tries, reported truthfully).
+        Non-additive tokenizers: measure, steer ``m`` towards ``n``, then search
+        nearby lengths and one-word endings; if ``n`` is still missed, return the
+        closest text with its true count.
         """
         if self.additive:
             return build(n), n
+        count = self.tokenizer.count
+        seen: dict[int, tuple[str, int]] = {}
+
+        def at(m: int) -> tuple[str, int]:
+            m = max(1, m)
+            if m not in seen:
+                text = build(m)
+                seen[m] = (text, count(text))
+            return seen[m]
+
         m = n
-        best_text, best = "", -1
         for _ in range(_MAX_FIX_TRIES):
-            text = build(max(1, m))
-            got = self.tokenizer.count(text)
-            if best < 0 or abs(got - n) < abs(best - n):
-                best_text, best = text, got
+            got = at(m)[1]
             if got == n:
-                break
+                return seen[m]
             m += n - got
-        return best_text, best
+        for m2 in range(m - 4, m + 5):
+            if at(m2)[1] == n:
+                return seen[m2]
+        for text, got in list(seen.values()):
+            if got == n - 1:
+                for word in self._fill_words[:16]:
+                    if count(text + word) == n:
+                        return text + word, n
+        return min(seen.values(), key=lambda tg: abs(tg[1] - n))
 
     def mid_count(self, text: str) -> int:
         """Tokens ``text`` (which begins with " word") adds when appended to a unit boundary."""

@@ -40,7 +40,7 @@ class _Params(BaseModel):
 
 
 class FixedParams(_Params):
-    """Fixed-length prompts (HF inference-benchmarker ``fixed-length``): 200 tokens in, up to 800 out."""
+    """Fixed-length prompts (HF inference-benchmarker fixed-length): 200 tokens in, up to 800 out."""
 
     kind: Literal["fixed"] = "fixed"
     input_tokens: Length = Field(LengthDist.parse("200"), description="prompt tokens")

@@ -35,9 +35,10 @@ from infermeter.errors import ConfigError
 APPROX_NAME = "infermeter-approx-v1"
 
 # Word (letters and underscores) with an optional leading space, a contraction,
-# groups of up to three digits, punctuation runs, whitespace runs (the last
-# space before a word stays with the word, as in GPT-style pre-tokenizers).
-_PIECES = re.compile(r"'(?:s|t|re|ve|m|ll|d)\b| ?[^\W\d]+| ?\d{1,3}| ?[^\s\w]+|\s+(?!\S)|\s+")
+# groups of up to three digits, punctuation runs, line breaks with the
+# whitespace before them, other whitespace runs (the last space before a word
+# stays with the word), as in Llama-3/cl100k-style pre-tokenizers.
+_PIECES = re.compile(r"'(?:s|t|re|ve|m|ll|d)\b| ?[^\W\d]+| ?\d{1,3}| ?[^\s\w]+|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 class Tokenizer(Protocol):

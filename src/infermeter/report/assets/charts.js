@@ -1,5 +1,5 @@
 /* infermeter report charts: small SVG line/bar charts with views, legend toggles and tooltips.
-   Reads the JSON in <script id="report-data" type="application/json">; builds every node with
+   Reads the chart JSON from the element #report-data; builds every node with
    createElement/textContent (never innerHTML), so labels from result files stay text. */
 (function () {
   "use strict";

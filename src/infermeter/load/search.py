@@ -1,0 +1,140 @@
+"""``--load find-max``: the highest rate (or concurrency) that still meets the SLO.
+
+Two phases over one dimension, ``rate`` (open loop, req/s) or ``concurrency``
+(closed loop, streams):
+
+1. *bracket*: from ``start`` double until a step breaks the SLO (or halve
+   until one meets it, at most 4 times); ``max_value`` caps the doubling;
+2. *bisect*: measure the middle of [highest good, lowest bad] until the
+   bracket is narrow enough — for rates ``hi - lo <= resolution * lo``
+   (default 5%), for concurrency ``hi - lo <= max(1, resolution * lo)`` —
+   or ``max_steps`` steps have run.
+
+Without ``start`` a rate search first measures one stream (``synchronous``)
+and starts at its request rate; a concurrency search starts at 1. The plan
+returns ``{"capacity": {...}}``: the value, the bracket ``[lo, hi]`` it is
+known within, whether it converged, and the step it comes from::
+
+    >>> gen = FindMaxPlan(dimension="concurrency", max_steps=8).steps()
+    >>> [s.concurrency for s in _drive(gen, lambda c: c <= 4)]
+    [1, 2, 4, 8, 6, 5]
+
+Monotonicity is assumed (more load never meets an SLO that less load broke);
+noise near the edge can make the answer one resolution step off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
+from infermeter.load.steps import Step, StepGen
+
+MAX_HALVINGS = 4
+
+
+class FindMaxPlan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["find-max"] = "find-max"
+    dimension: Literal["rate", "concurrency"] = "rate"
+    start: float | None = Field(None, gt=0, description="first value tried (default: synchronous rate, or 1)")
+    max_value: float | None = Field(None, gt=0, description="never try more than this")
+    resolution: float = Field(0.05, gt=0, lt=1, description="stop when the bracket is this narrow (relative)")
+    max_steps: int = Field(12, ge=2)
+    arrival: Literal["constant", "poisson"] = "constant"
+
+    def describe(self) -> str:
+        return f"find-max on {self.dimension} (resolution {self.resolution:.0%}, at most {self.max_steps} steps)"
+
+    def _step(self, x: float, name: str) -> Step:
+        if self.dimension == "concurrency":
+            return Step(ConstantConcurrency(concurrency=int(x)), name)
+        return Step(ConstantArrivalRate(rate_per_s=x, arrival=self.arrival), name)
+
+    def _narrow(self, lo: float, hi: float) -> bool:
+        if self.dimension == "concurrency":
+            return hi - lo <= max(1.0, self.resolution * lo)
+        return hi - lo <= self.resolution * lo
+
+    def _mid(self, lo: float, hi: float) -> float:
+        return float((lo + hi) // 2) if self.dimension == "concurrency" else (lo + hi) / 2
+
+    def steps(self) -> StepGen:
+        n = 0
+        good: dict[float, int] = {}  # value -> step index
+        lo: float | None = None
+        hi: float | None = None
+        x = self.start
+        if x is None and self.dimension == "rate":
+            first = yield Step(ConstantConcurrency(concurrency=1), "synchronous")
+            n += 1
+            x = first.get("request_throughput") or None
+            if not x:
+                return self._result(None, None, good, "the synchronous step completed nothing")
+        x = float(max(1, int(x or 1))) if self.dimension == "concurrency" else float(x)  # type: ignore[arg-type]
+        if self.max_value is not None:
+            x = min(x, self.max_value)
+        halvings = 0
+        while n < self.max_steps:  # bracket
+            res = yield self._step(x, "bracket")
+            n += 1
+            if res.get("meets_slo"):
+                lo, good[x] = x, n - 1
+                if hi is not None or (self.max_value is not None and x >= self.max_value):
+                    break
+                nxt = x * 2
+                x = min(nxt, self.max_value) if self.max_value is not None else nxt
+            else:
+                hi = x
+                if lo is not None:
+                    break
+                halvings += 1
+                if halvings > MAX_HALVINGS or (self.dimension == "concurrency" and x <= 1):
+                    break
+                x = float(max(1, int(x // 2))) if self.dimension == "concurrency" else x / 2
+        while lo is not None and hi is not None and n < self.max_steps and not self._narrow(lo, hi):
+            x = self._mid(lo, hi)
+            if x <= lo or x >= hi:
+                break
+            res = yield self._step(x, "bisect")
+            n += 1
+            if res.get("meets_slo"):
+                lo, good[x] = x, n - 1
+            else:
+                hi = x
+        return self._result(lo, hi, good, None)
+
+    def _result(self, lo: float | None, hi: float | None, good: dict[float, int], note: str | None) -> dict[str, Any]:
+        converged = lo is not None and (hi is None and self.max_value is not None and lo >= self.max_value
+                                        or hi is not None and self._narrow(lo, hi))
+        cap: dict[str, Any] = {
+            "dimension": self.dimension, self.dimension: lo, "bracket": [lo, hi], "converged": bool(converged),
+            "resolution": None if lo is None or hi is None else (hi - lo) / lo,
+            "step": None if lo is None else good[lo],
+        }
+        if lo is None:
+            cap["note"] = note or "no step met the SLO"
+        elif hi is None:
+            cap["note"] = ("reached --search-max without breaking the SLO" if self.max_value is not None
+                           else "ran out of steps before the SLO broke")
+        return {"capacity": cap, "capacity_step": cap["step"]}
+
+
+def _drive(gen: StepGen, meets: Callable[[float], bool]) -> list[Step]:
+    """Run a plan against a pure predicate (doctests, unit tests)."""
+    out = [next(gen)]
+    try:
+        while True:
+            s = out[-1]
+            value = s.concurrency if s.concurrency is not None and s.name != "synchronous" else s.offered_rate
+            if s.name == "synchronous":
+                res = {"request_throughput": 1.0, "meets_slo": True}
+            else:
+                res = {"meets_slo": meets(float(value or 0))}
+            out.append(gen.send(res))
+    except StopIteration:
+        return out

