@@ -1,0 +1,245 @@
+"""``RunConfig``: everything one run needs, and how its flags turn into a shape or a plan.
+
+One frozen model for ``infermeter run``, steps of sweeps, campaign cells and
+resumed runs alike. The flags desugar once, before anything runs:
+:func:`build_shape` into one load shape (conflicting flags are an error
+naming both), :func:`build_plan` into a multi-step plan (``--load sweep``,
+``--load find-max``), :func:`soak_settings` into soak storage for long runs::
+
+    cfg = RunConfig(rate=20, arrival="constant", duration_s=60)
+    build_shape(cfg).describe()        # 'open loop, 20 req/s (constant)'
+    build_plan(RunConfig(load="sweep", requests=50)).describe()
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from infermeter.errors import ConfigError, DataError, UserError
+from infermeter.load.search import FindMaxPlan
+from infermeter.load.shapes import (ConstantArrivalRate, ConstantConcurrency, RampingArrivalRate, Shape,
+                                    TraceReplay)
+from infermeter.load.sweep import SweepPlan
+from infermeter.records import store
+
+THROUGHPUT_CONCURRENCY = 256
+
+
+class RunConfig(BaseModel):
+    """Everything ``infermeter run`` needs; see ``infermeter run --help`` for each field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = None
+    model: str | None = None
+    api: Literal["chat", "completions"] = "chat"
+    api_key: str | None = Field(default=None, exclude=True, repr=False)
+    ignore_eos: bool = False
+    temperature: float | None = None
+    extra_body: dict[str, Any] = {}
+    # load
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = 1.0
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    max_concurrency: int | None = None
+    load: Literal["replay", "sweep", "find-max"] | None = None
+    time_scale: float = 1.0
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    grace_s: float = 30.0
+    seed: int = 0
+    # multi-step plans (docs/load.md)
+    sweep_rates: int = Field(5, ge=0)
+    search: Literal["rate", "concurrency"] = "rate"
+    search_start: float | None = Field(None, gt=0)
+    search_max: float | None = Field(None, gt=0)
+    resolution: float = Field(0.05, gt=0, lt=1)
+    max_steps: int = Field(12, ge=2)
+    slo_percentile: float = 99.0
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+    # scale: processes, Ray, client calibration
+    workers: int = Field(1, ge=1)
+    ray: str | None = None
+    calibrate: bool = True
+    strict: bool = False
+    # soak storage
+    window_s: float | None = Field(None, gt=0)
+    checkpoint_s: float | None = Field(None, gt=0)
+    part_records: int = Field(5000, ge=100)
+    # workload
+    profile: str | None = None
+    dataset: str | None = None
+    tokenizer: str | None = None
+    input_tokens: str | None = None
+    output_tokens: str | None = None
+    prefix_tokens: int | None = None
+    prefix_groups: int | None = None
+    # timeouts (s)
+    connect_timeout_s: float = 10.0
+    first_token_timeout_s: float | None = 120.0
+    timeout_s: float | None = 600.0
+    # analysis / output
+    slo: dict[str, float] = {}
+    alerts: tuple[str, ...] = ()
+    out: str | None = None
+    label: str | None = None
+    scrape: bool = True
+    scrape_interval_s: float = 1.0
+    emulator_args: tuple[str, ...] = ()
+    hardware: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"--url {v!r}: expected http(s)://HOST[:PORT]")
+        return v.rstrip("/").removesuffix("/v1") if v else v
+
+    @field_validator("slo_percentile")
+    @classmethod
+    def _pct(cls, v: float) -> float:
+        if float(v) not in (50.0, 90.0, 95.0, 99.0, 99.9):
+            raise ValueError(f"{v:g}: use one of 50, 90, 95, 99, 99.9")
+        return float(v)
+
+    def public(self) -> dict[str, Any]:
+        d = self.model_dump(mode="json")
+        d["api_key"] = "***" if self.api_key else None
+        return d
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """``ttft_ms=500,tpot_ms=50,e2e_ms=10000`` -> dict; ConfigError naming --slo when malformed."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+        k, sep, v = part.partition("=")
+        k = k.strip()
+        if not sep or k not in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            raise ConfigError(f"--slo: {part!r} is not one of ttft_ms=, tpot_ms=, e2e_ms=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise ConfigError(f"--slo: {k} value {v!r} is not a number") from None
+        if out[k] <= 0:
+            raise ConfigError(f"--slo: {k} must be > 0")
+    return out
+
+
+def build_shape(cfg: RunConfig) -> Shape:
+    """Desugar the load flags into one shape; conflicting flags are an error naming both."""
+    if cfg.load in ("sweep", "find-max"):
+        raise ConfigError(f"--load {cfg.load} is a multi-step plan, not one shape (see build_plan)")
+    ramp = cfg.ramp_up_strategy is not None
+    given = [n for n, v in (("--concurrency", cfg.concurrency), ("--rate", cfg.rate),
+                            ("--ramp-up-strategy", cfg.ramp_up_strategy), ("--load replay", cfg.load)) if v is not None]
+    if len(given) > 1:
+        raise ConfigError(f"{given[0]} and {given[1]} both set a load shape; use one")
+    if cfg.burstiness != 1.0 and cfg.arrival != "gamma":
+        raise ConfigError(f"--burstiness {cfg.burstiness:g} needs --arrival gamma (poisson is gamma with k=1)")
+    if cfg.requests is None and cfg.duration_s is None and cfg.load != "replay":
+        raise ConfigError("give --requests N and/or --duration S so the run knows when to stop")
+    if cfg.load == "replay":
+        return TraceReplay(time_scale=cfg.time_scale)
+    if ramp:
+        if cfg.ramp_up_start_rps is None or cfg.ramp_up_end_rps is None:
+            raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
+        a, b = cfg.ramp_up_start_rps, cfg.ramp_up_end_rps
+        if a < 0 or b <= 0:
+            raise ConfigError("--ramp-up-start-rps must be >= 0 and --ramp-up-end-rps > 0")
+        if cfg.duration_s is not None:
+            ramp_s = cfg.duration_s
+        else:
+            ramp_s = RampingArrivalRate.ramp_for_requests(cfg.ramp_up_strategy, a, b, cfg.requests or 1)  # type: ignore[arg-type]
+        try:
+            return RampingArrivalRate(strategy=cfg.ramp_up_strategy, start_rate_per_s=a, end_rate_per_s=b,
+                                      ramp_s=ramp_s, arrival=cfg.arrival, burstiness=cfg.burstiness)
+        except ValueError as exc:
+            raise ConfigError(str(exc).splitlines()[-1]) from None
+    if cfg.rate is not None:
+        if cfg.rate <= 0:
+            raise ConfigError(f"--rate must be > 0, got {cfg.rate:g}")
+        return ConstantArrivalRate(rate_per_s=cfg.rate, arrival=cfg.arrival, burstiness=cfg.burstiness)
+    n = cfg.concurrency if cfg.concurrency is not None else 1
+    if n < 1:
+        raise ConfigError(f"--concurrency must be >= 1, got {n}")
+    return ConstantConcurrency(concurrency=n)
+
+
+def build_plan(cfg: RunConfig) -> SweepPlan | FindMaxPlan | None:
+    """``--load sweep`` / ``--load find-max`` -> a plan (None for single-shape runs)."""
+    if cfg.load not in ("sweep", "find-max"):
+        return None
+    for flag, value in (("--rate", cfg.rate), ("--ramp-up-strategy", cfg.ramp_up_strategy)):
+        if value is not None:
+            raise ConfigError(f"--load {cfg.load} and {flag} both set the load; the plan chooses the rates")
+    if cfg.requests is None and cfg.duration_s is None:
+        raise ConfigError(f"--load {cfg.load}: give --requests N and/or --duration S for each step")
+    if cfg.arrival == "gamma":
+        raise ConfigError(f"--load {cfg.load} --arrival gamma: plans use constant or poisson arrivals")
+    if cfg.load == "sweep":
+        return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,  # type: ignore[arg-type]
+                         throughput_concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY)
+    if not cfg.slo:
+        raise ConfigError("--load find-max needs --slo (e.g. --slo ttft_ms=500): the search stops where it breaks")
+    if cfg.concurrency is not None:
+        raise ConfigError("--load find-max and --concurrency: use --search concurrency --search-start N")
+    return FindMaxPlan(dimension=cfg.search, start=cfg.search_start, max_value=cfg.search_max,
+                       resolution=cfg.resolution, max_steps=cfg.max_steps, arrival=cfg.arrival)  # type: ignore[arg-type]
+
+
+def soak_settings(cfg: RunConfig) -> dict[str, Any] | None:
+    """Soak storage (parts, checkpoints, windows) for long runs or when asked; None for ordinary runs."""
+    long_run = (cfg.duration_s or 0) >= 3600 or (cfg.requests or 0) >= 200_000
+    if not (long_run or cfg.window_s or cfg.checkpoint_s):
+        return None
+    dur = cfg.duration_s or 0
+    window = cfg.window_s or (3600.0 if dur >= 6 * 3600 else 300.0 if dur >= 3600 else 60.0)
+    return {"window_s": window, "checkpoint_s": cfg.checkpoint_s or 60.0, "part_records": cfg.part_records}
+
+
+def requested_rate(shape: Shape) -> float | None:
+    """The peak open-loop rate a shape asks for (None: closed loop or replay)."""
+    if isinstance(shape, ConstantArrivalRate):
+        return shape.rate_per_s
+    if isinstance(shape, RampingArrivalRate):
+        return max(shape.start_rate_per_s, shape.end_rate_per_s)
+    return None
+
+
+def build_workload(cfg: RunConfig) -> Any:
+    from infermeter.workload import build_workload as build
+
+    return build(profile=cfg.profile, dataset=cfg.dataset, input_tokens=cfg.input_tokens,
+                 output_tokens=cfg.output_tokens, prefix_tokens=cfg.prefix_tokens, prefix_groups=cfg.prefix_groups,
+                 tokenizer=cfg.tokenizer, seed=cfg.seed, api=cfg.api)
+
+
+def specs_for(cfg: RunConfig) -> Any:
+    """The run's request specs (module level, so worker processes and Ray actors can rebuild them)."""
+    return iter(build_workload(cfg).requests())
+
+
+def resume_config(run_dir: Path, api_key: str | None) -> RunConfig:
+    """The RunConfig of the run in ``run_dir`` (api key from the caller: it was never written)."""
+    run = store.read_json(Path(run_dir) / store.RUN)
+    if not run.get("soak"):
+        raise UserError(f"--resume {run_dir}: only soak runs (with --window/--checkpoint, or >= 1 h) can be resumed; "
+                        "`infermeter summarize` rebuilds the summary of any other killed run")
+    if (Path(run_dir) / store.SUMMARY).exists() and not store.read_json(Path(run_dir) / store.SUMMARY).get("partial"):
+        raise UserError(f"--resume {run_dir}: this run already finished")
+    conf = dict(run.get("config") or {})
+    conf["api_key"] = api_key
+    conf["out"] = str(run_dir)
+    try:
+        return RunConfig(**conf)
+    except ValidationError as exc:
+        raise DataError(f"{run_dir}/run.json: config does not load ({exc.errors()[0]['msg']})") from None

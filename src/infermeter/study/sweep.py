@@ -1,0 +1,181 @@
+"""The load steps of one study cell, planned one at a time from the results so far.
+
+:func:`plan_steps` is a generator: it yields the next :class:`StepSpec`, receives the
+:class:`StepOutcome` of running it, and decides the next step (so the same plan drives the twin
+and a measured endpoint)::
+
+    gen = plan_steps(plan, slo, default_concurrency=256)
+    spec = next(gen)
+    while True:
+        outcome = run(spec)                  # simulate or measure, then judge
+        try:
+            spec = gen.send(outcome)
+        except StopIteration:
+            break
+
+A ``sweep`` runs: one request at a time (``synchronous``), a closed loop at the saturation
+concurrency (``saturation``: its throughput is the steady-window figure of
+:mod:`infermeter.study.saturation`), open-loop rates at ``rate_fractions`` of the saturation
+request rate (``rate``), then ``refine`` bisection steps between the highest fraction meeting
+the SLO and the lowest missing it. A step meets the SLO (:func:`judge`) when its run is valid,
+its error rate is at most ``max_error_rate`` and each limited latency's percentile is within
+its limit (TTFT and E2E from the intended send, so queueing counts). :func:`capacity_step` is
+the step meeting the SLO with the highest request throughput: "the highest load meeting the SLO".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from infermeter.study.config import LoadPlan, Slo
+from infermeter.study.saturation import Steady
+
+StepKind = Literal["synchronous", "saturation", "rate"]
+# SLO key -> the summary distribution it is judged on
+SLO_METRICS = {"ttft_ms": "ttft_from_intended_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2e_from_intended_ms"}
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    k: int
+    kind: StepKind
+    requests: int
+    warmup: int = 0
+    concurrency: int | None = None
+    rate: float | None = None
+    fraction: float | None = None  # rate as a share of the saturation request rate
+
+    def describe(self) -> str:
+        if self.kind == "rate":
+            frac = f" ({self.fraction:.3g} x saturation)" if self.fraction is not None else ""
+            return f"{self.rate:.4g} req/s{frac}"
+        return f"concurrency {self.concurrency}" + (" (one at a time)" if self.kind == "synchronous" else "")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    spec: StepSpec
+    summary: dict[str, Any]
+    steady: Steady | None = None
+    meets_slo: bool = False
+    slo_failures: tuple[str, ...] = ()
+    run_dir: str | None = None
+
+    def rates(self) -> dict[str, float | None]:
+        """Throughput of the step: the steady window for a saturation step, else the run summary."""
+        if self.steady is not None:
+            s = self.steady
+            return {"requests_per_s": s.requests_per_s, "input_tokens_per_s": s.input_tokens_per_s,
+                    "output_tokens_per_s": s.output_tokens_per_s, "total_tokens_per_s": s.total_tokens_per_s}
+        m = self.summary
+        return {"requests_per_s": m.get("request_throughput"), "input_tokens_per_s": m.get("input_token_throughput"),
+                "output_tokens_per_s": m.get("output_token_throughput"),
+                "total_tokens_per_s": m.get("total_token_throughput")}
+
+    @property
+    def offered_rate(self) -> float | None:
+        return self.spec.rate if self.spec.kind == "rate" else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The step's entry in the cell's ``summary.json`` ``steps`` list (sweep layout)."""
+        r = self.rates()
+        s = self.summary
+        return {
+            "k": self.spec.k, "dir": f"steps/{self.spec.k}", "kind": self.spec.kind, "describe": self.spec.describe(),
+            "concurrency": self.spec.concurrency, "offered_rate": self.offered_rate, "fraction": self.spec.fraction,
+            "requests": self.spec.requests, "meets_slo": self.meets_slo, "slo_failures": list(self.slo_failures),
+            "request_throughput": r["requests_per_s"], "input_token_throughput": r["input_tokens_per_s"],
+            "output_token_throughput": r["output_tokens_per_s"], "total_token_throughput": r["total_tokens_per_s"],
+            "throughput_method": self.steady.method if self.steady else "whole run",
+            "goodput": s.get("goodput"), "error_rate": s.get("error_rate"), "valid": s.get("valid", True),
+            **{f"{k}_p{p}": (s.get(k) or {}).get(f"p{p}") for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in (50, 95, 99)},
+        }
+
+
+def judge(summary: dict[str, Any], slo: Slo) -> tuple[bool, tuple[str, ...]]:
+    """(meets the SLO, why not) for one step's summary; see the module docstring."""
+    why: list[str] = []
+    if not summary.get("valid", True):
+        why.append("invalid run: " + "; ".join(str(r) for r in summary.get("invalid_reasons") or []))
+    if not (summary.get("completed") or 0):
+        why.append("no request completed")
+    err = summary.get("error_rate") or 0.0
+    if err > slo.max_error_rate:
+        why.append(f"error rate {err:.2%} > {slo.max_error_rate:.2%}")
+    for key, limit in slo.limits.items():
+        value = (summary.get(SLO_METRICS[key]) or {}).get(slo.percentile)
+        if value is None:
+            if key != "tpot_ms":  # one-token outputs have no TPOT
+                why.append(f"{key.removesuffix('_ms')} {slo.percentile} not measured")
+        elif value > limit:
+            why.append(f"{key.removesuffix('_ms')} {slo.percentile} {value:,.0f} ms > {limit:g} ms")
+    return not why, tuple(why)
+
+
+def plan_steps(plan: LoadPlan, slo: Slo, default_concurrency: int) -> Generator[StepSpec, StepOutcome, None]:
+    """Yield step specs; receive each outcome (see the module docstring)."""
+    k = 0
+    if plan.kind == "rate":
+        yield StepSpec(k, "rate", plan.requests, plan.warmup, rate=plan.rate)
+        return
+    conc = plan.concurrency or default_concurrency
+    sat_requests = plan.saturation_requests or 3 * conc
+    if plan.kind == "concurrency":
+        yield StepSpec(k, "saturation", sat_requests, plan.warmup, concurrency=conc)
+        return
+    sync = yield StepSpec(k, "synchronous", plan.sync_requests, 0, concurrency=1)
+    k += 1
+    sat = yield StepSpec(k, "saturation", sat_requests, plan.warmup, concurrency=conc)
+    k += 1
+    top = sat.rates()["requests_per_s"] or 0.0
+    if not top > 0:
+        return
+    passed: dict[float, bool] = {}
+    for f in plan.rate_fractions:
+        out = yield StepSpec(k, "rate", plan.requests, plan.warmup, rate=f * top, fraction=f)
+        k += 1
+        passed[f] = out.meets_slo
+    if not slo.limits or not sync.meets_slo:
+        return  # nothing to search for: no limits, or the SLO fails even one request at a time
+    for _ in range(plan.refine):
+        lo, hi = _bracket(passed, sat.meets_slo)
+        if hi is None or hi - lo < 0.02:
+            return
+        mid = (lo + hi) / 2
+        out = yield StepSpec(k, "rate", plan.requests, plan.warmup, rate=mid * top, fraction=mid)
+        k += 1
+        passed[mid] = out.meets_slo
+
+
+def _bracket(passed: dict[float, bool], saturation_meets: bool) -> tuple[float, float | None]:
+    """(highest fraction meeting the SLO or 0, lowest fraction above it missing the SLO or None)."""
+    lo = max((f for f, ok in passed.items() if ok), default=0.0)
+    above = [f for f, ok in passed.items() if not ok and f > lo]
+    if above:
+        return lo, min(above)
+    return lo, (None if saturation_meets else 1.0)
+
+
+def capacity_step(outcomes: Sequence[StepOutcome]) -> StepOutcome | None:
+    """The step meeting the SLO with the highest request throughput (ties: the earlier step)."""
+    ok = [o for o in outcomes if o.meets_slo and (o.rates()["requests_per_s"] or 0) > 0]
+    if not ok:
+        return None
+    return max(ok, key=lambda o: (o.rates()["requests_per_s"] or 0.0, -o.spec.k))
+
+
+def saturation_step(outcomes: Sequence[StepOutcome]) -> StepOutcome | None:
+    """The closed-loop saturation step, else (fixed-rate plans) the step with the highest throughput."""
+    for o in outcomes:
+        if o.spec.kind == "saturation":
+            return o
+    return max(outcomes, key=lambda o: o.rates()["requests_per_s"] or 0.0, default=None)
+
+
+@dataclass
+class SweepLog:
+    """Outcomes in order, for the cell's summary."""
+
+    outcomes: list[StepOutcome] = field(default_factory=list)
