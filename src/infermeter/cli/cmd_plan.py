@@ -65,7 +65,16 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
         table.add_column(p["config"], justify="right")
     for label, key, fmt in _ROWS:
         table.add_row(label, *[_cell(fmt, p.get(key)) for p in plans])
+    if any("cost" in p for p in plans):
+        for label, key, fmt in _COST_ROWS:
+            table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key)) for p in plans])
     con.print(table)
+    for p in plans:
+        c = p.get("cost")
+        if c and "price" in c:
+            con.print(f"[cyan]price[/] {c['price']} (applied to the predicted saturation throughput)", highlight=False)
+        elif c and "error" in c:
+            con.print(f"[yellow]{p['config']}: no price[/]: {c['error']}", highlight=False)
     for p in plans:
         if not p["fits"]:
             con.print(f"[bold red]{p['config']}: does not fit[/]: {p['why_not']}", highlight=False)
@@ -107,8 +116,45 @@ def _print_validation(report: Any, path: str) -> None:
     con.print(f"targets (median <= 15%, max <= 35%, out of sample): {'[green]met[/]' if ok else '[red]NOT met[/]'}")
 
 
+_COST_ROWS = [
+    ("$/hour", "usd_per_hour", lambda v: f"${v:,.2f}"),
+    ("$/1M output tokens", "usd_per_1m_output_tokens", lambda v: f"${v:,.3f}"),
+    ("$/1M total tokens", "usd_per_1m_total_tokens", lambda v: f"${v:,.3f}"),
+    ("$/1M requests", "usd_per_1m_requests", lambda v: f"${v:,.2f}"),
+]
+
+
+def _add_costs(plans: list[dict[str, Any]], input_tokens: int, output_tokens: int, options: Any, overhead: float) -> None:
+    """Price each plan at its predicted saturation throughput (labelled 'predicted')."""
+    from infermeter.analysis.cost import cost_for_throughput
+    from infermeter.errors import UserError
+
+    for p in plans:
+        out_tps = p.get("saturation_output_tokens_per_s")
+        if not p["fits"] or not out_tps:
+            p["cost"] = None
+            continue
+        try:
+            c = cost_for_throughput(p["config"], output_tokens_per_s=out_tps,
+                                    input_tokens_per_s=out_tps * input_tokens / output_tokens,
+                                    requests_per_s=out_tps / output_tokens, options=options, overhead=overhead,
+                                    source="predicted", label=p["config"], model=p.get("model"))
+        except UserError as exc:
+            p["cost"] = {"error": str(exc)}
+            continue
+        j = c.to_json()
+        p["cost"] = {k: j[k] for k in ("usd_per_hour", "usd_per_month", "usd_per_1m_output_tokens",
+                                       "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests",
+                                       "price_source", "price_date")}
+        p["cost"]["price"] = c.price.describe()
+        p["cost"]["basis"] = "predicted saturation throughput"
+
+
 def register(app: typer.Typer) -> None:
+    from infermeter.cli.cmd_cost import with_price_flags
+
     @app.command("plan")
+    @with_price_flags
     def plan_cmd(
         model: Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id (e.g. llama-3.1-70b), HF id, or path to a config.json.")] = None,
         gpu: Annotated[Optional[str], typer.Option("--gpu", help="Hardware id (h100-sxm, a100-80gb, l40s, mi300x, cpu-epyc-9654...) or a full config like 4xa100-80gb:tp4.")] = None,
@@ -128,6 +174,9 @@ def register(app: typer.Typer) -> None:
         validate: Annotated[Optional[str], typer.Option("--validate", help="CSV of published measurements: per-row prediction, error, and out-of-sample error.")] = None,
         holdout: Annotated[str, typer.Option("--holdout", help="With --validate: row (leave-one-out), source (leave-one-publication-out) or none.")] = "row",
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+        cost: Annotated[bool, typer.Option("--cost", help="Add $/hour, $/1M tokens and $/1M requests at the predicted saturation throughput (dated catalog price).")] = False,
+        overhead: Annotated[float, typer.Option("--overhead", help="With --cost: hidden costs as a fraction of the hourly price.")] = 0.0,
+        price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
         """Predict fit, memory, TTFT, TPOT and throughput of a model on hardware you may not have."""
@@ -184,6 +233,8 @@ def register(app: typer.Typer) -> None:
         plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
                       concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file).to_json()
                  for c in configs]
+        if cost:
+            _add_costs(plans, input_tokens, output_tokens, price_options, overhead)
         if as_json:
             print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
             return

@@ -186,7 +186,8 @@ class Engine:
             dur = self.predictor.step_time(new_tokens, kv, n_dec + len(plan), pairs)
             self.last_step_tokens = new_tokens
         else:
-            steps = self._span_steps(now, horizon, kv, pool.num_free + d0)
+            # a preemption skipped admission for this step only: no span past it
+            steps = 1 if preempted else self._span_steps(now, horizon, kv, pool.num_free + d0)
             if steps > 1:
                 pool.allocate(self._blocks_for(steps) - d0)
             if self.keep_token_times and steps > 1:

@@ -1,0 +1,123 @@
+"""What a run records about itself before and after it runs: ``run.json``'s header and runtime.
+
+Also the pre-run client capacity check (``load.calibrate``): it runs when the
+requested open-loop rate could come near this machine's limit, adds a notice
+when it does, and refuses the run with ``--strict``::
+
+    run = run_header(measurement, url, embedded, model, label, emulated, calibration)
+    run["runtime"] = runtime(worker_stats)     # sums over workers, worst CPU
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from infermeter import __version__
+from infermeter.errors import UserError
+from infermeter.load.calibrate import calibrate, capacity_warning, worth_calibrating
+from infermeter.load.shapes import ConstantConcurrency
+from infermeter.measure.config import requested_rate
+
+
+def default_out_dir(label: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '-', label).strip('-')[:60]}"
+
+
+def host_info() -> dict[str, Any]:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "loadavg": load, "clock": "time.perf_counter (monotonic)"}
+
+
+async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """First model id from /v1/models (None when the server has no such endpoint)."""
+    try:
+        async with session.get(url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None, {}
+            body = await r.json(content_type=None)
+    except aiohttp.ClientConnectorError as exc:
+        raise UserError(f"cannot reach {url}: {exc.os_error or exc}") from None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None, {}
+    data = body.get("data") if isinstance(body, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
+        return str(data[0]["id"]), data[0]
+    return None, {}
+
+
+def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulated: dict[str, Any] | None,
+               calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """``run.json`` before the run (see docs/load.md for the keys this issue adds)."""
+    cfg, shape = m.cfg, m.shape
+    load_desc: dict[str, Any] = {
+        **shape.model_dump(mode="json"), "describe": shape.describe(),
+        "open_loop": not isinstance(shape, ConstantConcurrency),
+        "target_rate": getattr(shape, "rate_per_s", None), "limits": {
+            "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
+            "max_concurrency": cfg.max_concurrency},
+        "workers": cfg.workers, "backend": "ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local")}
+    run: dict[str, Any] = {
+        "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "measured",
+        "label": label, "started_at": datetime.now(timezone.utc).isoformat(), "seed": cfg.seed,
+        "model": model, "hardware": cfg.hardware or ((emulated or {}).get("hardware")),
+        "profile": (m.workload.describe() or {}).get("profile"),
+        "target": {"url": url, "embedded": embedded, "engine": (emulated and "infermeter-emulator") or None,
+                   "emulated": emulated},
+        "load": load_desc, "workload": m.workload.describe(), "host": host_info(),
+        "slo": cfg.slo, "config": cfg.public(),
+    }
+    if calibration is not None:
+        run["calibration"] = calibration
+    if m.soak:
+        run["soak"] = m.soak
+        run["segments"] = [{"started_at": run["started_at"], "first_index": 0, "shift_s": 0.0, "gap_s": 0.0}]
+    return run
+
+
+def runtime(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runtime facts of a run from its workers' stats (one worker: its own)."""
+    ok = [s for s in stats if "error" not in s]
+    cpu = [s["client_cpu"] for s in ok if s.get("client_cpu") is not None]
+    out: dict[str, Any] = {
+        "sent": sum(s.get("sent", 0) for s in ok), "cap_held": sum(s.get("cap_held", 0) for s in ok),
+        "max_in_flight": sum(s.get("max_in_flight", 0) for s in ok), "client_cpu": max(cpu) if cpu else None,
+        "wall_s": max((s.get("wall_s", 0.0) for s in ok), default=0.0),
+        "interrupted": any(s.get("interrupted") for s in ok) or len(ok) < len(stats)}
+    if len(stats) > 1 or any("clock_offset_s" in s for s in stats):
+        out["workers"] = stats
+    return out
+
+
+async def check_capacity(m: Any, calibration: dict[str, Any] | None, notices: list[str]) -> dict[str, Any] | None:
+    """Calibrate when the requested rate could matter; warn (or refuse with --strict) when it is too high."""
+    cfg = m.cfg
+    rate = requested_rate(m.shape)
+    if not cfg.calibrate or rate is None:
+        return calibration
+    if calibration is None:
+        specs = m.workload.requests()
+        tokens = sum(next(specs).max_tokens for _ in range(32)) / 32
+        if not worth_calibrating(rate, tokens):
+            return None
+        m.notify(f"calibrating this client against the zero-delay emulator (requested {rate:g} req/s)")
+        calibration = await calibrate(lambda: m.workload.requests())
+    warning = capacity_warning(calibration, rate, cfg.workers, distributed=cfg.ray is not None)
+    if warning:
+        if cfg.strict:
+            raise UserError(f"--strict: {warning}")
+        notices.append(warning)
+        m.notify(warning)
+    return calibration

@@ -1,0 +1,260 @@
+"""``Measurement``: one run of a ``RunConfig`` against a server, start to ``summary.json``.
+
+Discovers the model, writes ``run.json``, runs the schedule — in this process,
+in ``--workers N`` processes or as ``--ray`` actors (``load.workers``,
+``load.ray_backend``), with soak storage when the run is long
+(``measure.soak``) — and turns the records into the summary. Multi-step plans
+go to ``measure.plans``. ``stop()`` ends any of them cleanly::
+
+    m = Measurement(RunConfig(url=url, rate=50, duration_s=30, workers=2))
+    result = asyncio.run(m.run())            # RunResult(run_dir, summary, run)
+    Measurement.resume(run_dir)              # a killed soak run, continued
+
+Every run's clock reads 0 at ``run.json``'s ``t0_unix`` (wall time); worker
+processes and Ray actors share it (a start barrier at one wall time).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict
+
+from infermeter.analysis.summary import build_summary
+from infermeter.client.openai import ClientConfig
+from infermeter.client.session import make_session
+from infermeter.errors import ConfigError, UserError
+from infermeter.load.runner import Limits
+from infermeter.load.stats import LiveStats
+from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
+from infermeter.measure.config import (RunConfig, build_plan, build_shape, build_workload, resume_config,
+                                       soak_settings, specs_for)
+from infermeter.measure.header import check_capacity, default_out_dir, discover_model, run_header, runtime
+from infermeter.records import store
+
+
+class RunResult(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    run_dir: Path
+    summary: dict[str, Any]
+    run: dict[str, Any]
+
+
+def iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, timezone.utc).isoformat()
+
+
+class Measurement:
+    """One run (or one multi-step plan); see the module docstring.
+
+    ``notify`` receives one-line notices (calibration warnings, steps) for the console."""
+
+    def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
+                 notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
+        self.cfg = cfg
+        self.live: Any = live or LiveStats()
+        self.notify = notify or (lambda msg: None)
+        self.resume_dir = resume_dir
+        self.stopped = False
+        self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
+        self.clock: Callable[[], float] = aligned_clock(time.time())
+        self.plan = build_plan(cfg)
+        self.shape = None if self.plan is not None else build_shape(cfg)
+        self.workload = build_workload(cfg)
+        self.soak = soak_settings(cfg) if self.plan is None else None
+        if cfg.ray is not None or cfg.workers > 1:
+            if self.soak:
+                raise ConfigError("--workers/--ray with soak storage (--window, --checkpoint, runs >= 1 h) is not "
+                                  "supported yet; run the soak in one process")
+            if cfg.load == "replay":
+                raise ConfigError("--load replay runs in one process; drop --workers/--ray")
+
+    @classmethod
+    def resume(cls, run_dir: Path, api_key: str | None = None, **kw: Any) -> Measurement:
+        """A Measurement that continues the killed soak run in ``run_dir``."""
+        return cls(resume_config(Path(run_dir), api_key), resume_dir=Path(run_dir), **kw)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._active is not None:
+            self._active.stop()
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Live figures for the progress display (of the step running now, for plans)."""
+        if isinstance(self._active, Measurement):
+            return self._active.snapshot(now)
+        return dict(self.live.snapshot(now))
+
+    async def run(self) -> RunResult:
+        cfg = self.cfg
+        with ExitStack() as stack:
+            url = cfg.url
+            if url is None:
+                from infermeter.twin.process import EmulatorProcess
+
+                url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
+            if self.plan is not None:
+                from infermeter.measure.plans import measure_plan
+
+                return await measure_plan(self, url, cfg.url is None)
+            return await self.run_on(url, cfg.url is None)
+
+    async def run_on(self, url: str, embedded: bool, calibration: dict[str, Any] | None = None) -> RunResult:
+        """Measure the server at ``url`` (a step of a plan passes the plan's calibration)."""
+        cfg = self.cfg
+        assert self.shape is not None
+        async with make_session(connect_timeout_s=cfg.connect_timeout_s, max_connections=0) as session:
+            headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+            model, model_info = await discover_model(session, url, headers)
+            model = cfg.model or model
+            if not model:
+                raise UserError(f"{url}/v1/models gave no model id; pass --model")
+            emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
+            label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
+            run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
+            if self.resume_dir is None and ((run_dir / store.SUMMARY).exists() or (run_dir / store.JOURNAL).exists()):
+                raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+            notices: list[str] = []
+            calibration = await check_capacity(self, calibration, notices)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if self.resume_dir is not None:
+                run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
+            else:
+                run = run_header(self, url, embedded, model, label, emulated, calibration)
+            if notices:
+                run["notices"] = notices
+            store.write_json(run_dir / store.RUN, run)
+            client = ClientConfig(base_url=url, model=model, api=cfg.api, api_key=cfg.api_key, ignore_eos=cfg.ignore_eos,
+                                  temperature=cfg.temperature, extra_body=cfg.extra_body,
+                                  connect_timeout_s=cfg.connect_timeout_s, first_token_timeout_s=cfg.first_token_timeout_s,
+                                  total_timeout_s=cfg.timeout_s)
+            limits = Limits(requests=cfg.requests, duration_s=cfg.duration_s, warmup=cfg.warmup,
+                            max_concurrency=cfg.max_concurrency, grace_s=cfg.grace_s)
+            n = cfg.workers if cfg.ray else effective_workers(self.shape, cfg.workers)
+            wplan = WorkerPlan(client=client, shape=self.shape, limits=limits, seed=cfg.seed, workers=n,
+                               make_specs=partial(specs_for, cfg), connect_timeout_s=cfg.connect_timeout_s)
+            scraper = await self._start_scraper(session, url)
+            try:
+                if self.soak:
+                    from infermeter.measure.soak import execute_soak
+
+                    summary = await execute_soak(self, wplan, run_dir, run)
+                else:
+                    run["runtime"] = runtime(await self.execute(wplan, run_dir, run))
+            finally:
+                server_metrics = await self._stop_scraper(scraper, run_dir)
+        if server_metrics is not None:
+            run["server_metrics"] = server_metrics
+        if self.soak:
+            summary["server_metrics"] = server_metrics
+        else:
+            summary = build_summary(self._collect(run_dir, run, n), run=run)
+        summary["run_dir"] = str(run_dir)
+        summary["warnings"] = list(summary.get("warnings") or []) + list(run.get("notices") or [])
+        if cfg.alerts:
+            summary["alerts"] = _evaluate_alerts(cfg.alerts, summary)
+        store.write_json(run_dir / store.RUN, run)
+        store.write_json(run_dir / store.SUMMARY, summary)
+        return RunResult(run_dir=run_dir, summary=summary, run=run)
+
+    async def execute(self, wplan: WorkerPlan, run_dir: Path, run: dict[str, Any], sink: Any = None,
+                      start_wall: float | None = None) -> list[dict[str, Any]]:
+        """Run the schedule here, in processes or on Ray; one stats dict per worker."""
+        def on_start(wall: float) -> None:
+            self.clock = aligned_clock(wall)
+            if self.resume_dir is None:
+                run["t0_unix"] = wall
+                run["started_at"] = iso(wall)
+
+        if self.cfg.ray is not None:
+            from infermeter.load.ray_backend import RayPool
+
+            pool: Any = RayPool(wplan, run_dir, self.cfg.ray)
+        elif wplan.workers > 1:
+            from infermeter.load.workers import ProcessPool
+
+            pool = ProcessPool(wplan, run_dir)
+        else:
+            work = WorkerRun(wplan, 0, run_dir, sink=sink, live=self.live)
+            self._active = work
+            work.prepare()
+            t0 = start_wall if start_wall is not None else time.time()
+            on_start(t0)
+            if self.stopped:
+                work.stop()
+            return [await work.run(t0)]
+        self._active = pool
+        self.live = pool.live
+        if self.stopped:
+            pool.stop()
+        return list(await pool.run(on_start=on_start))
+
+    def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
+        """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""
+        if not (run_dir / "workers").is_dir():
+            return store.finalize(run_dir)
+        from infermeter.load.workers import merge_records, worker_tables
+
+        cfg = self.cfg
+        complete = not run["runtime"].get("interrupted") and cfg.requests is not None and cfg.duration_s is None
+        table, report = merge_records(worker_tables(run_dir, n), cfg.requests + cfg.warmup if complete else None)  # type: ignore[operator]
+        run["runtime"]["merge"] = report
+        if report.get("missing"):
+            run.setdefault("notices", []).append(f"merge: {report['missing']} requests have no record (a worker died?)")
+        store.write_table(run_dir, table)
+        shutil.rmtree(run_dir / "workers", ignore_errors=True)
+        return table
+
+    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> Any:
+        if not self.cfg.scrape:
+            return None
+        try:
+            from infermeter.telemetry.scraper import MetricsScraper
+        except ImportError:
+            return None
+        scraper = MetricsScraper(url, interval_s=self.cfg.scrape_interval_s, now=lambda: self.clock())
+        await scraper.start(session)
+        return scraper
+
+    async def _stop_scraper(self, scraper: Any, run_dir: Path) -> dict[str, Any] | None:
+        if scraper is None:
+            return None
+        await scraper.stop()
+        scraper.write(run_dir)
+        return scraper.summary()  # type: ignore[no-any-return]
+
+
+def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[dict[str, Any]]:
+    from infermeter.analysis.alerts import evaluate_alerts, parse_alert
+
+    return evaluate_alerts([parse_alert(a) for a in alerts], summary, [])  # type: ignore[no-any-return]
+
+
+def summarize_dir(run_dir: Path) -> dict[str, Any]:
+    """Rebuild summary.json from what is on disk (also for killed runs, worker runs and soak runs)."""
+    run_dir = Path(run_dir)
+    run = store.read_json(run_dir / store.RUN) if (run_dir / store.RUN).exists() else {}
+    if (run_dir / "parts").is_dir() or run.get("soak"):
+        from infermeter.measure.soak import summarize_soak
+
+        summary = summarize_soak(run_dir, run)
+    else:
+        if (run_dir / "workers").is_dir():
+            from infermeter.load.workers import merge_records, worker_tables
+
+            table, _ = merge_records(worker_tables(run_dir))
+            store.write_table(run_dir, table)
+            shutil.rmtree(run_dir / "workers", ignore_errors=True)
+        table = store.finalize(run_dir) if (run_dir / store.JOURNAL).exists() else store.load_table(run_dir)
+        summary = build_summary(table, run=run)
+    summary["run_dir"] = str(run_dir)
+    store.write_json(run_dir / store.SUMMARY, summary)
+    return summary

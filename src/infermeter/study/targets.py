@@ -1,0 +1,157 @@
+"""Where a study cell's steps run: the twin (simulated) or a live endpoint (measured).
+
+:func:`open_target` is a context manager that gives a :class:`Target` for one configuration:
+the twin when the configuration names no ``target``/``engine``, the URL when it names one,
+or an engine it launches on 127.0.0.1 (and stops afterwards)::
+
+    with open_target(study, conf) as target:
+        target.source                       # "simulated" | "measured"
+        summary = target.run_step(spec, "chat", out_dir=Path("cells/h100-sxm/chat/steps/0"),
+                                  label="h100-sxm · chat · step 0")
+
+Both write the same run directory (``run.json``, ``requests.parquet``, ``summary.json``): a
+simulated step through the twin's offline simulator in virtual time, a measured one through
+:class:`infermeter.measure.Measurement`. The study's ``profile_overrides`` and seed apply to
+both, so every configuration sees the same request stream per profile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from infermeter.errors import ConfigError
+from infermeter.study.config import Configuration, StudyConfig
+from infermeter.study.sweep import StepSpec
+
+MEASURED_DEFAULT_CONCURRENCY = 16
+
+
+class Target(Protocol):
+    source: str
+
+    def default_concurrency(self) -> int: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]: ...
+
+
+def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile: str, out_dir: Path,
+               label: str) -> dict[str, Any]:
+    """RunConfig fields shared by simulated and measured steps."""
+    plan = study.load_for(conf)
+    args: dict[str, Any] = {"requests": spec.requests, "warmup": spec.warmup, "seed": study.seed,
+                            "profile": profile, "slo": study.slo.limits, "out": str(out_dir), "label": label}
+    if spec.kind == "rate":
+        args.update(rate=spec.rate, arrival=plan.arrival)
+    else:
+        args["concurrency"] = spec.concurrency
+    return args
+
+
+class SimulatedTarget:
+    """The twin of ``study.model`` on the configuration's hardware."""
+
+    source = "simulated"
+
+    def __init__(self, study: StudyConfig, conf: Configuration) -> None:
+        from infermeter.twin.deploy import build_twin, engine_defaults
+
+        self.study, self.conf = study, conf
+        sim = study.sim_for(conf)
+        self.sim = sim
+        self.engine = {"max_num_seqs": sim.max_num_seqs, "max_num_batched_tokens": sim.max_num_batched_tokens,
+                       "enable_prefix_caching": sim.enable_prefix_caching}
+        try:
+            self.twin = build_twin(study.model, conf.config, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
+                                   engine=engine_defaults(**self.engine),
+                                   gpu_memory_utilization=sim.gpu_memory_utilization)
+        except ConfigError as exc:
+            raise ConfigError(f"configuration {conf.label}: {exc}") from None
+
+    def default_concurrency(self) -> int:
+        return self.twin.config.max_num_seqs * self.twin.lanes
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
+                "model": self.study.model, **self.twin.describe()}
+
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
+        from infermeter.measure import RunConfig
+
+        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label))
+        plan = _StudySimPlan(cfg, gpu=self.conf.config, dtype=self.sim.dtype, kv_dtype=self.sim.kv_dtype,
+                             gpu_memory_utilization=self.sim.gpu_memory_utilization, engine=self.engine,
+                             token_times="off", overrides=self.study.profile_overrides.get(profile) or None)
+        return plan.run().summary
+
+
+def _sim_plan_class() -> Any:
+    from infermeter.cli.cmd_simulate import SimPlan
+
+    return SimPlan
+
+
+class _StudySimPlan(_sim_plan_class()):  # type: ignore[misc]
+    """``infermeter simulate``'s plan with the study's profile overrides added to the workload."""
+
+    def __init__(self, *args: Any, overrides: dict[str, Any] | None = None, **kw: Any) -> None:
+        self._overrides = overrides
+        super().__init__(*args, **kw)
+
+    def workload_args(self) -> dict[str, Any]:
+        args = dict(super().workload_args())
+        if self._overrides:
+            args["overrides"] = self._overrides
+        return args
+
+
+class MeasuredTarget:
+    """A live OpenAI-compatible endpoint serving the configuration."""
+
+    source = "measured"
+
+    def __init__(self, study: StudyConfig, conf: Configuration, url: str, model: str | None,
+                 engine: str | None = None, engine_info: dict[str, Any] | None = None) -> None:
+        self.study, self.conf, self.url, self.model = study, conf, url, model
+        self.engine, self.engine_info = engine, engine_info or {}
+
+    def default_concurrency(self) -> int:
+        return MEASURED_DEFAULT_CONCURRENCY
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "endpoint", "url": self.url, "engine": self.engine or "unknown (given as a URL)",
+                "model": self.model, **self.engine_info}
+
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
+        from infermeter.measure import Measurement, RunConfig
+        from infermeter.workload import build_workload
+
+        cfg = RunConfig(url=self.url, model=self.model, hardware=self.conf.config,
+                        **_load_args(self.study, self.conf, spec, profile, out_dir, label))
+        m = Measurement(cfg)
+        overrides = self.study.profile_overrides.get(profile)
+        if overrides:
+            m.workload = build_workload(profile=profile, seed=cfg.seed, api=cfg.api, overrides=overrides)
+        return asyncio.run(m.run()).summary
+
+
+@contextmanager
+def open_target(study: StudyConfig, conf: Configuration) -> Iterator[Target]:
+    """The configuration's target, started for the ``with`` block when it is an engine to launch."""
+    if conf.target:
+        yield MeasuredTarget(study, conf, conf.target, conf.model)
+        return
+    if conf.engine:
+        from infermeter.engines import launch
+
+        eng = launch(conf.engine, port=None, **conf.engine_args)
+        with eng.running() as running:
+            yield MeasuredTarget(study, conf, running.base_url, conf.model or running.model, engine=conf.engine,
+                                 engine_info={"engine_args": dict(conf.engine_args), "timings": dict(running.timings)})
+        return
+    yield SimulatedTarget(study, conf)
