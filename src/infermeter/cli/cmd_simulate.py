@@ -165,20 +165,23 @@ class SimPlan:
         """The arrival source; huge runs make their requests in a child process (twin.feeder)."""
         import numpy as np
 
-        from infermeter.twin.feeder import ChildStream, FeedSpec, local_stream
+        from infermeter.twin.feeder import ChildStream, FeedSpec, calibrate_chars_per_block, local_stream
         from infermeter.twin.sources import ClosedLoopSource, OpenLoopSource
 
         cfg = self.cfg
+        cpb = calibrate_chars_per_block(iter(self.workload.requests()))
+        self.chars_per_block = cpb
         expected = self._expected_requests()
         if self.child_feeder and (expected is None or expected > TOKEN_TIMES_AUTO_LIMIT):
             limit = None if cfg.requests is None else cfg.requests + cfg.warmup
             reqs: Any = ChildStream(FeedSpec(workload=self.workload_args(), shape=None if self.closed else self.shape,
                                              seed=cfg.seed, replay=self.replay, time_scale=cfg.time_scale,
-                                             limit=limit, duration_s=None if self.closed else cfg.duration_s))
+                                             limit=limit, duration_s=None if self.closed else cfg.duration_s,
+                                             chars_per_block=cpb))
         else:
             offsets = None if (self.closed or self.replay) else self.shape.arrivals(np.random.default_rng(cfg.seed))
             reqs = local_stream(offsets, iter(self.workload.requests()), replay=self.replay,
-                                time_scale=cfg.time_scale)
+                                time_scale=cfg.time_scale, chars_per_block=cpb)
         delay = self.twin.request_overhead_s
         if self.closed:
             return ClosedLoopSource(self.shape.concurrency, reqs, requests=cfg.requests, duration_s=cfg.duration_s,
@@ -203,7 +206,9 @@ class SimPlan:
             "model": self.twin.served_model_name, "hardware": self.twin.hardware, "profile": wl.get("profile"),
             "target": {"url": None, "embedded": False, "engine": "infermeter-twin", "emulated": self.twin.describe()},
             "load": load_desc, "workload": wl, "host": host_info(), "slo": cfg.slo,
-            "config": {**cfg.public(), "simulate": {"token_times": self.token_times, **self.twin.describe()}},
+            "config": {**cfg.public(), "simulate": {"token_times": self.token_times,
+                                                    "prefix_key_chars_per_block": getattr(self, "chars_per_block", None),
+                                                    **self.twin.describe()}},
             "argv": sys.argv[1:],
         }
 

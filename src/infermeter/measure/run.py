@@ -87,11 +87,11 @@ class Measurement:
         if self._active is not None:
             self._active.stop()
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
         """Live figures for the progress display (of the step running now, for plans)."""
         if isinstance(self._active, Measurement):
-            return self._active.snapshot(now)
-        return dict(self.live.snapshot(now))
+            return self._active.snapshot()
+        return dict(self.live.snapshot(self.clock()))
 
     async def run(self) -> RunResult:
         cfg = self.cfg
@@ -173,6 +173,9 @@ class Measurement:
             if self.resume_dir is None:
                 run["t0_unix"] = wall
                 run["started_at"] = iso(wall)
+                if "segments" in run:
+                    run["segments"][0]["started_at"] = run["started_at"]
+                store.write_json(run_dir / store.RUN, run)  # a killed run's clock must be known on disk
 
         if self.cfg.ray is not None:
             from infermeter.load.ray_backend import RayPool

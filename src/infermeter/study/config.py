@@ -122,8 +122,8 @@ class Slo(_Frozen):
     def describe(self) -> str:
         if not self.limits:
             return "none"
-        parts = [f"{k.removesuffix('_ms').upper()} {self.percentile} <= {v:g} ms" for k, v in self.limits.items()]
-        return ", ".join(parts) + f", error rate <= {self.max_error_rate:.2%}"
+        parts = [f"{k.removesuffix('_ms').upper()} {self.percentile} ≤ {v:g} ms" for k, v in self.limits.items()]
+        return ", ".join(parts) + f", error rate ≤ {self.max_error_rate:.2%}"
 
 
 class Pricing(_Frozen):

@@ -16,6 +16,12 @@ ended_at]`` and the part inside the window counts. Requests/s = output tokens/s 
 tokens per request (steadier than counting completions, which favours short requests); input
 tokens/s = requests/s x mean input tokens. With too few requests for a window (``<= C + 1``
 sent) it returns ``None`` and the caller uses the whole-run summary.
+
+An open-loop step that keeps up serves what arrives, so :func:`arrival_throughput` gives its
+throughput as the achieved send rate x the share of requests that succeeded (tokens/s = that x
+the mean tokens per request) — the whole-run figure would count the drain after the last send.
+It also returns the schedule's own realized rate (``schedule_rate_per_s``: a Poisson schedule of
+N requests differs from its mean rate by about 1/sqrt(N)).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pyarrow as pa
 from infermeter.analysis.metrics import col
 
 METHOD = "steady window"
+ARRIVAL = "arrival rate"
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class Steady:
     start_s: float
     end_s: float
     method: str = METHOD
+    schedule_rate_per_s: float | None = None
+    send_rate_per_s: float | None = None
 
     @property
     def window_s(self) -> float:
@@ -84,3 +93,35 @@ def steady_throughput(table: pa.Table, concurrency: int) -> Steady | None:
     rps = out_tps / mean_out if mean_out > 0 else 0.0
     return Steady(requests_per_s=rps, input_tokens_per_s=rps * mean_in, output_tokens_per_s=out_tps,
                   total_tokens_per_s=out_tps + rps * mean_in, start_s=a, end_s=b)
+
+
+def _rate(times: np.ndarray) -> float | None:
+    t = times[np.isfinite(times)]
+    if t.size < 2 or not t.max() > t.min():
+        return None
+    return float((t.size - 1) / (t.max() - t.min()))
+
+
+def arrival_throughput(table: pa.Table) -> Steady | None:
+    """Throughput of an open-loop step from its send rate (see the module docstring)."""
+    if "phase" in table.column_names:
+        phase = np.asarray(table.column("phase").to_numpy(zero_copy_only=False), dtype=object)
+        table = table.filter(pa.array(phase == "measure"))
+    intended, sent = col(table, "intended_at"), col(table, "sent_at")
+    send = _rate(sent)
+    if send is None:
+        return None
+    outcome = np.asarray(table.column("outcome").to_numpy(zero_copy_only=False), dtype=object)
+    ok = outcome == "ok"
+    done = int(ok.sum() + (outcome == "error").sum())
+    n_out = _tokens(table, "completion_tokens", "stream_tokens")[ok]
+    n_in = col(table, "prompt_tokens")[ok]
+    if not done or not np.isfinite(n_out).any():
+        return None
+    rps = send * ok.sum() / done
+    mean_out = float(np.nanmean(n_out))
+    mean_in = float(np.nanmean(n_in)) if np.isfinite(n_in).any() else 0.0
+    t = sent[np.isfinite(sent)]
+    return Steady(requests_per_s=rps, input_tokens_per_s=rps * mean_in, output_tokens_per_s=rps * mean_out,
+                  total_tokens_per_s=rps * (mean_in + mean_out), start_s=float(t.min()), end_s=float(t.max()),
+                  method=ARRIVAL, schedule_rate_per_s=_rate(intended), send_rate_per_s=send)

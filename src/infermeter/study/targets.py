@@ -77,8 +77,8 @@ class SimulatedTarget:
         return self.twin.config.max_num_seqs * self.twin.lanes
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
-                "model": self.study.model, **self.twin.describe()}
+        return {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
+                "model": self.study.model}
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig

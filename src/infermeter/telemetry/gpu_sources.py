@@ -109,11 +109,13 @@ class NvmlSource:
     def _reasons(self, h: Any) -> int | None:
         n = self._nvml
         for fname in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-            fn = getattr(n, fname, None)
-            if fn is not None:
-                v = self._try(lambda fn=fn: fn(h))
-                if v is not None:
-                    return int(v)
+            fn: Callable[[Any], Any] | None = getattr(n, fname, None)
+            if fn is None:
+                continue
+            try:
+                return int(fn(h))
+            except Exception:  # noqa: BLE001 - unsupported here: try the older name
+                continue
         return None
 
     def read(self) -> list[dict[str, Any]]:

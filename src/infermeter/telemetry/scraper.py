@@ -119,6 +119,7 @@ class MetricsScraper:
         self._raw = _RawStore()
         self._poller = Poller(self.interval_s, self._scrape)
         self.bad_lines = 0
+        self._last_status: int | None = None
 
     # -- polling -------------------------------------------------------------
 
@@ -127,6 +128,7 @@ class MetricsScraper:
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s))
         async with self._session.get(self.base_url + path, headers=self._headers, timeout=timeout) as resp:
             if resp.status != 200:
+                self._last_status = resp.status
                 return None
             return await resp.text(errors="replace")
 
@@ -136,7 +138,7 @@ class MetricsScraper:
         if self.path is not None:
             text = await self._fetch(self.path)
             if text is None:
-                raise RuntimeError(f"GET {self.path} failed")
+                raise RuntimeError(f"GET {self.path}: HTTP {self._last_status}")
         else:  # first successful scrape fixes the path
             for cand in self._candidates:
                 body = await self._fetch(cand)

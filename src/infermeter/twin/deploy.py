@@ -156,7 +156,8 @@ def fake_twin(
 def hardware_config(gpu: str, tp: int | None = None, pp: int | None = None) -> str:
     """``--gpu`` with ``--tp``/``--pp`` applied: ``("a100-80gb", tp=4)`` -> ``"4xa100-80gb:tp4"``.
 
-    The GPU count becomes ``replicas * tp * pp`` (replicas from ``--gpu``'s own count).
+    A GPU count that ``tp * pp`` divides is kept (the rest are replicas:
+    ``("8xh100-sxm", tp=2)`` -> 4 replicas); otherwise the count becomes ``tp * pp``.
     """
     from infermeter.perfmodel.configspec import parse_config
 
@@ -166,5 +167,5 @@ def hardware_config(gpu: str, tp: int | None = None, pp: int | None = None) -> s
     t, p = tp or cfg.tp, pp or cfg.pp
     if t < 1 or p < 1:
         raise ConfigError(f"--tp {t} / --pp {p}: must be >= 1")
-    count = cfg.replicas * t * p
+    count = cfg.count if cfg.count % (t * p) == 0 else t * p
     return parse_config(f"{count}x{cfg.hardware}:tp{t},pp{p}").label

@@ -11,7 +11,9 @@ Both give the same requests in the same order (same seeds)::
     reqs.close()
 
 Prefix-cache keys come from the prompt text as the emulator server sees it
-(``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`).
+(``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`),
+cut into chunks of ``chars_per_block`` characters; :func:`calibrate_chars_per_block`
+sizes them to 16 tokens of the workload's own text.
 Python's ``hash`` is salted per process, which is why the child sends keys *and*
 the parent never mixes them with keys it computes itself: one run, one process
 making keys. A trace replay uses each spec's ``arrival_s * time_scale``.
@@ -28,19 +30,39 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
-from infermeter.twin.hashing import chat_text, text_block_keys
+from infermeter.twin.hashing import CHARS_PER_BLOCK, chat_text, text_block_keys
 from infermeter.twin.request import SimRequest
 
 BATCH = 8192
 
 
-def spec_keys(spec: Any) -> list[int]:
+def spec_text(spec: Any) -> str:
+    """The prompt text the emulator server would see for a workload spec."""
+    return spec.prompt if spec.prompt is not None else chat_text(spec.messages or ())
+
+
+def spec_keys(spec: Any, chars_per_block: int = CHARS_PER_BLOCK) -> list[int]:
     """Prefix-cache keys of a workload spec's prompt."""
     n = spec.input_tokens
     if n < 16:
         return []
-    text = spec.prompt if spec.prompt is not None else chat_text(spec.messages or ())
-    return text_block_keys(text, n)
+    return text_block_keys(spec_text(spec), n, chars_per_block=chars_per_block)
+
+
+def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256) -> int:
+    """16 x the workload's characters per token, from its first ``n`` specs (text keys' chunk size).
+
+    Keys cut on a fixed character count; sized from the workload, a shared prefix of
+    ``T`` tokens hits about ``T`` tokens (with 4 characters per token assumed, prose at
+    ~4.8 would over-count by 20%).
+    """
+    chars = tokens = 0
+    for _, spec in zip(range(n), specs):
+        chars += len(spec_text(spec))
+        tokens += spec.input_tokens
+    if tokens == 0 or chars == 0:
+        return CHARS_PER_BLOCK
+    return max(1, round(16 * chars / tokens))
 
 
 def local_stream(
@@ -50,6 +72,7 @@ def local_stream(
     replay: bool = False,
     time_scale: float = 1.0,
     keys: bool = True,
+    chars_per_block: int = CHARS_PER_BLOCK,
 ) -> Iterator[SimRequest]:
     """SimRequests from specs, timed by ``offsets`` (None: 0.0, or trace times when ``replay``)."""
     rid = 0
@@ -62,7 +85,7 @@ def local_stream(
                 return
         else:
             at = 0.0
-        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, spec_keys(spec) if keys else (), at,
+        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, spec_keys(spec, chars_per_block) if keys else (), at,
                          spec.conversation_id, spec.prefix_group)
         rid += 1
 
@@ -79,6 +102,7 @@ class FeedSpec:
     limit: int | None = None  # requests in all (warmup included)
     duration_s: float | None = None
     keys: bool = True
+    chars_per_block: int = CHARS_PER_BLOCK
 
 
 def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
@@ -90,7 +114,7 @@ def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
         if spec.shape is not None and not spec.replay:
             offsets = spec.shape.arrivals(np.random.default_rng(spec.seed))
         stream = local_stream(offsets, iter(wl.requests()), replay=spec.replay, time_scale=spec.time_scale,
-                              keys=spec.keys)
+                              keys=spec.keys, chars_per_block=spec.chars_per_block)
         limit = spec.limit
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
         n = 0

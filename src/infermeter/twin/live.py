@@ -21,7 +21,8 @@ tokens are delivered late (``describe()["max_lag_s"]`` says by how much).
 Requests: ``prompt_tokens`` as the server counted them, ``max_tokens`` tokens are
 always generated (the twin has no EOS, so ``ignore_eos`` changes nothing);
 prefix-cache keys from ``prompt_token_ids`` when given, else from the prompt text
-(:mod:`infermeter.twin.hashing`). A request that cannot fit (prompt + max_tokens over
+cut every ``chars_per_block`` characters (default 64: 16 tokens of 4 characters, the
+server's own fallback count; :mod:`infermeter.twin.hashing`). A request that cannot fit (prompt + max_tokens over
 ``max_model_len``) raises :class:`RequestRejected` (HTTP 400 in vLLM). A stream the
 client abandons is aborted in the engine. Histograms observe real seconds (what the
 server's clients see): virtual / ``speedup``.
@@ -35,7 +36,7 @@ from typing import Any
 
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
-from infermeter.twin.hashing import text_block_keys, token_block_keys
+from infermeter.twin.hashing import CHARS_PER_BLOCK, text_block_keys, token_block_keys
 from infermeter.twin.loop import route
 from infermeter.twin.metrics import EngineMetrics, render_metrics
 from infermeter.twin.request import DECODE, FINISHED, SimRequest
@@ -64,12 +65,14 @@ class _Stream:
 class TwinBackend:
     """Backend protocol implementation on :class:`~infermeter.twin.engine.Engine` (see module docstring)."""
 
-    def __init__(self, twin: Twin, *, speedup: float = 1.0, model_name: str | None = None) -> None:
+    def __init__(self, twin: Twin, *, speedup: float = 1.0, model_name: str | None = None,
+                 chars_per_block: int = CHARS_PER_BLOCK) -> None:
         if speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {speedup}")
         self.twin = twin
         self.speedup = float(speedup)
         self.model_name = model_name or twin.served_model_name
+        self.chars_per_block = chars_per_block
         self.engines: list[Engine] = twin.engines(max_span_steps=1)
         self.metrics = [EngineMetrics(e.max_model_len) for e in self.engines]
         self._ids = 0
@@ -81,7 +84,8 @@ class TwinBackend:
 
     # -- protocol ------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        return {**self.twin.describe(), "speedup": self.speedup, "max_lag_s": self.max_lag_s}
+        return {**self.twin.describe(), "speedup": self.speedup, "max_lag_s": self.max_lag_s,
+                "prefix_key_chars_per_block": self.chars_per_block}
 
     def metrics_text(self) -> str:
         return render_metrics(self.model_name, list(zip(self.engines, self.metrics)),
@@ -97,7 +101,8 @@ class TwinBackend:
             await asyncio.sleep(self.twin.request_overhead_s / self.speedup)
         ids = getattr(req, "prompt_token_ids", None)
         prompt = int(req.prompt_tokens)
-        keys = token_block_keys(ids) if ids else text_block_keys(getattr(req, "prompt_text", "") or "", prompt)
+        keys = (token_block_keys(ids) if ids else
+                text_block_keys(getattr(req, "prompt_text", "") or "", prompt, chars_per_block=self.chars_per_block))
         self._ids += 1
         r = SimRequest(rid=self._ids, arrival=arrived, prompt_tokens=prompt, max_tokens=n, keys=keys,
                        intended_at=arrived)

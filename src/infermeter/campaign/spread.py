@@ -1,0 +1,97 @@
+"""How much repeats of the same cell differ: the campaign's report.
+
+Each finished run contributes its key figures (:func:`cell_metrics`); the runs
+of one target x profile x load are a *group*, and each figure gets its spread
+over the repeats (:func:`spread`: n, mean, stdev, min, max, cv = stdev/mean)::
+
+    >>> spread([10.0, 12.0, 14.0])["mean"], round(spread([10.0, 12.0, 14.0])["cv"], 4)
+    (12.0, 0.1667)
+
+``campaign_report`` builds ``campaign.json``; ``report_markdown`` the
+``campaign.md`` table. For sweep and find-max loads the figures are those of
+the head step, plus the capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from infermeter.campaign.spec import Campaign
+
+FIGURES = (
+    ("request_throughput", "req/s", ".2f"),
+    ("output_token_throughput", "output tok/s", ".1f"),
+    ("ttft_p50_ms", "TTFT p50 (ms)", ".1f"),
+    ("ttft_p99_ms", "TTFT p99 (ms)", ".1f"),
+    ("tpot_p50_ms", "TPOT p50 (ms)", ".2f"),
+    ("e2e_p50_ms", "E2E p50 (ms)", ".1f"),
+    ("capacity", "capacity", ".4g"),
+)
+
+
+def cell_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """The figures a campaign compares, from one run's summary.json."""
+    def p(key: str, q: str) -> float | None:
+        return (summary.get(key) or {}).get(q)
+
+    cap = summary.get("capacity") or {}
+    return {
+        "request_throughput": summary.get("request_throughput"),
+        "output_token_throughput": summary.get("output_token_throughput"),
+        "ttft_p50_ms": p("ttft_ms", "p50"), "ttft_p99_ms": p("ttft_ms", "p99"),
+        "tpot_p50_ms": p("tpot_ms", "p50"), "e2e_p50_ms": p("e2e_ms", "p50"),
+        "capacity": cap.get(cap.get("dimension", ""), None) if cap else None,
+        "completed": summary.get("completed"), "failed": summary.get("failed"), "valid": summary.get("valid"),
+    }
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if a.size == 0:
+        return {"n": 0, "mean": None, "stdev": None, "min": None, "max": None, "cv": None}
+    mean, sd = float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return {"n": int(a.size), "mean": mean, "stdev": sd, "min": float(a.min()), "max": float(a.max()),
+            "cv": sd / mean if mean else None}
+
+
+def campaign_report(campaign: Campaign, cells_state: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for c in campaign.cells():
+        groups.setdefault((c.target.name, c.profile, c.load), []).append({"key": c.key, **cells_state.get(c.key, {})})
+    out = []
+    for (t, p, ld), runs in groups.items():
+        done = [r for r in runs if r.get("status") == "done"]
+        figs = {name: spread([(r.get("metrics") or {}).get(name) for r in done]) for name, _, _ in FIGURES}
+        out.append({"target": t, "profile": p, "load": ld, "runs": len(runs), "done": len(done),
+                    "run_dirs": [r.get("run_dir") for r in done], "figures": figs})
+    statuses = [s.get("status") for s in cells_state.values()]
+    return {"campaign": campaign.name, "file": str(campaign.path), "repeats": campaign.repeats,
+            "cells": len(campaign.cells()), "done": statuses.count("done"), "failed": statuses.count("failed"),
+            "complete": statuses.count("done") == len(campaign.cells()), "groups": out}
+
+
+def fmt_spread(s: dict[str, Any], fmt: str) -> str:
+    if not s.get("n"):
+        return "–"
+    text = format(s["mean"], fmt)
+    if s["n"] > 1:
+        text += f" ± {format(s['stdev'], fmt)}"
+        if s.get("cv") is not None:
+            text += f" ({s['cv']:.1%})"
+    return text
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    head = ["target", "profile", "load", "runs"] + [label for _, label, _ in FIGURES]
+    lines = [f"# Campaign {report['campaign']}", "",
+             f"{report['done']} of {report['cells']} runs done ({report['repeats']} repeats each); "
+             "figures are mean ± stdev over the repeats (cv in brackets).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in report["groups"]:
+        cells = [g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}"]
+        cells += [fmt_spread(g["figures"][name], fmt) for name, _, fmt in FIGURES]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

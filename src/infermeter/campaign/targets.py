@@ -1,0 +1,158 @@
+"""Campaign targets: start and stop engines, wait for health, reset the prefix cache, slice server logs.
+
+``running(target, log_path)`` is a context manager yielding a
+:class:`LiveTarget` (base URL, engine pid, log file) for the time its cells
+run. An ``emulator`` target is ``infermeter emulate`` with the target's
+``args``; a ``vllm-cpu`` target is :class:`infermeter.engines.VllmCpuEngine`
+with ``extra_args = args`` and ``settings`` as its fields, started with
+``VLLM_SERVER_DEV_MODE=1`` so that ``POST /reset_prefix_cache`` exists; a
+``url`` target is only waited for (``GET /health``)::
+
+    with running(target, out / "logs" / f"{target.name}.log") as live:
+        live.reset_prefix_cache()        # "reset" | "unsupported" | "failed: ..."
+        start = live.log_offset()
+        ...                              # one run
+        live.copy_log(start, run_dir / "server.log")
+
+Engines run in their own process group; their pid goes into the campaign
+state so that a resumed campaign can stop an engine its killed predecessor
+left behind (:func:`stop_leftover`, which checks the process is ours first).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infermeter.campaign.spec import Target
+from infermeter.engines.process import ServerProcess, free_port, http_ok, kill_group
+from infermeter.errors import ConfigError, UserError
+
+RESET_PATH = "/reset_prefix_cache"
+
+
+@dataclass
+class LiveTarget:
+    target: Target
+    base_url: str
+    log_path: Path | None = None
+    pid: int | None = None
+    reset_support: str | None = None  # learned on the first reset
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def reset_prefix_cache(self) -> str:
+        """POST /reset_prefix_cache (vLLM's dev-mode route): "reset", "unsupported", "skipped" or "failed: ..."."""
+        if not self.target.reset_prefix_cache:
+            return "skipped"
+        if self.reset_support == "unsupported":
+            return "unsupported"
+        req = urllib.request.Request(self.base_url + RESET_PATH, data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - the target's own URL
+                self.reset_support = "reset" if r.status == 200 else f"failed: HTTP {r.status}"
+        except urllib.error.HTTPError as exc:
+            self.reset_support = "unsupported" if exc.code in (404, 405) else f"failed: HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            return f"failed: {exc}"
+        return self.reset_support
+
+    def log_offset(self) -> int:
+        try:
+            return self.log_path.stat().st_size if self.log_path else 0
+        except OSError:
+            return 0
+
+    def copy_log(self, start: int, dest: Path) -> int:
+        """Copy the server log written since ``start`` to ``dest``; bytes copied."""
+        if self.log_path is None or not self.log_path.exists():
+            return 0
+        with self.log_path.open("rb") as fh:
+            fh.seek(start)
+            data = fh.read()
+        dest.write_bytes(data)
+        return len(data)
+
+
+def wait_health(url: str, timeout_s: float, poll_s: float = 0.5) -> float:
+    t0 = time.monotonic()
+    while not http_ok(url + "/health"):
+        if time.monotonic() - t0 > timeout_s:
+            raise UserError(f"{url}/health did not answer 200 within {timeout_s:g} s")
+        time.sleep(poll_s)
+    return time.monotonic() - t0
+
+
+@contextmanager
+def _dev_mode() -> Iterator[None]:
+    old = os.environ.get("VLLM_SERVER_DEV_MODE")
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_SERVER_DEV_MODE", None)
+        else:
+            os.environ["VLLM_SERVER_DEV_MODE"] = old
+
+
+@contextmanager
+def running(target: Target, log_path: Path, on_pid: Any = None) -> Iterator[LiveTarget]:
+    """The target, up and healthy, for the duration of the block (see the module docstring)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if target.url is not None:
+        waited = wait_health(target.url.rstrip("/"), target.health_timeout_s)
+        yield LiveTarget(target, target.url.rstrip("/"), timings={"health_s": waited})
+        return
+    if target.engine == "emulator":
+        port = free_port()
+        proc = ServerProcess([sys.executable, "-m", "infermeter.cli.main", "emulate", "--host", "127.0.0.1",
+                              "--port", str(port), *target.args], env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                             log_path=log_path)
+        t0 = time.monotonic()
+        proc.start()
+        if on_pid:
+            on_pid(proc.pid)
+        try:
+            proc.wait_healthy(f"http://127.0.0.1:{port}/health", timeout_s=target.health_timeout_s, poll_s=0.1)
+            yield LiveTarget(target, f"http://127.0.0.1:{port}", log_path, proc.pid,
+                             timings={"start_s": time.monotonic() - t0})
+        finally:
+            proc.stop(grace_s=10)
+        return
+    from infermeter.engines import launch
+
+    try:
+        eng = launch("vllm-cpu", port=None, extra_args=tuple(target.args), log_path=log_path,
+                     startup_timeout_s=target.health_timeout_s, **target.settings)
+    except TypeError as exc:
+        raise ConfigError(f"target {target.name}: settings: {exc}") from None
+    try:
+        with _dev_mode():
+            eng.start()
+        if on_pid:
+            on_pid(eng.pid)
+        yield LiveTarget(target, eng.base_url, log_path, eng.pid, timings=dict(eng.timings))
+    finally:
+        eng.stop()
+
+
+def stop_leftover(pid: int | None, marker: str) -> bool:
+    """Stop the process group ``pid`` if it is still running ``marker`` (an engine we started); True if stopped."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    if marker not in cmdline:
+        return False
+    kill_group(pid, grace_s=10)
+    return True

@@ -1,0 +1,68 @@
+"""``infermeter campaign FILE``: run a matrix of targets x profiles x loads x repeats, resumably."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infermeter.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("campaign")
+    def campaign(
+        file: Path = typer.Argument(..., help="Campaign YAML (targets, profiles, loads, repeats)."),
+        out: Optional[Path] = typer.Option(None, help="Campaign directory (default: the file's out:, else results/campaign-<name>)."),
+        restart: bool = typer.Option(False, help="Discard the state of an earlier attempt in --out and start over."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="List the runs (in order) and exit."),
+        as_json: bool = typer.Option(False, "--json", help="Print campaign.json instead of the table."),
+    ) -> None:
+        """Run every target x profile x load x repeat; rerun the same command to resume after an interruption."""
+        from infermeter.campaign import CampaignRunner, load_campaign
+        from infermeter.records import store
+
+        camp = load_campaign(file)
+        out_dir = out or Path(camp.out or f"results/campaign-{camp.name}")
+        err = Console(stderr=True)
+        if dry_run:
+            done = {}
+            if (out_dir / "campaign-state.json").exists() and not restart:
+                done = store.read_json(out_dir / "campaign-state.json").get("cells") or {}
+            for c in camp.cells():
+                status = (done.get(c.key) or {}).get("status", "todo")
+                print(f"{c.key:50s} {status:12s} {c.config.load or 'single'}")
+            return
+        runner = CampaignRunner(camp, out_dir, notify=lambda s: err.print(s, highlight=False), restart=restart)
+        report = runner.run()
+        if as_json:
+            print(json.dumps(report, indent=2))
+        else:
+            Console().print(report_table(report))
+            Console().print(f"campaign: {out_dir} (campaign.json, campaign.md, runs/)")
+        if report.get("interrupted"):
+            raise UserError(f"campaign interrupted after {report['done']} of {report['cells']} runs; "
+                            f"run the same command again to resume ({out_dir})")
+        if report["failed"]:
+            raise UserError(f"{report['failed']} of {report['cells']} runs failed; see {out_dir}/campaign-state.json "
+                            "(rerun the same command to retry them)")
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    from infermeter.campaign.spread import FIGURES, fmt_spread
+
+    t = Table(title=f"Campaign {report['campaign']}: mean ± stdev (cv) over {report['repeats']} repeats",
+              title_justify="left", show_edge=False)
+    for c in ("target", "profile", "load", "runs"):
+        t.add_column(c)
+    keep = [f for f in FIGURES if any(g["figures"][f[0]]["n"] for g in report["groups"])]
+    for _, label, _ in keep:
+        t.add_column(label, justify="right")
+    for g in report["groups"]:
+        t.add_row(g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}",
+                  *(fmt_spread(g["figures"][name], fmt) for name, _, fmt in keep))
+    return t

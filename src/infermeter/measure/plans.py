@@ -1,0 +1,84 @@
+"""Multi-step runs on a server: every step a full run in ``steps/<k>/``, one summary on top.
+
+``measure_plan`` drives a plan (``load.sweep``, ``load.search``) with
+``load.steps.run_plan``; each step is an ordinary run of a derived
+``RunConfig`` (:func:`step_config`: the plan's shape as flags, its own
+warmup and stop condition, ``out = DIR/steps/<k>``), so each step directory
+replays on its own. The top-level ``summary.json`` holds the head step's keys
+(find-max: the capacity step; sweep: the best step meeting the SLO) plus
+``steps`` and, for find-max, ``capacity`` (layout in docs/load.md)::
+
+    m = Measurement(RunConfig(url=url, load="find-max", slo={"ttft_ms": 500}, requests=200))
+    res = asyncio.run(m.run())
+    res.summary["capacity"]["rate"], len(res.summary["steps"])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from infermeter.client.session import make_session
+from infermeter.errors import ConfigError, UserError
+from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
+from infermeter.load.steps import SloJudge, Step, plan_summary, run_plan
+from infermeter.measure.config import RunConfig
+from infermeter.measure.header import default_out_dir, discover_model
+from infermeter.measure.run import Measurement, RunResult
+from infermeter.records import store
+
+
+def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
+    """The RunConfig of step ``k``: the step's shape as flags, everything else from the plan's config."""
+    upd: dict[str, Any] = {"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
+                           "out": str(run_dir / "steps" / str(k))}
+    if isinstance(step.shape, ConstantConcurrency):
+        upd.update(concurrency=step.shape.concurrency, label=f"{label} step {k} ({step.name}, concurrency {step.shape.concurrency})")
+    elif isinstance(step.shape, ConstantArrivalRate):
+        upd.update(rate=step.shape.rate_per_s, arrival=step.shape.arrival,
+                   label=f"{label} step {k} ({step.name}, {step.shape.rate_per_s:.3g} req/s)")
+    else:
+        raise ValueError(f"plans yield constant rates or concurrencies, not {step.shape.kind}")
+    return cfg.model_copy(update=upd)
+
+
+async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
+    cfg, plan = m.cfg, m.plan
+    assert plan is not None
+    async with make_session(connect_timeout_s=cfg.connect_timeout_s) as session:
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        model = cfg.model or (await discover_model(session, url, headers))[0]
+    if not model:
+        raise UserError(f"{url}/v1/models gave no model id; pass --model")
+    label = cfg.label or f"{model}-{plan.kind}"
+    run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
+    if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
+        raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    judge = SloJudge(slo=dict(cfg.slo), percentile=cfg.slo_percentile, max_error_rate=cfg.max_error_rate)
+    calibration: dict[str, Any] = {}
+
+    async def measure_step(k: int, step: Step) -> dict[str, Any]:
+        child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify)
+        m._active = child
+        if m.stopped:
+            child.stop()
+        m.notify(f"step {k} ({step.name}): {step.shape.describe()}")
+        res = await child.run_on(url, embedded, calibration=calibration.get("value"))
+        if res.run.get("calibration"):
+            calibration["value"] = res.run["calibration"]
+        return res.summary
+
+    result = await run_plan(plan, measure_step, judge, should_stop=lambda: m.stopped)
+    summary = plan_summary(result, judge, plan)
+    first = store.read_json(run_dir / "steps" / "0" / store.RUN)
+    run = {k: v for k, v in first.items() if k not in ("runtime", "server_metrics", "calibration", "notices")}
+    run.update({"label": label, "slo": cfg.slo, "config": cfg.public(),
+                "load": {**plan.model_dump(mode="json"), "describe": plan.describe(), "open_loop": None,
+                         "steps": len(result.entries)}})
+    if calibration.get("value"):
+        run["calibration"] = calibration["value"]
+    summary.update({"label": label, "source": "measured", "run_dir": str(run_dir)})
+    store.write_json(run_dir / store.RUN, run)
+    store.write_json(run_dir / store.SUMMARY, summary)
+    return RunResult(run_dir=run_dir, summary=summary, run=run)

@@ -1,0 +1,151 @@
+"""Prices, cost per cell, best value per profile and break-even bands, from the cost and capacity modules.
+
+The contract: every configuration gets one dated :class:`~infermeter.analysis.prices.Price` (its own
+``price_per_hour`` from the study file, else the catalog under the study's pricing options) or a
+reason it has none; every cell is priced at its *basis* throughput — the highest load meeting the
+SLO when the study has latency limits, else saturation — and also at saturation::
+
+    priced = price_study(study, cells)
+    priced.cost[("h100-sxm", "chat")].result.usd_per_1m_requests
+    priced.picks["chat"].best.cell.config, priced.picks["chat"].margin_pct
+    priced.break_even["chat"].bands[0].winner
+
+Best value (:func:`infermeter.analysis.cost.best_by_group`): the lowest ``pricing.value_metric``
+per profile among *comparable* priced cells (serving the study's model; meeting the SLO when
+there is one). Break-even (:func:`infermeter.analysis.capacity.break_even`): replicas of each
+configuration needed for a daily volume at its basis capacity, cheapest per band.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from infermeter.analysis.capacity import BreakEven, Candidate, break_even
+from infermeter.analysis.cost import CostResult, Pick, Subject, Throughput, best_by_group, compute_cost
+from infermeter.analysis.prices import Price, PriceOptions, load_catalog, resolve_price, staleness_warnings
+from infermeter.errors import UserError
+from infermeter.perfmodel.configspec import parse_config
+from infermeter.study.cells import CellResult
+from infermeter.study.config import Configuration, StudyConfig
+
+
+@dataclass(frozen=True)
+class CellCost:
+    cell: CellResult
+    basis: str  # "SLO capacity" | "saturation"
+    result: CostResult | None
+    at_saturation: CostResult | None
+    comparable: bool
+    reason: str | None = None  # why there is no price, or why the cell is left out of best value
+
+    def value(self, metric: str) -> float | None:
+        return None if self.result is None else getattr(self.result, metric)
+
+
+@dataclass
+class StudyPrices:
+    prices: dict[str, Price | str]  # configuration label -> price, or why none
+    cost: dict[tuple[str, str], CellCost]
+    picks: dict[str, Pick[CellCost]]
+    break_even: dict[str, BreakEven]
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def same_model(served: str | None, study_model: str) -> bool:
+    """Whether a measured endpoint's model id is the study's model (catalog names and aliases)."""
+    if not served:
+        return False
+    from infermeter.perfmodel.models import get_model
+
+    try:
+        return get_model(served).name == get_model(study_model).name
+    except UserError:
+        return served.lower() == study_model.lower()
+
+
+def options_of(study: StudyConfig) -> PriceOptions:
+    p = study.pricing
+    return PriceOptions(provider=p.provider, instance=p.instance, prices_file=p.prices_file, commitment=p.commitment,
+                        discount=p.discount, whole_instances=p.whole_instances)
+
+
+def own_price(conf: Configuration, today: dt.date) -> Price:
+    """The study file's ``price_per_hour`` for ``conf`` as a dated price."""
+    hw = parse_config(conf.config)
+    assert conf.price_per_hour is not None
+    return Price(config=hw.label, usd_per_hour=conf.price_per_hour, list_usd_per_hour=conf.price_per_hour,
+                 usd_per_gpu_hour=conf.price_per_hour / hw.count, provider="study file", instance=conf.label,
+                 billing="override", source=conf.price_source or "price_per_hour in the study file",
+                 date=conf.price_date, date_note=None if conf.price_date else "no price_date in the study file")
+
+
+def resolve_prices(study: StudyConfig, today: dt.date) -> dict[str, Price | str]:
+    options = options_of(study)
+    catalog = None
+    out: dict[str, Price | str] = {}
+    for conf in study.configurations:
+        if conf.price_per_hour is not None:
+            out[conf.label] = own_price(conf, today)
+            continue
+        try:
+            catalog = catalog or load_catalog(overrides=options.prices_file)
+            out[conf.label] = resolve_price(parse_config(conf.config), options, catalog, today)
+        except UserError as exc:
+            out[conf.label] = f"no price: {exc}"
+    return out
+
+
+def _throughput(block: dict[str, Any] | None) -> Throughput | None:
+    if not block or not (block.get("requests_per_s") or 0) > 0 or not (block.get("output_tokens_per_s") or 0) > 0:
+        return None
+    return Throughput(output_tokens_per_s=block["output_tokens_per_s"],
+                      input_tokens_per_s=block.get("input_tokens_per_s") or 0.0,
+                      requests_per_s=block["requests_per_s"], total_tokens_per_s=block.get("total_tokens_per_s"))
+
+
+def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> CellCost:
+    has_slo = bool(study.slo.limits)
+    basis, block = ("SLO capacity", cell.capacity) if has_slo else ("saturation", cell.saturation)
+    comparable = cell.source == "simulated" or same_model(cell.model, study.model)
+    why_not = None if comparable else f"serves {cell.model}, not {study.model}"
+    if isinstance(price, str):
+        return CellCost(cell, basis, None, None, comparable, price)
+
+    def cost(b: dict[str, Any] | None, basis_text: str) -> CostResult | None:
+        tp = _throughput(b)
+        if tp is None:
+            return None
+        subject = Subject(label=f"{cell.config} · {cell.profile}", source=cell.source, throughput=tp,
+                          hardware=cell.hardware, model=cell.model, profile=cell.profile, run_dir=cell.run_dir,
+                          basis=basis_text)
+        return compute_cost(price, tp, subject, overhead=study.pricing.overhead, utilization=study.pricing.utilization)
+
+    result = cost(block, basis)
+    if result is None and has_slo:
+        why_not = why_not or "no tested load met the SLO"
+    return CellCost(cell, basis, result, cost(cell.saturation, "saturation"), comparable, why_not)
+
+
+def price_study(study: StudyConfig, cells: list[CellResult], today: dt.date | None = None) -> StudyPrices:
+    """Prices, cell costs, best value per profile and break-even bands (see the module docstring)."""
+    today = today or dt.date.today()
+    prices = resolve_prices(study, today)
+    costs = {c.key: price_cell(c, prices[c.config], study) for c in cells}
+    metric = study.pricing.value_metric
+    eligible = [cc for cc in costs.values() if cc.comparable and cc.value(metric) is not None]
+    picks = best_by_group(eligible, lambda cc: float(cc.value(metric) or 0.0), lambda cc: cc.cell.profile)
+    bands: dict[str, BreakEven] = {}
+    by_profile: dict[str, list[Candidate]] = {}
+    v = study.volume
+    for profile in study.profiles:
+        cands = [Candidate(cc.cell.config, cc.result, cc.result.subject.throughput.requests_per_s, cc.basis)
+                 for cc in eligible if cc.cell.profile == profile and cc.result is not None]
+        if cands:
+            by_profile[profile] = cands
+            bands[profile] = break_even(cands, v.low, v.high, v.peak_factor, v.headroom, group=profile)
+    real = [p for p in prices.values() if isinstance(p, Price)]
+    notes = staleness_warnings(real, today)
+    return StudyPrices(prices, costs, picks, bands, by_profile, notes)

@@ -1,0 +1,251 @@
+"""The soak section: a simulated production run per configuration, in windows, with alerts and an error budget.
+
+:func:`run_soaks` simulates ``soak.rate_per_s`` Poisson traffic of one profile for
+``soak.duration_s`` on each configuration, sized as capacity planning says: ``replicas: auto``
+gives each configuration ``max(1, ceil(rate / (capacity x (1 - headroom))))`` replicas, capacity
+being the cell's SLO capacity (else saturation) in requests/s. Each run is cut into windows
+(``window_s``, hourly by default) by :func:`soak_windows`, reading ``requests.parquet`` in
+batches (memory does not grow with the run)::
+
+    soaks = run_soaks(study, cells, out_dir / "soak")
+    soaks[0].windows[5]["ttft_ms"]["p99"], soaks[0].budget["consumed"], soaks[0].alerts
+
+Per window (requests belong to the window they were sent in): requests sent, completed and failed,
+requests/s and output tokens/s (completed requests' tokens / window length), TTFT / TPOT / E2E
+percentiles (log buckets, within 0.5 %), errors by class, SLO misses (a completed request over a
+latency limit, per request), burn rate = (bad / sent) / (1 - objective). With ``timeout_s`` a
+request whose E2E from its intended send passes it counts as a client ``timeout`` error.
+Error budget: ``allowed = (1 - objective) x requests``; ``bad = failed + SLO misses``; the
+budget is exhausted in the first window where cumulative bad passes allowed-so-far's total.
+Alerts (:func:`infermeter.analysis.alerts.evaluate_alerts`): the study's rules, else one per SLO
+limit at the SLO percentile plus ``error_rate > 1 - objective``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from infermeter.analysis.alerts import evaluate_alerts, parse_alert
+from infermeter.analysis.capacity import replicas_needed
+from infermeter.analysis.metrics import col
+from infermeter.perfmodel.configspec import parse_config
+from infermeter.records import store
+from infermeter.study.cells import CellResult
+from infermeter.study.config import Configuration, Slo, StudyConfig
+from infermeter.twin.sketch import LogHistogram
+
+_COLUMNS = ["phase", "intended_at", "sent_at", "first_token_at", "ended_at", "outcome", "error_class",
+            "completion_tokens"]
+
+
+@dataclass
+class SoakResult:
+    config: str
+    hardware: str  # the simulated fleet, e.g. 3xh100-sxm:tp1
+    replicas: int
+    replicas_basis: str
+    profile: str
+    rate_per_s: float
+    duration_s: float
+    window_s: float
+    run_dir: str
+    summary: dict[str, Any]
+    windows: list[dict[str, Any]]
+    budget: dict[str, Any]
+    alerts: list[dict[str, Any]]
+    source: str = "simulated"
+    wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Window:
+    __slots__ = ("sent", "ok", "failed", "out_tokens", "slo_miss", "errors", "ttft", "tpot", "e2e")
+
+    def __init__(self) -> None:
+        self.sent = self.ok = self.failed = self.slo_miss = 0
+        self.out_tokens = 0.0
+        self.errors: dict[str, int] = {}
+        self.ttft, self.tpot, self.e2e = LogHistogram(), LogHistogram(), LogHistogram()
+
+
+def soak_windows(path: Path, window_s: float, duration_s: float, slo: Slo, objective: float,
+                 timeout_s: float | None = None, batch_rows: int = 262_144) -> list[dict[str, Any]]:
+    """Per-window figures of a run's records (see the module docstring)."""
+    n_win = max(1, math.ceil(duration_s / window_s - 1e-9))
+    wins = [_Window() for _ in range(n_win)]
+    with pq.ParquetFile(path) as f:
+        for batch in f.iter_batches(columns=[c for c in _COLUMNS if c in f.schema_arrow.names], batch_size=batch_rows):
+            _add_batch(batch, wins, window_s, slo, timeout_s)
+    out = []
+    for i, w in enumerate(wins):
+        done = w.ok + w.failed
+        bad = w.failed + w.slo_miss
+        out.append({
+            "index": i, "window_s": window_s, "start_s": i * window_s, "end_s": min((i + 1) * window_s, duration_s),
+            "sent": w.sent, "completed": w.ok, "failed": w.failed, "slo_misses": w.slo_miss, "bad": bad,
+            "request_throughput": w.ok / window_s, "output_token_throughput": w.out_tokens / window_s,
+            "error_rate": w.failed / done if done else None, "errors": dict(sorted(w.errors.items())),
+            "burn_rate": (bad / w.sent) / (1 - objective) if w.sent else None,
+            "ttft_ms": w.ttft.distribution(1000.0), "tpot_ms": w.tpot.distribution(1000.0),
+            "e2e_ms": w.e2e.distribution(1000.0),
+        })
+    return out
+
+
+def _add_batch(batch: Any, wins: list[_Window], window_s: float, slo: Slo, timeout_s: float | None) -> None:
+    import pyarrow as pa
+
+    t = pa.Table.from_batches([batch])
+    phase = np.asarray(t.column("phase").to_numpy(zero_copy_only=False), dtype=object) if "phase" in t.column_names \
+        else np.full(t.num_rows, "measure", dtype=object)
+    keep = phase == "measure"
+    intended, first, ended = col(t, "intended_at")[keep], col(t, "first_token_at")[keep], col(t, "ended_at")[keep]
+    sent = col(t, "sent_at")[keep]
+    n_out = col(t, "completion_tokens")[keep]
+    outcome = np.asarray(t.column("outcome").to_numpy(zero_copy_only=False), dtype=object)[keep]
+    eclass = np.asarray(t.column("error_class").to_numpy(zero_copy_only=False), dtype=object)[keep]
+    ok = outcome == "ok"
+    e2e_i = ended - intended
+    if timeout_s is not None:
+        late = ok & (e2e_i > timeout_s)
+        ok = ok & ~late
+        eclass = np.where(late, "timeout", eclass)
+        outcome = np.where(late, "error", outcome)
+    failed = outcome == "error"
+    ttft_i = first - intended
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out >= 2, (ended - first) / (n_out - 1), np.nan)
+    miss = np.zeros(ok.size, dtype=bool)
+    for key, limit in slo.limits.items():
+        v = {"ttft_ms": ttft_i, "tpot_ms": tpot, "e2e_ms": e2e_i}[key] * 1000.0
+        miss |= v > limit
+    miss &= ok
+    idx = np.clip(np.floor(intended / window_s).astype(np.int64), 0, len(wins) - 1)
+    for i in np.unique(idx):
+        sel = idx == i
+        w = wins[int(i)]
+        oks = sel & ok
+        w.sent += int(sel.sum())
+        w.ok += int(oks.sum())
+        w.failed += int((sel & failed).sum())
+        w.slo_miss += int((sel & miss).sum())
+        w.out_tokens += float(np.nansum(n_out[oks]))
+        for cls in eclass[sel & failed]:
+            w.errors[str(cls)] = w.errors.get(str(cls), 0) + 1
+        w.ttft.add(ttft_i[oks])
+        w.tpot.add(tpot[oks])
+        w.e2e.add((ended - sent)[oks])
+
+
+def error_budget(windows: list[dict[str, Any]], objective: float) -> dict[str, Any]:
+    total = sum(w["sent"] for w in windows)
+    bad = sum(w["bad"] for w in windows)
+    allowed = (1 - objective) * total
+    exhausted = None
+    running = 0
+    for w in windows:
+        running += w["bad"]
+        if running > allowed:
+            exhausted = w["end_s"]
+            break
+    return {"objective": objective, "requests": total, "allowed_bad": allowed, "bad": bad,
+            "failed": sum(w["failed"] for w in windows), "slo_misses": sum(w["slo_misses"] for w in windows),
+            "consumed": bad / allowed if allowed > 0 else None, "exhausted_at_s": exhausted}
+
+
+def default_alerts(slo: Slo, objective: float) -> list[str]:
+    rules = [f"{k.removesuffix('_ms')}_{slo.percentile}_ms>{v:g}" for k, v in slo.limits.items()]
+    return rules + [f"error_rate>{1 - objective:g}"]
+
+
+def soak_fleet(conf: Configuration, cell: CellResult | None, rate: float, replicas: int | str,
+               headroom: float) -> tuple[str, int, str]:
+    """(fleet configuration label, replicas, why that many)."""
+    hw = parse_config(conf.config)
+    if replicas == "auto":
+        block = (cell.capacity or cell.saturation) if cell else None
+        cap = (block or {}).get("requests_per_s")
+        if cap and cap > 0:
+            n = replicas_needed(rate * 86400.0, cap, 1.0, headroom)
+            basis = "SLO capacity" if cell and cell.capacity else "saturation"
+            why = f"{rate:g} req/s over {cap:.3g} req/s per replica ({basis}) at {headroom:.0%} headroom"
+        else:
+            n, why = 1, "no capacity figure for this configuration: one replica"
+    else:
+        n, why = int(replicas), "set in the study file"
+    fleet = parse_config(f"{hw.count * n}x{hw.hardware}:tp{hw.tp},pp{hw.pp}")
+    return fleet.label, n, why
+
+
+def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
+              progress: Callable[[str], None] | None = None) -> list[SoakResult]:
+    """One simulated soak per configuration (see the module docstring)."""
+    from infermeter.measure import RunConfig
+    from infermeter.study.targets import _StudySimPlan
+
+    soak = study.soak
+    assert soak is not None
+    say = progress or (lambda _line: None)
+    profile = soak.profile or study.profiles[0]
+    rules = [parse_alert(a) for a in (soak.alerts or default_alerts(study.slo, soak.objective))]
+    out = []
+    for conf in study.configurations:
+        if soak.configurations and conf.label not in soak.configurations:
+            continue
+        cell = next((c for c in cells if c.config == conf.label and c.profile == profile), None)
+        fleet, n, why = soak_fleet(conf, cell, soak.rate_per_s, soak.replicas, study.volume.headroom)
+        from infermeter.study.runner import slug
+
+        run_dir = soak_dir / slug(conf.label)
+        say(f"soak {conf.label}: {n} replica(s) ({fleet}), {soak.rate_per_s:g} req/s {profile} for "
+            f"{soak.duration_s / 3600:g} h (simulated)")
+        sim = study.sim_for(conf)
+        cfg = RunConfig(model=study.model, rate=soak.rate_per_s, duration_s=soak.duration_s, seed=study.seed,
+                        profile=profile, slo=study.slo.limits, out=str(run_dir), label=f"soak {conf.label}")
+        plan = _StudySimPlan(cfg, gpu=fleet, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
+                             gpu_memory_utilization=sim.gpu_memory_utilization,
+                             engine={"max_num_seqs": sim.max_num_seqs,
+                                     "max_num_batched_tokens": sim.max_num_batched_tokens,
+                                     "enable_prefix_caching": sim.enable_prefix_caching},
+                             token_times="off", overrides=study.profile_overrides.get(profile) or None)
+        res = plan.run(progress=lambda t, k: say(f"    {k:,} requests, {t / 3600:.2f} h simulated"))
+        windows = soak_windows(run_dir / store.PARQUET, soak.window_s, soak.duration_s, study.slo, soak.objective,
+                               soak.timeout_s)
+        whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
+        alerts = evaluate_alerts(rules, whole, windows)
+        budget = error_budget(windows, soak.objective)
+        out.append(SoakResult(conf.label, fleet, n, why, profile, soak.rate_per_s, soak.duration_s, soak.window_s,
+                              str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s))
+        say(f"    -> {res.records:,} requests in {res.wall_s:.1f} s; budget consumed "
+            f"{(budget['consumed'] or 0):.1%}; {len(alerts)} alert(s)")
+    return out
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    keys = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "error_rate",
+            "errors", "summary_method", "server_metrics")
+    return {**{k: s.get(k) for k in keys}, **{f"{d}_ms": s.get(f"{d}_ms") for d in ("ttft", "tpot", "e2e")}}
+
+
+def window_label(w: dict[str, Any]) -> str:
+    """``"5–6 h"``: a window's row name in its soak table (unit from the window's length)."""
+    length = w.get("window_s") or (w["end_s"] - w["start_s"])
+    div, unit = (3600.0, "h") if length >= 3600 else (60.0, "min") if length >= 60 else (1.0, "s")
+    return f"{w['start_s'] / div:g}–{w['end_s'] / div:g} {unit}"
+
+
+def windows_key(config: str) -> str:
+    """The table key of a configuration's soak windows."""
+    import re
+
+    return "soak_" + re.sub(r"[^A-Za-z0-9]+", "_", config).strip("_")

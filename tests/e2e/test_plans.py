@@ -1,0 +1,74 @@
+"""Sweeps and find-max against the emulator: one run directory, steps inside, the capacity on top."""
+
+import asyncio
+import json
+
+import pytest
+
+from infermeter.measure import Measurement, RunConfig
+from infermeter.report.rundir import load_run_dir
+from infermeter.twin.process import EmulatorProcess
+
+# 4 requests at once, 20 ms to the first token, 5 ms per token: 10 tokens take 70 ms
+EMU = ["--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "4"]
+
+
+@pytest.fixture(scope="module")
+def emu4():
+    with EmulatorProcess(EMU) as emu:
+        yield emu
+
+
+def run(cfg):
+    return asyncio.run(Measurement(cfg).run())
+
+
+def test_find_max_on_concurrency_finds_the_server_limit(emu4, tmp_path):
+    # up to 4 streams the TTFT is 20 ms; with a 5th, requests wait up to 70 ms for a free slot (p90 ~80 ms)
+    res = run(RunConfig(url=emu4.base_url, load="find-max", search="concurrency", slo={"ttft_ms": 50.0}, slo_percentile=90,
+                        requests=24, warmup=4, output_tokens="10", input_tokens="20", scrape=False, out=str(tmp_path / "fm")))
+    s = res.summary
+    assert s["capacity"]["concurrency"] == 4 and s["capacity"]["bracket"] == [4, 5] and s["capacity"]["converged"]
+    assert [e["concurrency"] for e in s["steps"]] == [1, 2, 4, 8, 6, 5]
+    assert [e["meets_slo"] for e in s["steps"]] == [True, True, True, False, False, False]
+    on_disk = json.loads((tmp_path / "fm" / "summary.json").read_text())
+    assert on_disk["capacity"]["step"] == 2 and on_disk["head_step"] == 2 and on_disk["completed"] == 24
+    step = json.loads((tmp_path / "fm" / "steps" / "2" / "run.json").read_text())
+    assert step["config"]["concurrency"] == 4 and step["config"]["warmup"] == 4
+    # the report helper reads it as one sweep with six steps
+    assert [st.name for st in load_run_dir(tmp_path / "fm").steps] == [str(k) for k in range(6)]
+
+
+def test_sweep_runs_synchronous_throughput_and_rates_between(emu4, tmp_path):
+    res = run(RunConfig(url=emu4.base_url, load="sweep", sweep_rates=2, concurrency=8, arrival="constant", requests=20,
+                        output_tokens="10", input_tokens="20", scrape=False, slo={"ttft_ms": 60.0}, calibrate=False,
+                        out=str(tmp_path / "sw")))
+    s = res.summary
+    steps = s["steps"]
+    assert [e["step"] for e in steps] == ["synchronous", "throughput", "rate", "rate"]
+    lo, hi = steps[0]["request_throughput"], steps[1]["request_throughput"]
+    assert 11 < lo < 15  # one stream: 1 / 70 ms ~ 14 req/s
+    assert 45 < hi < 66  # four slots: ~57 req/s
+    assert [e["offered_rate"] for e in steps[2:]] == pytest.approx([lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3])
+    for e in steps[2:]:
+        assert e["achieved_rate"] == pytest.approx(e["offered_rate"], rel=0.1)
+    assert steps[1]["meets_slo"] is False  # 8 streams on 4 slots queue for ~70 ms
+    assert s["rates"] == [e["offered_rate"] for e in steps[2:]]
+    assert "capacity" not in s and s["head_step"] in (0, 2, 3)
+    assert all((tmp_path / "sw" / "steps" / str(k) / "requests.parquet").exists() for k in range(4))
+
+
+def test_cli_find_max_prints_the_capacity(emu4, tmp_path, cli):
+    p = cli("run", "--url", emu4.base_url, "--load", "find-max", "--search", "concurrency", "--slo", "ttft_ms=50",
+            "--slo-percentile", "90",
+            "--requests", "16", "--output-tokens", "10", "--max-steps", "4", "--no-scrape", "--out", str(tmp_path / "c"))
+    assert p.returncode == 0, p.stderr
+    assert "capacity under the SLO: concurrency 4 streams" in " ".join(p.stdout.split())
+    s = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert s["capacity"]["converged"] is False and s["capacity"]["bracket"] == [4, 8]
+
+
+def test_find_max_without_slo_is_a_one_line_error(tmp_path, cli):
+    p = cli("run", "--url", "http://127.0.0.1:9", "--load", "find-max", "--requests", "5", "--out", str(tmp_path / "x"))
+    assert p.returncode == 2 and "--load find-max needs --slo" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -1,0 +1,91 @@
+"""The load steps of a cell: which steps, at which loads, judged against the SLO."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infermeter.study.config import LoadPlan, Slo
+from infermeter.study.saturation import ARRIVAL, Steady
+from infermeter.study.sweep import StepOutcome, StepSpec, capacity_step, judge, plan_steps
+
+
+def _summary(ttft95: float = 100.0, **kw: Any) -> dict[str, Any]:
+    return {"valid": True, "invalid_reasons": [], "completed": 10, "error_rate": 0.0,
+            "ttft_from_intended_ms": {"p95": ttft95}, "tpot_ms": {"p95": 20.0}, **kw}
+
+
+def _rates(rps: float, method: str = "steady window") -> Steady:
+    return Steady(rps, rps * 100, rps * 10, rps * 110, 0.0, 10.0, method)
+
+
+def drive(plan: LoadPlan, slo: Slo, verdicts: dict[str, bool], sat_rps: float = 10.0) -> list[StepSpec]:
+    """Run the planner with outcomes: the saturation step gives ``sat_rps``; rate steps pass per ``verdicts``
+    (keyed by fraction rounded to 3 digits); the synchronous step passes."""
+    gen = plan_steps(plan, slo, default_concurrency=256)
+    specs = [next(gen)]
+    while True:
+        s = specs[-1]
+        if s.kind == "saturation":
+            out = StepOutcome(s, _summary(), _rates(sat_rps), meets_slo=verdicts.get("saturation", False))
+        elif s.kind == "rate":
+            out = StepOutcome(s, _summary(), _rates(s.rate or 0, ARRIVAL), meets_slo=verdicts.get(f"{s.fraction or 0:.3f}", True))
+        else:
+            out = StepOutcome(s, _summary(), None, meets_slo=verdicts.get("sync", True))
+        try:
+            specs.append(gen.send(out))
+        except StopIteration:
+            return specs
+
+
+def test_sweep_runs_sync_saturation_rates_then_bisects_toward_the_slo_edge() -> None:
+    plan = LoadPlan(sync_requests=4, saturation_requests=500, requests=100, rate_fractions=(0.3, 0.6, 0.9), refine=2)
+    specs = drive(plan, Slo(ttft_ms=500), {"0.300": True, "0.600": True, "0.900": False, "0.750": True,
+                                          "0.825": False})
+    assert [(s.k, s.kind, s.concurrency, s.requests) for s in specs[:2]] == [(0, "synchronous", 1, 4),
+                                                                            (1, "saturation", 256, 500)]
+    # rates are fractions of the saturation request rate (10 req/s); then 0.75 = (0.6+0.9)/2, 0.825 = (0.75+0.9)/2
+    assert [(round(s.fraction, 3), round(s.rate, 3)) for s in specs[2:]] == [(0.3, 3.0), (0.6, 6.0), (0.9, 9.0),
+                                                                             (0.75, 7.5), (0.825, 8.25)]
+
+
+def test_no_refinement_without_limits_or_when_even_one_request_fails() -> None:
+    plan = LoadPlan(rate_fractions=(0.5,), refine=3)
+    assert [s.kind for s in drive(plan, Slo(), {"0.500": True})] == ["synchronous", "saturation", "rate"]
+    assert len(drive(plan, Slo(ttft_ms=1), {"0.500": False, "sync": False})) == 3
+
+
+def test_all_rates_pass_but_saturation_fails_bisects_between_the_top_fraction_and_one() -> None:
+    specs = drive(LoadPlan(rate_fractions=(0.5,), refine=1), Slo(ttft_ms=500), {"0.500": True, "0.750": True})
+    assert round(specs[-1].fraction, 3) == 0.75
+
+
+def test_fixed_plans_run_one_step() -> None:
+    assert [(s.kind, s.rate) for s in drive(LoadPlan(kind="rate", rate=3.0), Slo(), {"none": True})] == [("rate", 3.0)]
+    assert [(s.kind, s.concurrency, s.requests) for s in
+            drive(LoadPlan(kind="concurrency", concurrency=8), Slo(), {})] == [("saturation", 8, 24)]
+
+
+def test_judge_checks_percentile_limits_errors_and_validity() -> None:
+    slo = Slo(ttft_ms=500, tpot_ms=50, max_error_rate=0.01)
+    assert judge(_summary(ttft95=400), slo) == (True, ())
+    ok, why = judge(_summary(ttft95=612.4, error_rate=0.02), slo)
+    assert not ok and why == ("error rate 2.00% > 1.00%", "ttft p95 612 ms > 500 ms")
+    ok, why = judge(_summary(valid=False, invalid_reasons=["schedule_lag: p99 12 ms"]), slo)
+    assert why == ("invalid run: schedule_lag: p99 12 ms",)
+
+
+def test_a_poisson_schedule_shorter_than_its_mean_rate_is_not_held_against_the_step() -> None:
+    s = _summary(valid=False, invalid_reasons=["achieved_rate: achieved 1.54 req/s < 95% of target 1.74 req/s"])
+    kept_up = Steady(1.5, 0, 0, 0, 0, 1, ARRIVAL, schedule_rate_per_s=1.543, send_rate_per_s=1.543)
+    fell_behind = Steady(1.2, 0, 0, 0, 0, 1, ARRIVAL, schedule_rate_per_s=1.543, send_rate_per_s=1.2)
+    assert judge(s, Slo(ttft_ms=500), kept_up) == (True, ())
+    assert judge(s, Slo(ttft_ms=500), fell_behind)[0] is False
+
+
+def test_capacity_is_the_passing_step_with_the_most_requests_per_second() -> None:
+    def out(k: int, rps: float, ok: bool) -> StepOutcome:
+        return StepOutcome(StepSpec(k, "rate", 10, rate=rps), _summary(), _rates(rps, ARRIVAL), meets_slo=ok)
+
+    steps = [out(0, 1.0, True), out(1, 5.0, True), out(2, 9.0, False), out(3, 4.0, True)]
+    assert capacity_step(steps).spec.k == 1
+    assert capacity_step([out(0, 1.0, False)]) is None

@@ -1,0 +1,55 @@
+"""``simulate`` and the emulated server (measured by ``run``'s pipeline) agree on the same workload.
+
+Same model and hardware, same workload and Poisson schedule (same seed); the live run
+goes ``SPEEDUP`` times faster, so its times are scaled back before comparing.
+Stated tolerance: request and token throughput within 5 %, mean TPOT and E2E within
+10 %, mean TTFT within 25 % or 15 ms (the client and HTTP stack add real
+milliseconds, which the speedup multiplies); prefix-cache hit rates within 0.05.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from infermeter.cli.cmd_simulate import SimPlan
+from infermeter.measure import Measurement, RunConfig
+from infermeter.twin.live import TwinBackend
+
+SPEEDUP = 4.0
+RATE = 8.0  # virtual requests/s
+N = 48
+WORKLOAD = {"input_tokens": "256", "output_tokens": "48", "prefix_tokens": 128, "prefix_groups": 2}
+
+
+def test_emulate_and_simulate_agree(tmp_path):
+    from infermeter.twin.server import make_app, serve
+    from infermeter.workload import load_tokenizer
+
+    sim = SimPlan(RunConfig(model="llama-3.1-8b", rate=RATE, requests=N, seed=3, out=str(tmp_path / "sim"),
+                            **WORKLOAD), gpu="h100-sxm")
+    s_sim = sim.run().summary
+
+    async def live():
+        backend = TwinBackend(sim.twin, speedup=SPEEDUP, chars_per_block=sim.chars_per_block)
+        app = make_app(backend, count_tokens=load_tokenizer(None).count)
+        async with serve(app) as url:
+            cfg = RunConfig(url=url, rate=RATE * SPEEDUP, requests=N, seed=3, out=str(tmp_path / "emu"),
+                            scrape_interval_s=0.25, **WORKLOAD)
+            result = await Measurement(cfg).run()
+        await backend.close()
+        return result.summary
+
+    s_emu = asyncio.run(live())
+    assert s_emu["completed"] == s_sim["completed"] == N
+    assert s_emu["request_throughput"] / SPEEDUP == pytest.approx(s_sim["request_throughput"], rel=0.05)
+    assert s_emu["output_token_throughput"] / SPEEDUP == pytest.approx(s_sim["output_token_throughput"], rel=0.05)
+    for key in ("tpot_ms", "e2e_ms"):
+        assert s_emu[key]["mean"] * SPEEDUP == pytest.approx(s_sim[key]["mean"], rel=0.10), key
+    ttft_sim, ttft_emu = s_sim["ttft_ms"]["mean"], s_emu["ttft_ms"]["mean"] * SPEEDUP
+    assert abs(ttft_emu - ttft_sim) <= max(0.25 * ttft_sim, 15.0)
+    hit_sim = s_sim["server_metrics"]["prefix_cache_hit_rate"]
+    hit_emu = s_emu["server_metrics"]["prefix_cache_hit_rate"]  # scraped from the twin's /metrics
+    assert hit_sim > 0.3
+    assert hit_emu == pytest.approx(hit_sim, abs=0.05)
