@@ -75,3 +75,18 @@ def test_file_signals_average_many_samples_and_need_t(tmp_path):
     pq.write_table(pa.table({"time": [1.0]}), p)
     with pytest.raises(DataError, match="no 't' column"):
         file_signals(p)
+
+
+def test_counters_become_rates_and_histograms_windowed_means(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from infermeter.report.timeseries import file_signals
+
+    path = tmp_path / "server_metrics.parquet"
+    pq.write_table(pa.table({"t": [0.0, 1.0, 2.0], "num_preemptions": [0.0, 2.0, 2.0],
+                             "ttft_seconds_sum": [0.0, 1.0, 3.0], "ttft_seconds_count": [0.0, 2.0, 4.0]}), path)
+    sig = {s.key: s for s in file_signals(path)}
+    assert sig["preemptions_rate"].series[0].v.tolist() == [2.0, 0.0]
+    assert sig["ttft_seconds_mean"].series[0].v.tolist() == [500.0, 1000.0]
+    assert "num_preemptions" not in sig and "ttft_seconds_count" not in sig

@@ -158,8 +158,11 @@ def load_campaign(path: Path | str) -> Campaign:
     names = [t.name for t in spec.targets]
     if len(set(names)) != len(names) or not all(_NAME.match(n) for n in names):
         raise ConfigError(f"{path}: targets need distinct names of letters, digits, '.', '_' or '-'")
-    defaults = _settings(spec.defaults, "defaults")
-    profiles, loads = _named(spec.profiles, "profiles"), _named(spec.loads, "loads")
+    try:
+        defaults = _settings(spec.defaults, "defaults")
+        profiles, loads = _named(spec.profiles, "profiles"), _named(spec.loads, "loads")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     by_target: dict[str, list[Cell]] = {}
     for t in spec.targets:
         cells = []

@@ -155,6 +155,42 @@ _KNOWN = {
     "sm_clock_mhz": ("gpu_clock", "GPU SM clock", "MHz", 1.0),
 }
 _SKIP = {"clock_event_reasons", "energy_j", "scrape_ok", "scrape_error"}
+# Cumulative counters (scraped as totals): charted as their rate of change.
+_COUNTERS = {
+    "prefix_cache_hits": ("prefix_cache_hits_rate", "Prefix-cache hits (server)", "tokens/s"),
+    "prefix_cache_queries": ("prefix_cache_queries_rate", "Prefix-cache queries (server)", "tokens/s"),
+    "num_preemptions": ("preemptions_rate", "Preemptions (server)", "per s"),
+    "prompt_tokens": ("server_prompt_tps", "Prompt tokens processed (server)", "tok/s"),
+    "generation_tokens": ("server_generation_tps", "Generation tokens (server)", "tok/s"),
+}
+
+
+def _counter_rate(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rate of a cumulative counter between consecutive samples (a reset gives NaN, not a negative rate)."""
+    ok = np.isfinite(t) & np.isfinite(v)
+    t, v = t[ok], v[ok]
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], v[order]
+    if t.size < 2:
+        return np.empty(0), np.empty(0)
+    dt, dv = np.diff(t), np.diff(v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where((dt > 0) & (dv >= 0), dv / dt, np.nan)
+    return (t[1:] + t[:-1]) / 2, rate
+
+
+def _windowed_mean(t: np.ndarray, total: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of a histogram between samples: d(sum) / d(count)."""
+    ok = np.isfinite(t) & np.isfinite(total) & np.isfinite(count)
+    t, total, count = t[ok], total[ok], count[ok]
+    order = np.argsort(t, kind="stable")
+    t, total, count = t[order], total[order], count[order]
+    if t.size < 2:
+        return np.empty(0), np.empty(0)
+    ds, dc = np.diff(total), np.diff(count)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(dc > 0, ds / dc, np.nan)
+    return (t[1:] + t[:-1]) / 2, mean
 _GROUP_COLUMNS = ("gpu", "gpu_index", "index", "device")
 
 
@@ -204,10 +240,28 @@ def file_signals(path: Path, max_points: int = 600) -> list[Signal]:
         if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)):
             continue
         values = col.to_numpy(zero_copy_only=False).astype(np.float64)
-        key, title, unit, scale = _KNOWN.get(name, (name, name.replace("_", " "), "", 1.0))
+        if name.endswith("_count"):
+            continue
+        if name.endswith("_sum"):
+            base = name[: -len("_sum")]
+            if base + "_count" not in table.column_names:
+                continue
+            counts = table.column(base + "_count").to_numpy(zero_copy_only=False).astype(np.float64)
+            key, title, unit, scale = (f"{base}_mean", f"{base.replace('_seconds', '').replace('_', ' ')} mean (server, per scrape)", "ms", 1000.0)
+        elif name in _COUNTERS:
+            key, title, unit = _COUNTERS[name]
+            scale = 1.0
+        else:
+            key, title, unit, scale = _KNOWN.get(name, (name, name.replace("_", " "), "", 1.0))
         values = values * scale
         for gname, mask in groups:
-            t, v = _bucket_mean(t_all[mask], values[mask], max_points)
+            if name.endswith("_sum"):
+                tt, vv = _windowed_mean(t_all[mask], values[mask], counts[mask])
+            elif name in _COUNTERS:
+                tt, vv = _counter_rate(t_all[mask], values[mask])
+            else:
+                tt, vv = t_all[mask], values[mask]
+            t, v = _bucket_mean(tt, vv, max_points)
             label = name.replace("_", " ") + (f" ({gname})" if gname else "")
             old = signals.get(key)
             series = (old.series if old else ()) + (Series(label, t, v),)

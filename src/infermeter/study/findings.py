@@ -150,10 +150,10 @@ def _value(w: _Writer, profile: str) -> None:
             f"{SRC[best.source]}; price {fmt_usd(price.usd_per_hour)}/h, {price.provider}, {price.date_text})")
     refs = [rb, Ref("prices", best.config, "$/h", price.usd_per_hour, fmt_usd(price.usd_per_hour)),
             Ref("prices", best.config, "date", price.date_text, price.date_text)]
-    if pick.runner_up is not None and pick.margin_pct is not None:
+    if pick.runner_up is not None and pick.runner_up_value:
         ru = pick.runner_up.cell
         rr = w.r(key, ru)
-        text += f", {pick.margin_pct:.1%} cheaper than {ru.config} ({shown(rr)})"
+        text += f", {1 - pick.best_value / pick.runner_up_value:.1%} cheaper than {ru.config} ({shown(rr)})"
         refs.append(rr)
     lead = w.comparable(profile, "sat_out")
     if lead and pick.runner_up is not None and lead[0].config == pick.runner_up.cell.config:

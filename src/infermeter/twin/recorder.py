@@ -3,7 +3,7 @@
 :class:`RecordSink` turns each finished (or rejected) :class:`SimRequest` into one
 row of :data:`infermeter.records.record.ARROW_SCHEMA` and writes row groups of
 ``batch_rows`` with a ``pyarrow.parquet.ParquetWriter``, so memory does not grow with
-the run. It also feeds :class:`~infermeter.twin.sketch.LogHistogram` totals, from
+the run (written on a helper thread: parquet encoding releases the GIL). It also feeds :class:`~infermeter.twin.sketch.LogHistogram` totals, from
 which huge runs get their summary without reading the file back::
 
     sink = RecordSink(out_dir / "requests.parquet", warmup=0, token_times=False)
@@ -25,12 +25,14 @@ Rejected requests (prompt + max_tokens over ``max_model_len``) are ``error`` /
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.records.record import ARROW_SCHEMA
@@ -88,6 +90,9 @@ class RecordSink:
         self.rows = 0
         self._writer = pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd")
         self._buf: list[SimRequest] = []
+        # parquet encoding and compression release the GIL: write on a helper thread
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infermeter-records")
+        self._pending: Future[None] | None = None
 
     def add(self, r: SimRequest) -> None:
         self._buf.append(r)
@@ -105,7 +110,8 @@ class RecordSink:
                            r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs, r.cached_tokens, r.max_tokens,
                            r.conversation_id, r.prefix_group, r.state, r.error) for r in buf])
         ok = np.array(state_l, dtype=np.int64) == FINISHED
-        ok_flags = ok.tolist()
+        all_ok = bool(ok.all())
+        okp = pa.array(ok)
         rid = np.array(rid_l, dtype=np.int64)
         intended = np.array(intended_l, dtype=np.float64)
         sent = np.array(sent_l, dtype=np.float64)
@@ -114,7 +120,6 @@ class RecordSink:
         n_in = np.array(n_in_l, dtype=np.int64)
         n_out = np.array(n_out_l, dtype=np.int64)
         cached = pa.array(cached_l, pa.int64())
-        phase = np.where(rid < self.warmup, "warmup", "measure")
         if self.token_times:
             chunk_times = pa.array([r.token_times or [] for r in buf], pa.list_(pa.float64()))
             chunk_tokens = pa.array([[1] * len(r.token_times or ()) for r in buf], pa.list_(pa.int32()))
@@ -122,11 +127,12 @@ class RecordSink:
             zeros = pa.array(np.zeros(n + 1, dtype=np.int32))
             chunk_times = pa.ListArray.from_arrays(zeros, pa.array([], pa.float64()))
             chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int32()))
-        n_out_ok = np.where(ok, n_out, 0)
+        n_out_ok = np.where(ok, n_out, 0) if not all_ok else n_out
+        no_str, no_int = pa.scalar(None, pa.string()), pa.scalar(None, pa.int32())
         table = pa.table(
             {
                 "request_id": rid,
-                "phase": pa.array(phase, pa.string()),
+                "phase": pc.if_else(pa.array(rid < self.warmup), "warmup", "measure"),
                 "worker": pa.array(np.zeros(n, dtype=np.int32)),
                 "intended_at": intended,
                 "sent_at": sent,
@@ -135,24 +141,25 @@ class RecordSink:
                 "ended_at": ended,
                 "chunk_times": chunk_times,
                 "chunk_tokens": chunk_tokens,
-                "outcome": pa.array(np.where(ok, "ok", "error"), pa.string()),
-                "error_class": pa.array(np.where(ok, None, "http_4xx"), pa.string()),
-                "error_detail": pa.array(details, pa.string()),
-                "http_status": pa.array([None if k else 400 for k in ok_flags], pa.int32()) if not ok.all()
-                else pa.nulls(n, pa.int32()),
+                "outcome": pc.if_else(okp, "ok", "error"),
+                "error_class": pc.if_else(okp, no_str, "http_4xx"),
+                "error_detail": pa.nulls(n, pa.string()) if all_ok else pa.array(details, pa.string()),
+                "http_status": pc.if_else(okp, no_int, pa.scalar(400, pa.int32())),
                 "requested_input_tokens": n_in,
                 "requested_output_tokens": pa.array(max_l, pa.int64()),
                 "prompt_tokens": n_in,
-                "completion_tokens": pa.array(n_out_ok, pa.int64()),
+                "completion_tokens": n_out_ok,
                 "stream_tokens": n_out_ok,
-                "usage_source": pa.array(np.where(ok, "server", None), pa.string()),
+                "usage_source": pc.if_else(okp, "server", no_str),
                 "cached_tokens": cached,
                 "conversation_id": pa.array(conv_l, pa.int64()),
                 "prefix_group": pa.array(grp_l, pa.int64()),
             },
             schema=ARROW_SCHEMA,
         )
-        self._writer.write_table(table)
+        if self._pending is not None:  # one write in flight at most: bounded memory
+            self._pending.result()
+        self._pending = self._pool.submit(self._writer.write_table, table)
         self.rows += n
         measure = rid >= self.warmup
         self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached)
@@ -210,4 +217,8 @@ class RecordSink:
 
     def close(self) -> None:
         self.flush()
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        self._pool.shutdown()
         self._writer.close()
