@@ -58,7 +58,7 @@ def test_throughput_leader_and_margin_come_from_the_cells(kit: Any) -> None:
     study = study_of(["h200", "h100-sxm", "a100-40gb"], ["chat"])
     cells = [make_cell("h200", "chat", 5000), make_cell("h100-sxm", "chat", 4000), make_cell("a100-40gb", "chat", 1250)]
     f = _topic(write_findings(study, cells, price_study(study, cells, TODAY)), "throughput")[0]
-    assert f.text == ("chat: h200 has the highest throughput at saturation, 5,000 output tokens/s (simulated), 25% above "
+    assert f.text == ("chat: h200 has the highest throughput at saturation, 5,000 output tokens/s (simulated), 25% more than "
                       "h100-sxm (4,000, simulated); the lowest is a100-40gb at 1,250 (4.0x less).")
     cells[2] = make_cell("a100-40gb", "chat", 6000)
     f = _topic(write_findings(study, cells, price_study(study, cells, TODAY)), "throughput")[0]
@@ -81,6 +81,15 @@ def test_kv_finding_names_the_full_cache_and_compares_with_the_closest_bandwidth
         cells[cells.index(c)] = make_cell(c.config, "chat", c.saturation["output_tokens_per_s"], kv_max=0.5)
     kv = _topic(write_findings(study, cells, price_study(study, cells, TODAY)), "kv")
     assert kv[0].text.startswith("No configuration's KV cache filled at saturation")
+
+
+def test_kv_finding_compares_only_with_the_same_kind_of_device(kit: Any) -> None:
+    study = kit.study_of(["h100-sxm", "cpu-epyc-9654"], ["code"])
+    cells = [kit.make_cell("h100-sxm", "code", 370, kv_max=0.98, running_max=104),
+             kit.make_cell("cpu-epyc-9654", "code", 3.0, kv_max=0.1)]
+    (kv,) = _topic(write_findings(study, cells, price_study(study, cells, TODAY)), "kv")
+    assert kv.text == ("code: the KV cache filled on h100-sxm (max 98.00%, 0 preemptions, up to 10 requests waiting, "
+                       "at most 104 running).")
 
 
 def test_tensor_vs_pipeline_parallel_p99(kit: Any) -> None:

@@ -158,3 +158,29 @@ def test_child_stream_gives_the_same_requests_as_the_local_one():
         return [first.setdefault(r.keys[0], r.rid) if r.keys else None for r in rs]
 
     assert pattern(a) == pattern(b)
+
+
+def test_max_concurrency_holds_sends_and_records_the_lag(tmp_path):
+    work = build_workload(input_tokens="64", output_tokens="32", seed=0)
+    offsets = ConstantArrivalRate(rate_per_s=200.0, arrival="constant").arrivals(np.random.default_rng(0))
+    src = OpenLoopSource(local_stream(offsets, iter(work.requests())), requests=50, max_concurrency=2)
+    res = _sim(tmp_path, fake_twin(), src)
+    t = pq.read_table(res.run_dir / "requests.parquet", columns=["intended_at", "sent_at", "ended_at"]).to_pydict()
+    assert src.held > 0 and res.summary["schedule_lag_ms"]["max"] > 0
+    events = sorted([(s, 1) for s in t["sent_at"]] + [(e, -1) for e in t["ended_at"]], key=lambda x: (x[0], x[1]))
+    in_flight = peak = 0
+    for _, d in events:
+        in_flight += d
+        peak = max(peak, in_flight)
+    assert peak == 2
+    assert all(s >= i for s, i in zip(t["sent_at"], t["intended_at"]))
+
+
+def test_replay_uses_trace_times_scaled():
+    from types import SimpleNamespace
+
+    specs = [SimpleNamespace(input_tokens=20, max_tokens=5, prompt="x" * 80, messages=None, conversation_id=None,
+                             prefix_group=None, arrival_s=t) for t in (0.0, 1.5, 4.0)]
+    reqs = list(local_stream(None, iter(specs), replay=True, time_scale=2.0))
+    assert [r.arrival for r in reqs] == [0.0, 3.0, 8.0]
+    assert [r.rid for r in reqs] == [0, 1, 2]

@@ -114,7 +114,8 @@ def _settings(entry: dict[str, Any], where: str) -> dict[str, Any]:
     for bad in _NOT_IN_CELLS:
         if bad in out:
             raise ConfigError(f"{where}.{bad}: set per target (or by the campaign), not here")
-    for key in ("duration", "window", "checkpoint"):
+    for key in ("duration", "window", "checkpoint", "grace", "timeout", "connect_timeout", "first_token_timeout",
+                "scrape_interval"):
         if key in out:
             out[f"{key}_s"] = parse_duration(out.pop(key), f"{where}.{key}")
     if isinstance(out.get("slo"), str):

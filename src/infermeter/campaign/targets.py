@@ -22,6 +22,7 @@ left behind (:func:`stop_leftover`, which checks the process is ours first).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import urllib.error
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.campaign.spec import Target
-from infermeter.engines.process import ServerProcess, free_port, http_ok, kill_group
+from infermeter.engines.process import ServerProcess, free_port, http_ok
 from infermeter.errors import ConfigError, UserError
 
 RESET_PATH = "/reset_prefix_cache"
@@ -144,9 +145,20 @@ def running(target: Target, log_path: Path, on_pid: Any = None) -> Iterator[Live
         eng.stop()
 
 
-def stop_leftover(pid: int | None, marker: str) -> bool:
-    """Stop the process group ``pid`` if it is still running ``marker`` (an engine we started); True if stopped."""
-    if not pid:
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may linger where nothing reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def stop_leftover(pid: int | None, marker: str, grace_s: float = 10.0) -> bool:
+    """Stop the process group ``pid`` if it is still running ``marker`` (an engine we started); True if stopped.
+
+    The engine is not our child (its campaign was killed): SIGTERM the group, wait up to ``grace_s``, SIGKILL."""
+    if not pid or not _running(pid):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -154,5 +166,14 @@ def stop_leftover(pid: int | None, marker: str) -> bool:
         return False
     if marker not in cmdline:
         return False
-    kill_group(pid, grace_s=10)
-    return True
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait_s
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _running(pid):
+            return True
+    return not _running(pid)

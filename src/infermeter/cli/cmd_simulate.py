@@ -20,7 +20,8 @@ import typer
 
 from infermeter.errors import ConfigError
 
-TOKEN_TIMES_AUTO_LIMIT = 200_000  # records; above it per-token times are not stored
+TOKEN_TIMES_AUTO_LIMIT = 100_000  # records; above it per-token times are not stored
+CHILD_FEEDER_MIN = 200_000  # expected requests from which a child process makes the request stream
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from infermeter.cli.view import summary_table
-        from infermeter.measure import RunConfig, build_shape, parse_slo
+        from infermeter.measure import RunConfig, parse_slo
 
         if token_times not in ("auto", "on", "off"):
             raise ConfigError(f"--token-times {token_times!r}: use auto, on or off")
@@ -172,7 +173,7 @@ class SimPlan:
         cpb = calibrate_chars_per_block(iter(self.workload.requests()))
         self.chars_per_block = cpb
         expected = self._expected_requests()
-        if self.child_feeder and (expected is None or expected > TOKEN_TIMES_AUTO_LIMIT):
+        if self.child_feeder and (expected is None or expected > CHILD_FEEDER_MIN):
             limit = None if cfg.requests is None else cfg.requests + cfg.warmup
             reqs: Any = ChildStream(FeedSpec(workload=self.workload_args(), shape=None if self.closed else self.shape,
                                              seed=cfg.seed, replay=self.replay, time_scale=cfg.time_scale,
@@ -206,9 +207,10 @@ class SimPlan:
             "model": self.twin.served_model_name, "hardware": self.twin.hardware, "profile": wl.get("profile"),
             "target": {"url": None, "embedded": False, "engine": "infermeter-twin", "emulated": self.twin.describe()},
             "load": load_desc, "workload": wl, "host": host_info(), "slo": cfg.slo,
-            "config": {**cfg.public(), "simulate": {"token_times": self.token_times,
-                                                    "prefix_key_chars_per_block": getattr(self, "chars_per_block", None),
-                                                    **self.twin.describe()}},
+            "config": {**cfg.public(), "simulate": {
+                "token_times": self.token_times,
+                "prefix_key_chars_per_block": getattr(self, "chars_per_block", None),
+                **self.twin.describe()}},
             "argv": sys.argv[1:],
         }
 
@@ -218,7 +220,8 @@ class SimPlan:
         from infermeter.twin.simulate import simulate
 
         cfg = self.cfg
-        label = cfg.label or f"sim-{self.twin.model}-{self.twin.hardware}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
+        kind = self.shape.describe().split(",")[0].replace(" ", "-")
+        label = cfg.label or f"sim-{self.twin.model}-{self.twin.hardware}-{kind}"
         out = Path(cfg.out) if cfg.out else default_out_dir(label)
         if (out / store.SUMMARY).exists():
             raise ConfigError(f"--out {out}: already holds a run; choose another directory")

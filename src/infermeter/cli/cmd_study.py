@@ -201,8 +201,8 @@ def register(app: typer.Typer) -> None:
             return
         folder = out or default_out_dir("study-example" if example else "study")
         err.print(f"[cyan]study[/] {study.describe_title()} -> {folder}", highlight=False)
-        result = run_study(study, folder, resume=resume, progress=lambda line: err.print(line, highlight=False,
-                                                                                          markup=False))
+        result = run_study(study, folder, resume=resume,
+                           progress=lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
         if as_json:
             print(json.dumps({"files": {k: str(v) for k, v in result.files.items()}, "wall_s": result.wall_s,
                               "findings": [f.text for f in result.findings],
@@ -239,7 +239,7 @@ def _print_result(console: Any, result: Any) -> None:
     console.print(t)
     console.print("[bold]Findings[/]")
     for i, f in enumerate(result.findings, 1):
-        console.print(f"{i}. {f.text}", highlight=False, markup=False)
+        console.print(f"{i}. {f.text}", highlight=False, markup=False, soft_wrap=True)
     files = result.files
     console.print(f"report: {files['html']}  (also {files['markdown'].name}, {files['json'].name}, "
                   f"{files['csv'].name}); {len(result.cells)} cells in {result.wall_s:.1f} s", highlight=False)

@@ -86,3 +86,20 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     for a in s.get("alerts") or []:
         parts.append(Text(f"ALERT: {a.get('alert', a)}", style="bold magenta"))
     return Group(*parts)
+
+
+def target_line(emu: dict[str, Any]) -> str:
+    """One readable line naming what an emulated target emulates."""
+    if emu.get("backend") == "twin":
+        hw = str(emu.get("hardware") or "?")
+        kv = emu.get("kv_capacity_tokens")
+        return (f"digital twin of vLLM serving {emu.get('model')} ({emu.get('dtype', 'bf16')}) on {hw}: "
+                f"max_num_seqs {emu.get('max_num_seqs')}, max_num_batched_tokens {emu.get('max_num_batched_tokens')}, "
+                f"KV cache {kv:,} tokens" + (f", prefix caching {'on' if emu.get('enable_prefix_caching') else 'off'}")
+                + (f", speedup {emu['speedup']:g}x" if emu.get("speedup", 1) != 1 else "")) if kv else f"digital twin: {emu}"
+    if emu.get("backend") == "simple":
+        if not emu.get("ttft_s") and not emu.get("itl_s"):
+            return "zero-delay emulator (client capacity mode)"
+        return (f"simple timing model: TTFT {emu['ttft_s'] * 1000:g} ms, {emu['itl_s'] * 1000:g} ms/token, "
+                f"max {emu['max_concurrency']} concurrent")
+    return ", ".join(f"{k}={v}" for k, v in emu.items() if not isinstance(v, dict))

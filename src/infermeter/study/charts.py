@@ -2,7 +2,7 @@
 
 The contract: each builder returns ``{"id", "title", "note", "section", "views": [...]}`` (see
 :mod:`infermeter.report.charts`) from figures already in the tables, or None when there is
-nothing to draw. Simulated series are dashed; bar categories carry ``(sim)`` / ``(meas)``::
+nothing to draw. Simulated series are dashed; bar categories carry ``(sim.)`` / ``(meas.)``::
 
     >>> [v["name"] for v in throughput_chart(study, cells)["views"]]
     ['output tokens/s at saturation', 'requests/s at saturation', 'requests/s at SLO capacity']
@@ -19,13 +19,16 @@ from infermeter.study.config import StudyConfig
 from infermeter.study.matrix import METRIC, TAG, VALUE_METRIC
 from infermeter.study.pricing import StudyPrices
 
-
-def _r(v: Any) -> float | None:
+def rounded(v: Any) -> float | None:
+    """A number for chart JSON: 5 significant digits; None for missing or not finite."""
     try:
         x = float(v)
     except (TypeError, ValueError):
         return None
     return float(f"{x:.5g}") if math.isfinite(x) else None
+
+
+_r = rounded
 
 
 def _bars(chart_id: str, title: str, section: str, note: str, study: StudyConfig, cells: list[CellResult],
@@ -55,7 +58,7 @@ def throughput_chart(study: StudyConfig, cells: list[CellResult]) -> dict[str, A
     if study.slo.limits:
         views.append(("requests/s at SLO capacity", lambda c: (c.capacity or {}).get("requests_per_s")))
     return _bars("study-throughput", "Throughput by configuration and profile", "matrix",
-                 "Bars per profile; (sim) = simulated, (meas) = measured.", study, cells, views)
+                 "Bars per profile; (sim.) = simulated, (meas.) = measured.", study, cells, views)
 
 
 def server_chart(study: StudyConfig, cells: list[CellResult]) -> dict[str, Any] | None:
@@ -105,7 +108,7 @@ def break_even_chart(study: StudyConfig, prices: StudyPrices, points: int = 120)
     views = []
     for p in study.profiles:
         cands = prices.candidates.get(p) or []
-        series = [{"name": c.name, "points": [[_r(x), _r(size(c, x, v.peak_factor, v.headroom).usd_per_month)]
+        series = [{"name": f"{c.name} ({TAG.get(c.source, c.source)})", "points": [[_r(x), _r(size(c, x, v.peak_factor, v.headroom).usd_per_month)]
                                               for x in grid], "dashed": c.source != "measured"} for c in cands]
         if series:
             views.append({"name": p, "type": "line", "x": {"label": "requests per day", "log": True},

@@ -17,7 +17,8 @@ per profile, best value per profile with its margin, KV-cache saturation and wha
 throughput and queueing, prefix caching, latency one request at a time, TP vs PP, CPU vs GPU,
 break-even bands, soak. Only comparable cells (serving the study's model) are ranked; a KV cache
 counts as full at :data:`KV_FULL` or more, and is compared with the configuration whose KV cache
-did not fill and whose memory bandwidth per replica is closest (so the difference is mostly memory).
+did not fill, of the same device type (GPU or CPU), whose memory bandwidth per replica is closest
+(so the difference is mostly memory).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.topic, "text": self.text, "refs": [r.to_json() for r in self.refs]}
+
+
+def more(a: float, b: float) -> str:
+    """How much ``a`` exceeds ``b``: ``"27% more than"`` below 2x, ``"3.4x"`` from there."""
+    return f"{a / b - 1:.0%} more than" if a < 2 * b else f"{a / b:.1f}x"
 
 
 def shown(r: Ref) -> str:
@@ -99,7 +105,7 @@ def _throughput(w: _Writer, profile: str) -> None:
     a, b, last = cs[0], cs[1], cs[-1]
     ra, rb, rl = w.r("sat_out", a), w.r("sat_out", b), w.r("sat_out", last)
     text = (f"{profile}: {a.config} has the highest throughput at saturation, {shown(ra)} output tokens/s "
-            f"({SRC[a.source]}), {w.v('sat_out', a) / w.v('sat_out', b) - 1:.0%} above {b.config} "
+            f"({SRC[a.source]}), {more(w.v('sat_out', a), w.v('sat_out', b))} {b.config} "
             f"({shown(rb)}, {SRC[b.source]})")
     refs = [ra, rb]
     if len(cs) > 2:
@@ -120,7 +126,7 @@ def _capacity(w: _Writer, profile: str) -> None:
         refs = [ra]
         if len(cs) > 1:
             rb = w.r("cap_rps", cs[1])
-            text += f", {w.v('cap_rps', a) / w.v('cap_rps', cs[1]) - 1:.0%} more than {cs[1].config} ({shown(rb)})"
+            text += f", {more(w.v('cap_rps', a), w.v('cap_rps', cs[1]))} {cs[1].config} ({shown(rb)})"
             refs.append(rb)
         w.add("slo", text + ".", refs)
     missing = [c for c in w.cells if c.profile == profile and w.prices.cost[c.key].comparable and c.capacity is None]
@@ -178,6 +184,17 @@ def _bandwidth(c: CellResult) -> float:
         return 1.0
 
 
+def _device(c: CellResult) -> str:
+    """``cpu`` or ``gpu`` (unknown hardware counts as gpu)."""
+    from infermeter.errors import UserError
+    from infermeter.perfmodel.hardware import get_hardware
+
+    try:
+        return get_hardware(parse_config(c.hardware).hardware).type
+    except UserError:
+        return "gpu"
+
+
 def _kv(w: _Writer) -> None:
     any_full = False
     for profile in w.study.profiles:
@@ -193,16 +210,22 @@ def _kv(w: _Writer) -> None:
                   [w.r("kv_max", c) for c in full])
             continue
         for c in full:
-            o = min(room, key=lambda x: (abs(math.log(_bandwidth(x) / _bandwidth(c))), w.v("sat_out", x)))
             refs = [w.r(k, c) for k in ("kv_max", "preempt", "waiting_max", "running_max")]
+            text = (f"{profile}: the KV cache filled on {c.config} (max {shown(refs[0])}, {shown(refs[1])} preemptions, "
+                    f"up to {shown(refs[2])} requests waiting, at most {shown(refs[3])} running)")
+            peers = [x for x in room if _device(x) == _device(c)]
+            if not peers:
+                w.add("kv", text + ".", refs)
+                continue
+            o = min(peers, key=lambda x: (abs(math.log(_bandwidth(x) / _bandwidth(c))), w.v("sat_out", x)))
             refs += [w.r(k, o) for k in ("kv_max", "running_max")]
             ra, rb = w.r("sat_out", c), w.r("sat_out", o)
             ta, tb = w.r("sat_ttft_p95", c), w.r("sat_ttft_p95", o)
-            text = (f"{profile}: the KV cache filled on {c.config} (max {shown(refs[0])}, {shown(refs[1])} preemptions, "
-                    f"up to {shown(refs[2])} requests waiting, at most {shown(refs[3])} running) but not on "
-                    f"{o.config} (max {shown(refs[4])}, {shown(refs[5])} running); {c.config} reached "
-                    f"{w.v('sat_out', c) / w.v('sat_out', o):.0%} of {o.config}'s output tokens/s "
-                    f"({shown(ra)} vs {shown(rb)}) with TTFT p95 {shown(ta)} ms vs {shown(tb)} ms.")
+            share = w.v("sat_out", c) / w.v("sat_out", o)
+            rel = f"{share:.0%} of" if share < 2 else f"{share:.1f}x"
+            text += (f" but not on {o.config} (max {shown(refs[4])}, {shown(refs[5])} running); {c.config} reached "
+                     f"{rel} {o.config}'s output tokens/s ({shown(ra)} vs {shown(rb)}) with TTFT p95 {shown(ta)} ms "
+                     f"vs {shown(tb)} ms.")
             w.add("kv", text, refs + [ra, rb, ta, tb])
     if not any_full:
         cs = [c for c in w.cells if w.prices.cost[c.key].comparable and c.server.get("kv_cache_usage_max") is not None]
@@ -224,8 +247,13 @@ def _prefix(w: _Writer) -> None:
     parts, refs = [], []
     for profile, lo, hi in spans:
         rlo, rhi = w.r("prefix", lo), w.r("prefix", hi)
-        parts.append(f"{profile} {shown(rlo)}" + ("" if lo is hi else f" ({lo.config}) to {shown(rhi)} ({hi.config})"))
-        refs += [rlo, rhi] if lo is not hi else [rlo]
+        if shown(rlo) == shown(rhi):
+            n = len(w.comparable(profile, "prefix"))
+            parts.append(f"{profile} {shown(rlo)}" + (f" on all {n} configurations" if n > 1 else f" ({lo.config})"))
+            refs.append(rlo)
+        else:
+            parts.append(f"{profile} {shown(rlo)} ({lo.config}) to {shown(rhi)} ({hi.config})")
+            refs += [rlo, rhi]
     most = max(spans, key=lambda s: w.v("prefix", s[2]))
     least = min(spans, key=lambda s: w.v("prefix", s[2]))
     text = "Prefix-cache hit rate at saturation: " + "; ".join(parts)
@@ -276,14 +304,8 @@ def _tp_pp(w: _Writer) -> None:
 
 
 def _cpu(w: _Writer) -> None:
-    from infermeter.perfmodel.hardware import get_hardware
-    from infermeter.errors import UserError
-
     def is_cpu(c: CellResult) -> bool:
-        try:
-            return get_hardware(parse_config(c.hardware).hardware).type == "cpu"
-        except UserError:
-            return False
+        return _device(c) == "cpu"
 
     for profile in w.study.profiles:
         cs = w.comparable(profile, "sat_out")

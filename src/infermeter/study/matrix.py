@@ -9,9 +9,9 @@ cell shown in the table::
     'Output tokens/s at saturation'
     >>> t = matrix_table(METRIC["sat_out"], study, cells, prices)
     >>> t.rows[0][1].display
-    '4,187 (sim)'
+    '4,187 (sim.)'
 
-Rows are configurations (study order), columns profiles; ``(sim)`` / ``(meas)`` after a value says
+Rows are configurations (study order), columns profiles; ``(sim.)`` / ``(meas.)`` after a value says
 whether it was simulated by the twin or measured on an endpoint. ★ (``best=True``) marks the best
 value per profile among comparable cells (those serving the study's model).
 """
@@ -26,7 +26,7 @@ from infermeter.report.table import MISSING, Cell, Table, fmt_num, fmt_pct, fmt_
 from infermeter.study.cells import CellResult
 from infermeter.study.pricing import CellCost, StudyPrices
 
-TAG = {"simulated": "sim", "measured": "meas"}
+TAG = {"simulated": "sim.", "measured": "meas."}
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def matrix_table(metric: Metric, configs: list[str], profiles: list[str], cells:
         eligible.append(ok)
     for j in range(1, len(profiles) + 1):
         mark_best(grid, j, metric.higher_is_better, [e[j] for e in eligible])
-    note = ("(sim) = simulated by the twin, (meas) = measured on an endpoint; ★ = best among configurations "
+    note = ("(sim.) = simulated by the twin, (meas.) = measured on an endpoint; ★ = best among configurations "
             "serving the study's model.")
     return Table(table_key(metric.key), metric.title, ["configuration", *profiles], grid, note=note,
                  section=metric.section)

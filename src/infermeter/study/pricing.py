@@ -94,7 +94,8 @@ def resolve_prices(study: StudyConfig, today: dt.date) -> dict[str, Price | str]
             catalog = catalog or load_catalog(overrides=options.prices_file)
             out[conf.label] = resolve_price(parse_config(conf.config), options, catalog, today)
         except UserError as exc:
-            out[conf.label] = f"no price: {exc}"
+            out[conf.label] = (f"no price: {exc} (in a study: price_per_hour for this configuration, or "
+                               f"--price {conf.label}=USD_PER_HOUR)")
     return out
 
 

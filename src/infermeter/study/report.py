@@ -58,8 +58,8 @@ def study_content(result: Any) -> ReportContent:
     sections = [
         Section("findings", "Findings", "Written from this study's numbers; the figures each finding quotes are "
                 "listed, with their table, row and column, under 'Evidence for the findings'.", notes=findings),
-        Section("matrix", "Configuration × profile", "Rows are configurations, columns profiles. (sim) = simulated, "
-                "(meas) = measured; ★ = best among configurations serving the study's model.",
+        Section("matrix", "Configuration × profile", "Rows are configurations, columns profiles. (sim.) = simulated, "
+                "(meas.) = measured; ★ = best among configurations serving the study's model.",
                 mt(MATRIX_HEAD), has_charts=True),
         Section("rankings", "Rankings per profile", None, T.ranking_tables(s, cells, prices)),
         Section("value", "Best value and cost", f"Best value = lowest {s.pricing.value_metric} at the cost basis.",

@@ -129,7 +129,12 @@ def run_study(study: StudyConfig, out_dir: Path, *, resume: bool = False, progre
     """Run, price, soak and report (see the module docstring)."""
     from infermeter.study.report import write_study_report
 
+    from infermeter.study.targets import override_flags
+
     t0 = time.perf_counter()
+    for conf in (c for c in study.configurations if c.measured):
+        for profile in study.profiles_for(conf):
+            override_flags(profile, study.profile_overrides.get(profile))
     out_dir = Path(out_dir)
     _check_out(out_dir, resume)
     (out_dir / "study.yaml").write_text(dump_study(study), encoding="utf-8")

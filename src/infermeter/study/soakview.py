@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from infermeter.report.table import Cell, Table
+from infermeter.study.charts import rounded as _r
 from infermeter.study.soak import SoakResult, window_label, windows_key
 
 SIM = "simulated"
@@ -67,10 +68,6 @@ def alerts_table(soaks: list[SoakResult]) -> Table:
 
 def soak_tables(soaks: list[SoakResult]) -> list[Table]:
     return [fleets_table(soaks), *[windows_table(s) for s in soaks], alerts_table(soaks)]
-
-
-def _r(v: Any) -> float | None:
-    return None if v is None else float(f"{float(v):.5g}")
 
 
 def soak_chart(soaks: list[SoakResult]) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from typing import Any
 from infermeter.report.table import Cell, Table, fmt_num, fmt_usd
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
-from infermeter.study.matrix import METRIC, VALUE_METRIC, display
+from infermeter.study.matrix import METRIC, TAG, VALUE_METRIC, display
 from infermeter.study.pricing import StudyPrices
 
 UNIT = {"usd_1m_req": "$ per 1M requests", "usd_1m_out": "$ per 1M output tokens",
@@ -97,11 +97,14 @@ def break_even_table(study: StudyConfig, prices: StudyPrices) -> Table:
     rows = []
     for profile in study.profiles:
         be = prices.break_even.get(profile)
+        source = {c.name: c.source for c in prices.candidates.get(profile, [])}
         for i, b in enumerate(be.bands if be else ()):
+            src = source.get(b.winner)
             rows.append([Cell.text(band_row(profile, i)), Cell.text(profile), Cell.num(b.low), Cell.num(b.high),
-                         Cell.text(b.winner), Cell.num(b.replicas_at_high), Cell.usd(b.usd_per_month_at_high)])
+                         Cell.text(b.winner), Cell.text(src, flag="simulated" if src == "simulated" else None),
+                         Cell.num(b.replicas_at_high), Cell.usd(b.usd_per_month_at_high)])
     v = study.volume
-    cols = ["band", "profile", "from (req/day)", "to (req/day)", "cheapest", "replicas at the top",
+    cols = ["band", "profile", "from (req/day)", "to (req/day)", "cheapest", "source", "replicas at the top",
             "$ per month at the top"]
     return Table("break_even", "Break-even: cheapest fleet by daily volume", cols, rows, section="break-even",
                  note=f"Replicas = ceil(peak / (capacity x (1 - headroom))), peak = volume / 86400 x {v.peak_factor:g}, "
@@ -116,13 +119,15 @@ def volume_tables(study: StudyConfig, prices: StudyPrices) -> list[Table]:
         be = prices.break_even.get(profile)
         if be is None:
             continue
-        names = [c.name for c in prices.candidates.get(profile, [])]
+        cands = prices.candidates.get(profile, [])
+        names = [c.name for c in cands]
+        heads = [f"{c.name} ({TAG.get(c.source, c.source)})" for c in cands]
         rows = []
         for volume, costs, cheapest in be.grid:
             row = [Cell.num(volume)] + [Cell(fmt_usd(costs.get(n)), costs.get(n), best=n == cheapest) for n in names]
             rows.append(row + [Cell.text(cheapest)])
         out.append(Table(f"volume_{profile}", f"Monthly fleet cost by daily volume: {profile}",
-                         ["requests/day", *names, "cheapest"], rows, section="break-even",
+                         ["requests/day", *heads, "cheapest"], rows, section="break-even",
                          note="★ = cheapest at that volume (replicas rounded up)."))
     return out
 

@@ -12,7 +12,9 @@ or an engine it launches on 127.0.0.1 (and stops afterwards)::
 Both write the same run directory (``run.json``, ``requests.parquet``, ``summary.json``): a
 simulated step through the twin's offline simulator in virtual time, a measured one through
 :class:`infermeter.measure.Measurement`. The study's ``profile_overrides`` and seed apply to
-both, so every configuration sees the same request stream per profile.
+both, so every configuration sees the same request stream per profile (a measured run takes
+only the overrides ``infermeter run``'s ``--input-tokens`` / ``--output-tokens`` can express;
+:func:`override_flags` refuses the others before anything runs).
 """
 
 from __future__ import annotations
@@ -129,15 +131,32 @@ class MeasuredTarget:
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import Measurement, RunConfig
-        from infermeter.workload import build_workload
 
         cfg = RunConfig(url=self.url, model=self.model, hardware=self.conf.config,
-                        **_load_args(self.study, self.conf, spec, profile, out_dir, label))
-        m = Measurement(cfg)
-        overrides = self.study.profile_overrides.get(profile)
-        if overrides:
-            m.workload = build_workload(profile=profile, seed=cfg.seed, api=cfg.api, overrides=overrides)
-        return asyncio.run(m.run()).summary
+                        **_load_args(self.study, self.conf, spec, profile, out_dir, label),
+                        **override_flags(profile, self.study.profile_overrides.get(profile)))
+        return asyncio.run(Measurement(cfg).run()).summary
+
+
+def override_flags(profile: str, overrides: dict[str, Any] | None) -> dict[str, str]:
+    """A profile's overrides as ``infermeter run`` length flags (a measured run rebuilds its workload from
+    them); ConfigError for a field no flag sets."""
+    from infermeter.workload.profiles import FLAG_FIELDS
+
+    if not overrides:
+        return {}
+    flag_of = {field: flag for flag, field in FLAG_FIELDS.get(profile, {}).items()
+               if flag in ("input_tokens", "output_tokens")}
+    bad = sorted(k for k in overrides if k not in flag_of)
+    if bad:
+        raise ConfigError(f"profile_overrides.{profile}: {', '.join(bad)} cannot be applied to a measured endpoint "
+                          f"(its runs take only {', '.join(sorted(flag_of))}); drop them or simulate every cell")
+    out = {}
+    for k, v in overrides.items():
+        if isinstance(v, dict):
+            v = ",".join(str(v[x]) for x in ("mean", "stdev", "min", "max") if x in v)
+        out[flag_of[k]] = str(v)
+    return out
 
 
 @contextmanager

@@ -170,9 +170,9 @@ class Engine:
         if self.waiting and (not preempted or not self.running):
             budget = self._admit(now, budget, plan)
         if not plan and n_dec == 0:
-            if self.waiting:
+            if self.waiting and self.waiting[0].arrival <= now:
                 raise RuntimeError("twin engine: waiting requests but nothing can be scheduled")
-            return None
+            return None  # idle, or (live) the next request arrives after ``now``
         steps = 1
         ends: list[float] = []
         kv = self._sum_c + n_dec * (g + 1)
@@ -265,6 +265,8 @@ class Engine:
         prefilling = self.prefilling
         while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
+            if r.arrival > now:  # live: the engine's clock lags the request's arrival
+                break
             keys = r.keys
             hits = free_hits = 0
             if keys and keys[0] in refs:  # most prompts miss on their first block

@@ -21,6 +21,7 @@ making keys. A trace replay uses each spec's ``arrival_s * time_scale``.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import pickle
 from collections.abc import Iterator
@@ -85,8 +86,9 @@ def local_stream(
                 return
         else:
             at = 0.0
-        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, spec_keys(spec, chars_per_block) if keys else (), at,
-                         spec.conversation_id, spec.prefix_group)
+        block_keys = spec_keys(spec, chars_per_block) if keys else ()
+        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, block_keys, at, spec.conversation_id,
+                         spec.prefix_group)
         rid += 1
 
 
@@ -106,6 +108,7 @@ class FeedSpec:
 
 
 def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
+    gc.disable()  # short-lived, cycle-free objects only
     try:
         from infermeter.workload import build_workload
 
@@ -194,8 +197,8 @@ class ChildStream:
                                  None if gid < 0 else gid)
                 rid += 1
 
-    def __iter__(self) -> ChildStream:
-        return self
+    def __iter__(self) -> Iterator[SimRequest]:
+        return self._gen  # the generator itself: no per-item wrapper call
 
     def __next__(self) -> SimRequest:
         return next(self._gen)

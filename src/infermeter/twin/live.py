@@ -16,7 +16,8 @@ stream that got tokens. Requests arriving while a step runs join the next one; a
 idle engine woken by an arrival yields once to the event loop first, so requests
 arriving at the same instant share a batch (the offline tie-break). When the event
 loop falls behind, steps still follow each other back to back in virtual time and
-tokens are delivered late (``describe()["max_lag_s"]`` says by how much).
+tokens are delivered late; a request is never admitted to a step that starts before
+its arrival. ``describe()["max_lag_s"]`` says how far behind the loop fell at worst.
 
 Requests: ``prompt_tokens`` as the server counted them, ``max_tokens`` tokens are
 always generated (the twin has no EOS, so ``ignore_eos`` changes nothing);
@@ -159,7 +160,7 @@ class TwinBackend:
     async def _drive(self, k: int) -> None:
         eng, met, wake = self.engines[k], self.metrics[k], self._wake[k]
         loop = asyncio.get_running_loop()
-        t_v = 0.0  # virtual time the engine has reached
+        t_v = self.now()  # virtual time the engine has reached
         while True:
             if eng.idle:
                 wake.clear()
@@ -167,8 +168,9 @@ class TwinBackend:
                 await asyncio.sleep(0)  # same-instant arrivals join this batch
                 t_v = self.now()
             d = eng.schedule(t_v)
-            if d is None:
-                wake.clear()
+            if d is None:  # only requests that arrive after t_v (the loop fell behind): catch up
+                t_v = max(t_v, self.now())
+                await asyncio.sleep(0)
                 continue
             met.iteration_tokens.observe(eng.last_step_tokens)
             end_v = t_v + d
@@ -209,3 +211,33 @@ class TwinBackend:
             met.generation_tokens.observe(r.outputs)
             if r.tag is not None:
                 r.tag.event.set()
+
+
+def twin_backend(
+    model: str = "llama-3.1-8b",
+    gpu: str = "h100-sxm",
+    *,
+    tp: int | None = None,
+    pp: int | None = None,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    gpu_memory_utilization: float = 0.9,
+    speedup: float = 1.0,
+    served_model_name: str | None = None,
+    chars_per_block: int = CHARS_PER_BLOCK,
+    **engine_options: Any,
+) -> TwinBackend:
+    """``infermeter emulate``'s flags -> a ready backend (ConfigError names a bad flag).
+
+    ``engine_options``: max_num_seqs, max_num_batched_tokens, max_model_len,
+    num_gpu_blocks_override, enable_prefix_caching, enable_chunked_prefill (None = default).
+    """
+    from infermeter.errors import ConfigError
+    from infermeter.twin.deploy import build_twin, engine_defaults, hardware_config
+
+    if speedup <= 0:
+        raise ConfigError(f"--speedup must be > 0, got {speedup:g}")
+    twin = build_twin(model, hardware_config(gpu, tp, pp), dtype=dtype, kv_dtype=kv_dtype,
+                      engine=engine_defaults(**engine_options), gpu_memory_utilization=gpu_memory_utilization,
+                      served_model_name=served_model_name)
+    return TwinBackend(twin, speedup=speedup, chars_per_block=chars_per_block)

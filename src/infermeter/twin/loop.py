@@ -151,7 +151,62 @@ def run_virtual(
     """
     engines = [engine] if isinstance(engine, Engine) else list(engine)
     st = stats if stats is not None else LoopStats()
-    single = engines[0] if len(engines) == 1 else None
+    if len(engines) == 1:
+        _run_one(engines[0], source, on_done, clock, until, st)
+    else:
+        _run_many(engines, source, on_done, clock, until, st)
+    st.end = clock.now
+    return clock.now
+
+
+def _run_one(eng: Engine, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock,
+             until: float, st: LoopStats) -> None:
+    """:func:`run_virtual` for one engine: the same events in the same order, fewer lookups."""
+    next_time, pop, finished, add = source.next_time, source.pop, source.finished, eng.add
+    t_step = _INF
+    t_prev = clock.now
+    n_sys = arrived = done = 0
+    in_sys = 0.0
+    while True:
+        t_arr = next_time()
+        if arrival_first(t_arr, t_step):
+            if t_arr == _INF or t_arr > until:
+                break
+            clock.now = t_arr
+            in_sys += n_sys * (t_arr - t_prev)
+            t_prev = t_arr
+            r = pop()
+            arrived += 1
+            if not add(r):
+                r.ended_at = t_arr
+                done += 1
+                on_done(r)
+                finished(r, t_arr)
+                continue
+            n_sys += 1
+            if t_step == _INF:
+                t_step = t_arr  # wake: a zero-length step end after every arrival at this instant
+        else:
+            if t_step > until:
+                break
+            now = clock.now = t_step
+            in_sys += n_sys * (now - t_prev)
+            t_prev = now
+            for r in eng.complete(now):
+                n_sys -= 1
+                done += 1
+                on_done(r)
+                finished(r, now)
+            d = eng.schedule(now, next_time())
+            t_step = _INF if d is None else now + d
+    st.in_system_s += in_sys
+    st.arrived += arrived
+    st.done += done
+
+
+def _run_many(engines: list[Engine], source: ArrivalSource, on_done: Callable[[SimRequest], None],
+              clock: VirtualClock, until: float, st: LoopStats) -> None:
+    """:func:`run_virtual` for several engines (replicas, pipeline lanes)."""
     t_steps = [_INF] * len(engines)
     next_time = source.next_time
     t_prev = clock.now
@@ -166,7 +221,7 @@ def run_virtual(
             st.in_system_s += n_sys * (t_arr - t_prev)
             t_prev = t_arr
             r = source.pop()
-            eng = single or route(engines)
+            eng = route(engines)
             st.arrived += 1
             if not eng.add(r):
                 r.ended_at = t_arr
@@ -175,9 +230,9 @@ def run_virtual(
                 source.finished(r, t_arr)
                 continue
             n_sys += 1
-            k = 0 if single else engines.index(eng)
+            k = engines.index(eng)
             if t_steps[k] == _INF:
-                t_steps[k] = t_arr  # wake: a zero-length step end after every arrival at this instant
+                t_steps[k] = t_arr
         else:
             if t_step > until:
                 break
@@ -193,5 +248,3 @@ def run_virtual(
                 source.finished(r, now)
             d = eng.schedule(now, next_time())
             t_steps[k] = _INF if d is None else now + d
-    st.end = clock.now
-    return clock.now

@@ -2,9 +2,10 @@
 
 :class:`RecordSink` turns each finished (or rejected) :class:`SimRequest` into one
 row of :data:`infermeter.records.record.ARROW_SCHEMA` and writes row groups of
-``batch_rows`` with a ``pyarrow.parquet.ParquetWriter``, so memory does not grow with
-the run (written on a helper thread: parquet encoding releases the GIL). It also feeds :class:`~infermeter.twin.sketch.LogHistogram` totals, from
-which huge runs get their summary without reading the file back::
+``batch_rows`` with a ``pyarrow.parquet.ParquetWriter`` (on a helper thread: parquet
+encoding releases the GIL), so memory does not grow with the run. It also feeds
+:class:`~infermeter.twin.sketch.LogHistogram` totals, from which huge runs get their
+summary without reading the file back::
 
     sink = RecordSink(out_dir / "requests.parquet", warmup=0, token_times=False)
     for r in finished: sink.add(r)
@@ -25,10 +26,10 @@ Rejected requests (prompt + max_tokens over ``max_model_len``) are ``error`` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -80,12 +81,14 @@ class RecordSink:
         token_times: bool = False,
         batch_rows: int = 1 << 16,
         slo: dict[str, float] | None = None,
+        on_flush: Callable[[int, float], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.warmup = warmup
         self.token_times = token_times
         self.batch_rows = batch_rows
         self.slo = slo or {}
+        self.on_flush = on_flush  # (rows written so far, end time of the batch's last request)
         self.totals = Totals()
         self.rows = 0
         self._writer = pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd")
@@ -163,6 +166,8 @@ class RecordSink:
         self.rows += n
         measure = rid >= self.warmup
         self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached)
+        if self.on_flush is not None:
+            self.on_flush(self.rows, float(ended[-1]))
 
     def _account(self, measure: np.ndarray, ok: np.ndarray, intended: np.ndarray, sent: np.ndarray,
                  first: np.ndarray, ended: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,

@@ -22,10 +22,12 @@ maxima, prefix-cache hits / queries (tokens) and preemptions, summed over engine
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,6 @@ from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock, run_virtual
 from infermeter.twin.recorder import RecordSink, Totals
-from infermeter.twin.request import SimRequest
 
 EXACT_SUMMARY_LIMIT = 1_000_000
 
@@ -71,22 +72,21 @@ def simulate(
     out_dir.mkdir(parents=True, exist_ok=True)
     engines = twin.engines(keep_token_times=token_times)
     tmp = out_dir / (store.PARQUET + ".tmp")
-    sink = RecordSink(tmp, warmup=warmup, token_times=token_times, slo=slo)
-    on_done: Callable[[SimRequest], None] = sink.add
-    if on_progress is not None:
-        inner = on_done
-        count = [0]
+    flushes = [0]
 
-        def on_done(r: SimRequest) -> None:
-            inner(r)
-            count[0] += 1
-            if count[0] % 65536 == 0:
-                on_progress(r.ended_at or 0.0, count[0])
+    def on_flush(rows: int, t_virtual: float) -> None:
+        flushes[0] += 1
+        if flushes[0] % 16 == 0:
+            gc.collect()  # the loop runs with the cyclic GC paused (see _gc_paused)
+        if on_progress is not None:
+            on_progress(t_virtual, rows)
 
+    sink = RecordSink(tmp, warmup=warmup, token_times=token_times, slo=slo, on_flush=on_flush)
     clock = VirtualClock()
     stats = LoopStats()
     try:
-        run_virtual(engines, source, on_done, clock, stats=stats)
+        with _gc_paused():
+            run_virtual(engines, source, sink.add, clock, stats=stats)
     finally:
         close = getattr(source, "close", None)
         if close is not None:
@@ -106,6 +106,20 @@ def simulate(
     store.write_json(out_dir / store.SUMMARY, summary)
     return SimulationResult(run_dir=out_dir, summary=summary, run=run, wall_s=wall, records=sink.rows,
                             virtual_s=stats.end, peak_rss_mib=rss)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic GC: the loop makes millions of short-lived, cycle-free objects
+    (reference counting frees them), and generation scans cost ~13% of the run. A full
+    collection still runs every 16 record batches."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def server_metrics(engines: list[Engine], stats: LoopStats) -> dict[str, Any]:

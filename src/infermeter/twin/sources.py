@@ -25,14 +25,31 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from typing import Any
 
 from infermeter.twin.request import SimRequest
 
 _INF = math.inf
 
 
-class OpenLoopSource:
+class _Limited:
+    """The stop rules and the request stream both sources share."""
+
+    def __init__(self, reqs: Iterator[SimRequest], requests: int | None, duration_s: float | None, warmup: int,
+                 delay: float) -> None:
+        self._reqs = reqs
+        self._it = iter(reqs)
+        self._total = None if requests is None else requests + warmup
+        self._duration = _INF if duration_s is None else duration_s
+        self._delay = delay
+        self._n = 0
+
+    def close(self) -> None:
+        close = getattr(self._reqs, "close", None)
+        if close is not None:
+            close()
+
+
+class OpenLoopSource(_Limited):
     """Open loop: requests at their intended offsets (their ``arrival`` as given)."""
 
     def __init__(
@@ -45,12 +62,8 @@ class OpenLoopSource:
         max_concurrency: int | None = None,
         delay: float = 0.0,
     ) -> None:
-        self._reqs = reqs
-        self._total = None if requests is None else requests + warmup
-        self._duration = _INF if duration_s is None else duration_s
+        super().__init__(reqs, requests, duration_s, warmup, delay)
         self._cap = max_concurrency
-        self._delay = delay
-        self._n = 0
         self._in_flight = 0
         self._release = 0.0
         self.held = 0  # requests sent after their intended time because of the cap
@@ -62,7 +75,7 @@ class OpenLoopSource:
         self._next, self._t = None, _INF
         if self._total is not None and self._n >= self._total:
             return
-        r = next(self._reqs, None)
+        r = next(self._it, None)
         if r is None or r.arrival >= self._duration:
             return
         r.intended_at = r.arrival
@@ -93,11 +106,8 @@ class OpenLoopSource:
             self._in_flight -= 1
             self._release = now
 
-    def close(self) -> None:
-        _close(self._reqs)
 
-
-class ClosedLoopSource:
+class ClosedLoopSource(_Limited):
     """``concurrency`` streams; each sends its next request the moment its previous one ends."""
 
     def __init__(
@@ -110,19 +120,15 @@ class ClosedLoopSource:
         warmup: int = 0,
         delay: float = 0.0,
     ) -> None:
-        self._reqs = reqs
-        self._total = None if requests is None else requests + warmup
-        self._duration = _INF if duration_s is None else duration_s
-        self._delay = delay
+        super().__init__(reqs, requests, duration_s, warmup, delay)
         self._heap: list[tuple[float, int, SimRequest]] = []
-        self._n = 0
         for _ in range(concurrency):
             self._send(0.0)
 
     def _send(self, at: float) -> None:
         if (self._total is not None and self._n >= self._total) or at >= self._duration:
             return
-        r = next(self._reqs, None)
+        r = next(self._it, None)
         if r is None:
             return
         r.arrival = r.intended_at = at
@@ -137,12 +143,3 @@ class ClosedLoopSource:
 
     def finished(self, r: SimRequest, now: float) -> None:
         self._send(now)
-
-    def close(self) -> None:
-        _close(self._reqs)
-
-
-def _close(it: Any) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()

