@@ -75,3 +75,16 @@ def test_warmup_rows_do_not_count():
 @pytest.mark.parametrize("lens,total,expected", [([4, 4], 2, [1, 1]), ([1, 9], 6, [1, 5]), ([5, 5, 5], 9, [3, 3, 3])])
 def test_allocate_tokens(lens, total, expected):
     assert allocate_tokens(lens, total) == expected
+
+
+def test_rate_check_uses_the_schedule_not_the_mean_rate():
+    # A sparse Poisson-like schedule that happens to run slower than its 10 req/s mean:
+    # the client kept to it exactly, so the run is valid; a client that sends late is not.
+    intended = [0.0, 0.2, 0.35, 0.6, 0.9, 1.2, 1.3, 1.6, 1.9, 2.2]
+    on_time = [rec(i, t, t, [t + 0.05], [1], t + 0.1) for i, t in enumerate(intended)]
+    s = build_summary(records_to_table(on_time), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    assert s["valid"], s["invalid_reasons"]
+    assert s["target_rate"] == 10.0 and s["scheduled_rate"] == pytest.approx(9 / 2.2)
+    late = [rec(i, t, t * 1.3, [t * 1.3 + 0.05], [1], t * 1.3 + 0.1) for i, t in enumerate(intended)]
+    s2 = build_summary(records_to_table(late), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    assert any(r.startswith("achieved_rate") for r in s2["invalid_reasons"])

@@ -18,7 +18,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from infermeter.twin.process import EmulatorProcess
 
     out = tmp_path_factory.mktemp("mixed")
-    with EmulatorProcess(["--ttft-ms", "5", "--itl-ms", "1", "--model-name", "llama-3.1-8b"]) as emu:
+    with EmulatorProcess(["--simple", "--ttft-ms", "5", "--itl-ms", "1", "--served-model-name", "llama-3.1-8b"]) as emu:
         study = build_study({
             "model": "llama-3.1-8b", "profiles": ["chat"],
             "profile_overrides": {"chat": {"output_tokens": "40,10,20,60"}},
@@ -54,8 +54,9 @@ def test_every_figure_says_where_it_came_from(mixed: Any) -> None:
     assert f"{fmt_num(s.saturation['output_tokens_per_s'])} (sim.)" in row["h100-sxm"]
     html = mixed.files["html"].read_text()
     assert "(meas.)</td>" in html and 'class="simulated"' in html
-    first = mixed.findings[0]
+    first, second = mixed.findings[:2]
     assert first.topic == "sources" and first.text.startswith("1 of 2 cells were measured on live endpoints (a10g × chat)")
+    assert second.text.startswith("The endpoint of a10g reported itself as an infermeter emulator")
 
 
 def test_profile_overrides_reach_both_kinds_of_cell(mixed: Any) -> None:

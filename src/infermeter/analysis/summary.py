@@ -65,15 +65,17 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
     lag = (sent - intended)[was_sent]
     load = run.get("load") or {}
     open_loop = bool(load.get("open_loop"))
-    target_rate = achieved_rate = None
+    scheduled_rate = achieved_rate = None
     if was_sent.sum() >= 2:
         s_sorted, i_sorted = np.sort(sent[was_sent]), np.sort(intended[was_sent])
         span_s, span_i = s_sorted[-1] - s_sorted[0], i_sorted[-1] - i_sorted[0]
         achieved_rate = float((was_sent.sum() - 1) / span_s) if span_s > 0 else None
         if open_loop and span_i > 0:
-            target_rate = float((was_sent.sum() - 1) / span_i)
-    if open_loop and load.get("target_rate"):
-        target_rate = float(load["target_rate"])
+            # The rate this run's own schedule asked for: a Poisson schedule of N requests
+            # differs from its mean rate by ~1/sqrt(N), which is not the client's fault.
+            scheduled_rate = float((was_sent.sum() - 1) / span_i)
+    configured_rate = float(load["target_rate"]) if open_loop and load.get("target_rate") else None
+    target_rate = configured_rate if configured_rate is not None else scheduled_rate
 
     # Token accounting.
     usage_src = _strings(okt, "usage_source")
@@ -100,7 +102,7 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
     runtime = run.get("runtime") or {}
     lag_d = distribution(lag, MS)
     v = verdict({
-        "open_loop": open_loop, "lag_p99_ms": lag_d["p99"], "target_rate": target_rate,
+        "open_loop": open_loop, "lag_p99_ms": lag_d["p99"], "target_rate": scheduled_rate,
         "achieved_rate": achieved_rate, "cap_held": runtime.get("cap_held", 0), "completed": completed,
         "failed": int(err.sum()), "ttft_count": int(np.isfinite(m.ttft).sum()), "client_cpu": runtime.get("client_cpu"),
     })
@@ -137,6 +139,7 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         "errors": errors,
         "error_rate": float(err.sum() / max(1, completed + int(err.sum()))),
         "target_rate": target_rate,
+        "scheduled_rate": scheduled_rate,
         "achieved_rate": achieved_rate,
         "mean_input_tokens": float(np.nanmean(m.n_in)) if completed and np.isfinite(m.n_in).any() else None,
         "mean_output_tokens": float(np.nanmean(m.n_out)) if completed and np.isfinite(m.n_out).any() else None,

@@ -6,7 +6,9 @@ cannot be trusted as a measurement of the server under the requested load:
 
 - ``schedule_lag``: open loop, p99 of (sent_at - intended_at) over
   ``LAG_P99_LIMIT_MS`` -> the client fell behind its schedule;
-- ``achieved_rate``: open loop, achieved send rate under 95% of the schedule's;
+- ``achieved_rate``: open loop, achieved send rate under 95% of the rate this run's schedule
+  asked for (its own intended send times, not the mean rate: a Poisson schedule of N requests
+  differs from its mean by about 1/sqrt(N));
 - ``cap_held``: ``--max-concurrency`` held requests back past their send time;
 - ``no_completed``: nothing completed.
 
@@ -50,7 +52,7 @@ def verdict(f: dict[str, Any]) -> Verdict:
         tr, ar = f.get("target_rate"), f.get("achieved_rate")
         if tr and ar is not None and ar < MIN_RATE_RATIO * tr:
             v.invalid_reasons.append(
-                f"achieved_rate: achieved {ar:.2f} req/s < {MIN_RATE_RATIO:.0%} of target {tr:.2f} req/s"
+                f"achieved_rate: achieved {ar:.2f} req/s < {MIN_RATE_RATIO:.0%} of the scheduled {tr:.2f} req/s"
             )
         held = f.get("cap_held", 0)
         if held:

@@ -144,7 +144,11 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
             spec = gen.send(outcome)
         except StopIteration:
             break
-    cell = summarize_cell(conf, profile, target.source, cell_dir, outcomes, target.describe())
+    info = target.describe()
+    first = cell_dir / "steps" / "0" / store.RUN
+    if target.source == "measured" and first.is_file():
+        info["emulated"] = (store.read_json(first).get("target") or {}).get("emulated")
+    cell = summarize_cell(conf, profile, target.source, cell_dir, outcomes, info)
     write_cell(cell, study, plan.describe(), fingerprint(study, conf, profile))
     return cell
 

@@ -90,6 +90,10 @@ def _sources(w: _Writer) -> None:
         names = sorted({f"{c.config} × {c.profile}" for c in measured})
         w.add("sources", f"{len(measured)} of {n} cells were measured on live endpoints ({', '.join(names)}); "
               f"the other {n - len(measured)} were simulated by the twin.", [w.r("sat_out", c) for c in measured])
+        emulated = sorted({c.config for c in measured if (c.target or {}).get("emulated")})
+        if emulated:
+            w.add("sources", f"The endpoint of {', '.join(emulated)} reported itself as an infermeter emulator: its "
+                  "figures measure the emulation, not hardware.", [])
     for c in measured:
         cc = w.prices.cost[c.key]
         if not cc.comparable:

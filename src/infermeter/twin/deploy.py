@@ -128,7 +128,7 @@ def engine_defaults(**overrides: Any) -> EngineConfig:
     try:
         return EngineConfig(**base)
     except ValueError as exc:  # pydantic's ValidationError: name the option(s)
-        errs = getattr(exc, "errors", lambda: [])()
+        errs: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
         msg = "; ".join(
             (f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: " if e["loc"] else "")
             + str(e["msg"]).removeprefix("Value error, ")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import pickle
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,14 +168,14 @@ class ChildStream:
 
     def __init__(self, spec: FeedSpec) -> None:
         # fork: no re-import of __main__ and a fast start; the child only runs workload code
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx: Any = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self._conn, child = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_produce, args=(spec, child), daemon=True, name="infermeter-feeder")
         self._proc.start()
         child.close()
         self._gen = self._requests()
 
-    def _requests(self) -> Iterator[SimRequest]:
+    def _requests(self) -> Generator[SimRequest, None, None]:
         rid = 0
         while True:
             try:

@@ -76,7 +76,7 @@ class LogHistogram:
         if k < self.zeros:
             return min(max(0.0, self.lo), self.hi)
         i = min(int(np.searchsorted(cum, k, side="right")), _NB - 1)
-        return min(max(_LO * GROWTH ** (i + 0.5), self.lo), self.hi)
+        return float(min(max(_LO * GROWTH ** (i + 0.5), self.lo), self.hi))
 
     def _quantile(self, q: float, cum: np.ndarray) -> float:
         """Value at rank q*(n-1), linear between neighbouring ranks (numpy's rule)."""
@@ -86,7 +86,7 @@ class LogHistogram:
         frac = rank - lo
         if frac <= 0:
             return v
-        return v + frac * (self._at_rank(lo + 1, cum) - v)
+        return float(v + frac * (self._at_rank(lo + 1, cum) - v))
 
     def distribution(self, scale: float = 1.0) -> dict[str, float | int | None]:
         if self.n <= 0:
