@@ -184,3 +184,13 @@ def test_replay_uses_trace_times_scaled():
     reqs = list(local_stream(None, iter(specs), replay=True, time_scale=2.0))
     assert [r.arrival for r in reqs] == [0.0, 3.0, 8.0]
     assert [r.rid for r in reqs] == [0, 1, 2]
+
+
+def test_chars_per_block_follows_the_workload_text():
+    from infermeter.twin.feeder import workload_chars_per_block
+
+    work = build_workload(input_tokens="200", seed=0)
+    specs = [s for _, s in zip(range(256), work.requests())]
+    chars = sum(len(s.messages[0]["content"]) for s in specs)
+    tokens = sum(s.input_tokens for s in specs)
+    assert workload_chars_per_block(input_tokens="200", seed=0) == round(16 * chars / tokens)

@@ -29,6 +29,7 @@ def _backend(simple: bool, zero_delay: bool, opts: dict[str, Any]) -> Any:
                              itl_s=0 if zero_delay else itl_ms / 1000,
                              max_concurrency=opts["max_concurrency"] or 256,
                              model_name=opts["served_model_name"] or "infermeter-emulator", speedup=opts["speedup"])
+    from infermeter.twin.feeder import workload_chars_per_block
     from infermeter.twin.live import twin_backend
 
     return twin_backend(opts["model"], opts["gpu"], tp=opts["tp"], pp=opts["pp"], dtype=opts["dtype"],
@@ -36,7 +37,8 @@ def _backend(simple: bool, zero_delay: bool, opts: dict[str, Any]) -> Any:
                         speedup=opts["speedup"], served_model_name=opts["served_model_name"],
                         max_num_seqs=opts["max_num_seqs"], max_num_batched_tokens=opts["max_num_batched_tokens"],
                         max_model_len=opts["max_model_len"], num_gpu_blocks_override=opts["num_gpu_blocks_override"],
-                        enable_prefix_caching=opts["enable_prefix_caching"])
+                        enable_prefix_caching=opts["enable_prefix_caching"],
+                        chars_per_block=workload_chars_per_block())
 
 
 def _token_counter() -> Any:

@@ -66,6 +66,14 @@ def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256) -> int:
     return max(1, round(16 * chars / tokens))
 
 
+def workload_chars_per_block(**workload_args: Any) -> int:
+    """:func:`calibrate_chars_per_block` for ``build_workload(**workload_args)`` (default: the
+    default synthetic workload), e.g. for the live backend's ``chars_per_block``."""
+    from infermeter.workload import build_workload
+
+    return calibrate_chars_per_block(iter(build_workload(**workload_args).requests()))
+
+
 def local_stream(
     offsets: Iterator[float] | None,
     specs: Iterator[Any],

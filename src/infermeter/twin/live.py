@@ -84,6 +84,15 @@ class TwinBackend:
         self.max_lag_s = 0.0
 
     # -- protocol ------------------------------------------------------------------
+    def check(self, req: Any) -> str | None:
+        """Why this request can never run (vLLM answers HTTP 400), or None; before any streaming."""
+        limit = min(e.max_model_len for e in self.engines)
+        if req.prompt_tokens + int(req.max_tokens or 0) > limit:
+            return (f"This model's maximum context length is {limit} tokens. However, you requested "
+                    f"{req.prompt_tokens + int(req.max_tokens or 0)} tokens ({req.prompt_tokens} in the messages, "
+                    f"{req.max_tokens} in the completion).")
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {**self.twin.describe(), "speedup": self.speedup, "max_lag_s": self.max_lag_s,
                 "prefix_key_chars_per_block": self.chars_per_block}

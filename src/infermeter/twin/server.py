@@ -117,6 +117,10 @@ class EmulatorServer:
             raise asyncio.CancelledError  # nothing more to send on a dead connection
         req = GenRequest(prompt_tokens=self.count_tokens(text), max_tokens=max_tokens,
                          ignore_eos=bool(body.get("ignore_eos")), prompt_text=text, request_id=rid, extra=body)
+        check = getattr(self.backend, "check", None)
+        problem = check(req) if check is not None else None
+        if problem:
+            return _json_error(400, problem)
         if fault == "slow_first_byte":
             await asyncio.sleep(self.faults.slow_s)
         model = body.get("model") or self.backend.model_name
@@ -177,11 +181,14 @@ class EmulatorServer:
         return resp
 
 
+EMULATOR_KEY = web.AppKey("emulator", EmulatorServer)
+
+
 def make_app(backend: Backend, *, faults: FaultPlan | None = None,
              count_tokens: Callable[[str], int] | None = None) -> web.Application:
     srv = EmulatorServer(backend, faults=faults, count_tokens=count_tokens)
     app = web.Application(client_max_size=256 * 1024 * 1024)
-    app["emulator"] = srv
+    app[EMULATOR_KEY] = srv
     app.router.add_get("/v1/models", srv.models)
     app.router.add_get("/health", srv.health)
     app.router.add_get("/metrics", srv.metrics)
