@@ -88,3 +88,12 @@ def test_rate_check_uses_the_schedule_not_the_mean_rate():
     late = [rec(i, t, t * 1.3, [t * 1.3 + 0.05], [1], t * 1.3 + 0.1) for i, t in enumerate(intended)]
     s2 = build_summary(records_to_table(late), run={"load": {"open_loop": True, "target_rate": 10.0}})
     assert any(r.startswith("achieved_rate") for r in s2["invalid_reasons"])
+
+
+def test_eos_token_counted_by_usage_is_not_a_mismatch():
+    a = rec(0, 0, 0, [0.1, 0.2], [1, 1], 0.3, n_out=3)
+    a.finish_reason = "stop"
+    b = rec(1, 0, 0, [0.1, 0.2], [1, 1], 0.3, n_out=3)
+    b.finish_reason = "length"
+    s = build_summary(records_to_table([a, b]))
+    assert s["usage_mismatches"] == 1

@@ -81,7 +81,9 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
     usage_src = _strings(okt, "usage_source")
     n_server = int((usage_src == "server").sum())
     stream_tok = col(okt, "stream_tokens")
-    mismatches = int(np.sum((usage_src == "server") & np.isfinite(m.n_out) & (stream_tok != m.n_out)))
+    # A request that ends on EOS: the server counts the EOS token, which streams no text.
+    eos_extra = (_strings(okt, "finish_reason") == "stop") & (m.n_out - stream_tok == 1)
+    mismatches = int(np.sum((usage_src == "server") & np.isfinite(m.n_out) & (stream_tok != m.n_out) & ~eos_extra))
     source = "server" if n_server == completed and completed else ("stream" if n_server == 0 else "mixed")
 
     # Goodput.

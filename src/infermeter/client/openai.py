@@ -237,7 +237,10 @@ class OpenAIClient:
                 times.append(now)
                 char_lens.append(len(text))
                 rec.stream_tokens += 1
-            done = bool(c0.get("finish_reason"))
+            fr = c0.get("finish_reason")
+            if fr:
+                rec.finish_reason = fr
+            done = bool(fr)
         else:
             if "error" in obj:
                 err = obj["error"]
@@ -270,6 +273,7 @@ class OpenAIClient:
             raise RequestFailed("malformed_response", f"response has no choices: {raw[:80]!r}")
         now = self.clock()
         text = _chunk_text(obj, self._chat)
+        rec.finish_reason = obj["choices"][0].get("finish_reason") if isinstance(obj["choices"][0], dict) else None
         if text:
             rec.first_token_at = now
             rec.chunk_times.append(now)
@@ -286,8 +290,9 @@ class OpenAIClient:
 
     @staticmethod
     def _finish_tokens(rec: RequestRecord, char_lens: list[int]) -> None:
+        eos_extra = rec.finish_reason == "stop" and rec.completion_tokens == rec.stream_tokens + 1
         if rec.usage_source == "server" and rec.completion_tokens is not None and rec.completion_tokens != rec.stream_tokens \
-                and rec.outcome == OK and char_lens:
+                and rec.outcome == OK and char_lens and not eos_extra:
             rec.chunk_tokens = allocate_tokens(char_lens, rec.completion_tokens)
         else:
             rec.chunk_tokens = [1] * len(char_lens)

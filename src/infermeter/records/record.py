@@ -75,6 +75,7 @@ class RequestRecord:
     cached_tokens: int | None = None  # server-reported prompt cache hits
     conversation_id: int | None = None
     prefix_group: int | None = None
+    finish_reason: str | None = None  # the server's, e.g. "length" or "stop"
 
     def to_row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELDS}
@@ -107,6 +108,7 @@ ARROW_SCHEMA = pa.schema(
         ("cached_tokens", pa.int64()),
         ("conversation_id", pa.int64()),
         ("prefix_group", pa.int64()),
+        ("finish_reason", pa.string()),
     ]
 )
 

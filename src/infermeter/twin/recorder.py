@@ -157,6 +157,7 @@ class RecordSink:
                 "cached_tokens": cached,
                 "conversation_id": pa.array(conv_l, pa.int64()),
                 "prefix_group": pa.array(grp_l, pa.int64()),
+                "finish_reason": pa.array(np.where(ok, "length", None), pa.string()),
             },
             schema=ARROW_SCHEMA,
         )
