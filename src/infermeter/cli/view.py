@@ -67,7 +67,8 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     parts: list[Any] = [head, thr, lat]
     sm = s.get("server_metrics") or {}
     if sm:
-        srv = Table(title="Server (scraped /metrics)", title_justify="left", show_edge=False)
+        title = "Engine (simulated)" if src == "simulated" else "Server (scraped /metrics)"
+        srv = Table(title=title, title_justify="left", show_edge=False)
         keys = [("KV usage mean", "kv_cache_usage_mean", ".1%"), ("KV usage max", "kv_cache_usage_max", ".1%"),
                 ("waiting max", "num_requests_waiting_max", ".0f"), ("running max", "num_requests_running_max", ".0f"),
                 ("prefix hit rate", "prefix_cache_hit_rate", ".1%"), ("preemptions", "num_preemptions", ".0f")]
