@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
+	rm -rf results/demo
 	$(BIN)/infermeter run --requests 200 --concurrency 16 --out results/demo
 
 test: $(STAMP)
