@@ -97,3 +97,11 @@ def test_eos_token_counted_by_usage_is_not_a_mismatch():
     b.finish_reason = "length"
     s = build_summary(records_to_table([a, b]))
     assert s["usage_mismatches"] == 1
+
+
+def test_cancelled_requests_do_not_stretch_the_window():
+    recs = [rec(i, i * 1.0, i * 1.0, [i + 0.2], [1], i + 0.5) for i in range(10)]
+    cancelled = RequestRecord(request_id=10, intended_at=9.0, sent_at=9.0, ended_at=40.0, outcome="cancelled")
+    s = build_summary(records_to_table(recs + [cancelled]))
+    assert s["duration_s"] == pytest.approx(9.5)
+    assert s["cancelled"] == 1 and s["request_throughput"] == pytest.approx(10 / 9.5)

@@ -73,7 +73,7 @@ def test_two_vllm_configurations_interrupted_and_resumed(engine_ready, tmp_path,
     assert {k: v["status"] for k, v in cells.items()} == {"seqs1/default/c4/r0": "done", "seqs4/default/c4/r0": "done"}
     assert cells["seqs1/default/c4/r0"]["attempts"] == 2
     assert (out / "runs/seqs1/default/c4/r0.attempt-1").is_dir()
-    for key, cell in cells.items():  # vLLM started in dev mode: the prefix cache is reset before every run
+    for cell in cells.values():  # vLLM started in dev mode: the prefix cache is reset before every run
         assert cell["prefix_cache"] == "reset"
         assert (out / cell["run_dir"] / "server.log").stat().st_size == cell["server_log_bytes"]
     for name in ("seqs1", "seqs4"):  # each engine's whole log, from its start

@@ -2,10 +2,11 @@
 
 import asyncio
 import json
+import shutil
 
 import pytest
 
-from infermeter.measure import Measurement, RunConfig
+from infermeter.measure import Measurement, RunConfig, summarize_dir
 from infermeter.report.rundir import load_run_dir
 from infermeter.twin.process import EmulatorProcess
 
@@ -37,6 +38,13 @@ def test_find_max_on_concurrency_finds_the_server_limit(emu4, tmp_path):
     assert step["config"]["concurrency"] == 4 and step["config"]["warmup"] == 4
     # the report helper reads it as one sweep with six steps
     assert [st.name for st in load_run_dir(tmp_path / "fm").steps] == [str(k) for k in range(6)]
+    # summarize rebuilds the plan's summary from the steps (also after a kill: then "interrupted")
+    (tmp_path / "fm" / "summary.json").unlink()
+    rebuilt = summarize_dir(tmp_path / "fm")
+    assert rebuilt["capacity"]["concurrency"] == 4 and rebuilt["capacity"]["bracket"] == [4, 5]
+    assert not rebuilt["interrupted"]
+    shutil.rmtree(tmp_path / "fm" / "steps" / "5")
+    assert summarize_dir(tmp_path / "fm")["interrupted"] is True
 
 
 def test_sweep_runs_synchronous_throughput_and_rates_between(emu4, tmp_path):

@@ -47,7 +47,9 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
     sent = col(table, "sent_at")
     ended = col(table, "ended_at")
     start = np.nanmin(intended) if table.num_rows else np.nan
-    end = np.nanmax(ended) if table.num_rows and np.isfinite(ended).any() else np.nan
+    # Cancelled requests end when the run gave up on them: they must not stretch the window.
+    fin = ended[ok | err]
+    end = np.nanmax(fin) if fin.size and np.isfinite(fin).any() else np.nan
     duration = float(end - start) if np.isfinite(start) and np.isfinite(end) and end > start else 0.0
     completed = int(ok.sum())
     n_in = np.nansum(m.n_in)
@@ -101,6 +103,7 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         goodput = per_s(float(meets.sum()))
 
     itl = inter_token_latencies(okt)
+    not_streamed = int(np.sum(~np.isfinite(col(okt, "first_token_at")) & (np.nan_to_num(m.n_out) > 0)))
     runtime = run.get("runtime") or {}
     lag_d = distribution(lag, MS)
     v = verdict({
@@ -108,6 +111,8 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         "achieved_rate": achieved_rate, "cap_held": runtime.get("cap_held", 0), "completed": completed,
         "failed": int(err.sum()), "ttft_count": int(np.isfinite(m.ttft).sum()), "client_cpu": runtime.get("client_cpu"),
     })
+    if not_streamed:
+        v.warnings.append(f"not_streamed: {not_streamed} responses came as one JSON body; their TTFT/TPOT/ITL are undefined")
     return {
         "schema_version": SCHEMA_VERSION,
         "source": run.get("source", "measured"),

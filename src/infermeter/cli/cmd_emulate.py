@@ -49,6 +49,24 @@ def _token_counter() -> Any:
     return lambda text: max(1, tok.count(text))
 
 
+def _exit_with_parent() -> None:
+    """When started by ``infermeter run`` (EmulatorProcess), exit as soon as its stdin closes."""
+    import os
+    import sys
+    import threading
+
+    if os.environ.get("INFERMETER_EXIT_WITH_STDIN") != "1":
+        return
+
+    def watch() -> None:
+        try:
+            sys.stdin.buffer.read()
+        finally:
+            os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def register(app: typer.Typer) -> None:
     @app.command("emulate")
     def emulate(
@@ -90,6 +108,8 @@ def register(app: typer.Typer) -> None:
         opts = dict(locals())
         backend = _backend(simple, zero_delay, opts)
         counter = _token_counter()
+
+        _exit_with_parent()
 
         async def main() -> None:
             app = make_app(backend, faults=plan, count_tokens=counter)

@@ -6,7 +6,6 @@ import asyncio
 import json
 import shlex
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Optional

@@ -23,7 +23,9 @@ def http_error_class(status: int) -> str:
         return "http_429"
     if 400 <= status < 500:
         return "http_4xx"
-    return "http_5xx"
+    if status >= 500:
+        return "http_5xx"
+    return "malformed_response"  # 1xx/3xx (a redirect we did not follow) or a 2xx other than 200
 
 
 class RequestFailed(Exception):

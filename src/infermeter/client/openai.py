@@ -71,6 +71,21 @@ def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
     return c0.get("text") or ""
 
 
+_FINISHED = 1  # a choice carried finish_reason
+_TERMINAL = 2  # [DONE] or the final usage chunk: nothing more belongs to the response
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _text(v: Any) -> str:
+    """Text of a delta field; anything but a string is malformed."""
+    if type(v) is not str:
+        raise RequestFailed("malformed_response", f"text field is not a string: {str(v)[:80]!r}")
+    return v
+
+
 def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
     """Split ``total`` tokens over chunks in proportion to their text length (each >= 1).
 
@@ -158,7 +173,8 @@ class OpenAIClient:
                                 raise RequestFailed("stream_cut" if rec.stream_tokens == 0 and rec.usage_source else "malformed_response",
                                                     "stream ended before any token and without a finish")
                             raise RequestFailed("stream_cut", f"stream ended after {rec.stream_tokens} chunks without a finish")
-            rec.ended_at = clock()
+            if rec.ended_at is None:
+                rec.ended_at = clock()
             rec.outcome = OK
         except RequestFailed as exc:
             self._fail(rec, exc.error_class, exc.detail)
@@ -185,10 +201,18 @@ class OpenAIClient:
             self._fail(rec, "malformed_response", f"bad HTTP response: {exc.message}")
         except aiohttp.ClientError as exc:
             self._fail(rec, "connect_error", f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a response shaped in a way nobody foresaw is still a recorded failure
+            self._fail(rec, "malformed_response", f"unreadable response ({type(exc).__name__}: {exc})")
         self._finish_tokens(rec, char_lens)
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, char_lens: list[int],
                            tmo: asyncio.Timeout, deadline_total: float | None) -> bool:
+        """Read events until ``[DONE]`` or the final usage chunk (or the connection closes).
+
+        Sets ``rec.ended_at`` to the arrival of the event that finished the response, not to
+        when the connection closed."""
         parser = SSEParser()
         chat = self._chat
         clock = self.clock
@@ -199,22 +223,30 @@ class OpenAIClient:
         async for raw in resp.content.iter_any():
             now = clock()
             for ev in parser.feed(raw):
-                if on_event(ev.data, now, rec, char_lens, chat, times):
+                state = on_event(ev.data, now, rec, char_lens, chat, times)
+                if state and not finished:
                     finished = True
+                    rec.ended_at = now
+                if state == _TERMINAL:
+                    rec.ended_at = now
+                    return True
             if not rescheduled and rec.first_token_at is not None:
                 tmo.reschedule(deadline_total)
                 rescheduled = True
         for ev in parser.close():
-            if on_event(ev.data, clock(), rec, char_lens, chat, times):
+            now = clock()
+            state = on_event(ev.data, now, rec, char_lens, chat, times)
+            if state and not finished:
                 finished = True
+                rec.ended_at = now
         return finished
 
-    def _on_event(self, data: str, now: float, rec: RequestRecord, char_lens: list[int], chat: bool, times: list[float]) -> bool:
-        """Handle one SSE data payload; True when it finishes the request."""
+    def _on_event(self, data: str, now: float, rec: RequestRecord, char_lens: list[int], chat: bool, times: list[float]) -> int:
+        """Handle one SSE data payload: 0, _FINISHED (a finish_reason) or _TERMINAL ([DONE], final usage)."""
         if data == "[DONE]":
-            return True
+            return _TERMINAL
         if not data:
-            return False
+            return 0
         try:
             obj = _loads(data)
         except ValueError:
@@ -223,14 +255,20 @@ class OpenAIClient:
             raise RequestFailed("malformed_response", f"stream event is not a JSON object: {data[:80]!r}")
         choices = obj.get("choices")
         if choices:
-            c0 = choices[0]
+            c0 = choices[0] if type(choices) is list else None
+            if type(c0) is not dict:
+                raise RequestFailed("malformed_response", f"'choices' is not a list of objects: {data[:80]!r}")
             if chat:
                 delta = c0.get("delta") or c0.get("message") or {}
+                if type(delta) is not dict:
+                    raise RequestFailed("malformed_response", f"'delta' is not an object: {data[:80]!r}")
                 text = delta.get("content") or ""
                 if "reasoning_content" in delta or "reasoning" in delta:
-                    text += delta.get("reasoning_content") or delta.get("reasoning") or ""
+                    text = _text(text) + _text(delta.get("reasoning_content") or delta.get("reasoning") or "")
             else:
                 text = c0.get("text") or ""
+            if type(text) is not str:
+                text = _text(text)
             if text:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
@@ -239,53 +277,56 @@ class OpenAIClient:
                 rec.stream_tokens += 1
             fr = c0.get("finish_reason")
             if fr:
-                rec.finish_reason = fr
-            done = bool(fr)
+                rec.finish_reason = fr if type(fr) is str else str(fr)[:40]
+            done = _FINISHED if fr else 0
         else:
             if "error" in obj:
                 err = obj["error"]
                 msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
                 raise RequestFailed("stream_cut" if rec.first_token_at is not None else "http_5xx",
                                     f"server error in stream: {msg}"[:300])
-            done = False
+            done = 0
         usage = obj.get("usage")
         if usage:
             self._usage(rec, usage)
             if not choices:
-                done = True
+                done = _TERMINAL
         return done
 
     @staticmethod
-    def _usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
-        rec.prompt_tokens = usage.get("prompt_tokens")
-        rec.completion_tokens = usage.get("completion_tokens")
+    def _usage(rec: RequestRecord, usage: Any) -> None:
+        if type(usage) is not dict:
+            raise RequestFailed("malformed_response", f"'usage' is not an object: {str(usage)[:80]!r}")
+        p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not _count(p) or not _count(c):
+            raise RequestFailed("malformed_response", f"usage token counts are not non-negative integers: {str(usage)[:80]!r}")
+        rec.prompt_tokens, rec.completion_tokens = p, c
         details = usage.get("prompt_tokens_details") or {}
-        if isinstance(details, dict) and details.get("cached_tokens") is not None:
-            rec.cached_tokens = details.get("cached_tokens")
+        if isinstance(details, dict) and _count(details.get("cached_tokens")):
+            rec.cached_tokens = details["cached_tokens"]
         rec.usage_source = "server"
 
     def _handle_plain(self, raw: bytes, rec: RequestRecord, char_lens: list[int]) -> None:
+        """A server that ignored ``stream``: tokens arrived at once, so TTFT/TPOT/ITL stay undefined."""
         try:
             obj = _loads(raw)
         except ValueError:
             raise RequestFailed("malformed_response", f"response is neither SSE nor JSON: {raw[:80]!r}") from None
-        if not isinstance(obj, dict) or not obj.get("choices"):
+        if not isinstance(obj, dict) or not obj.get("choices") or type(obj["choices"]) is not list \
+                or type(obj["choices"][0]) is not dict:
             raise RequestFailed("malformed_response", f"response has no choices: {raw[:80]!r}")
-        now = self.clock()
-        text = _chunk_text(obj, self._chat)
-        rec.finish_reason = obj["choices"][0].get("finish_reason") if isinstance(obj["choices"][0], dict) else None
-        if text:
-            rec.first_token_at = now
-            rec.chunk_times.append(now)
-            char_lens.append(len(text))
-            rec.stream_tokens = 1
+        c0 = obj["choices"][0]
+        fr = c0.get("finish_reason")
+        rec.finish_reason = fr if type(fr) is str else None
+        rec.error_detail = "not streamed: the server answered with one JSON body"
         if obj.get("usage"):
             self._usage(rec, obj["usage"])
 
     def _fail(self, rec: RequestRecord, error_class: str, detail: str) -> None:
         rec.outcome = ERROR
         rec.error_class = error_class
-        rec.error_detail = detail
+        key = self.config.api_key
+        rec.error_detail = detail.replace(key, "***") if key else detail  # servers may echo the key
         rec.ended_at = self.clock()
 
     @staticmethod

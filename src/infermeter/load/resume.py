@@ -26,6 +26,8 @@ import numpy as np
 
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency, Shape, TraceReplay
 
+__all__ = ["ConstantArrivalRate", "ResumePoint", "resume_point"]  # ConstantArrivalRate: for the doctest
+
 
 @dataclass(frozen=True)
 class ResumePoint:

@@ -1,6 +1,7 @@
 """Live statistics for the progress display, updated as records arrive.
 
-Cheap per record (a few appends); windowed so a 72-hour run stays bounded::
+Cheap per record (a few appends); windowed so a 72-hour run stays bounded
+(old entries leave on ``add`` as well as on ``snapshot``)::
 
     live = LiveStats(window_s=10)
     live.add(record)
@@ -33,6 +34,9 @@ class LiveStats:
             self.ok += 1
             end = rec.ended_at or 0.0
             self._recent.append((end, rec.completion_tokens or rec.stream_tokens))
+            cut = end - self.window_s
+            while self._recent[0][0] < cut:  # bounded without a display calling snapshot()
+                self._recent.popleft()
             if rec.first_token_at is not None and rec.sent_at is not None:
                 self._ttft.append(rec.first_token_at - rec.sent_at)
         elif rec.outcome == "error":

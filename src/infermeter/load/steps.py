@@ -99,6 +99,15 @@ class PlanResult:
 MeasureStep = Callable[[int, Step], Awaitable[dict[str, Any]]]
 
 
+def step_entry(k: int, step: Step, summary: dict[str, Any], judge: SloJudge) -> dict[str, Any]:
+    """A step's summary plus the plan columns (its entry in ``steps``)."""
+    ok, reasons = judge(summary)
+    entry = {**summary, "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
+             "meets_slo": ok, "slo_reasons": reasons, "step_dir": f"steps/{k}"}
+    entry.pop("run_dir", None)
+    return entry
+
+
 async def run_plan(plan: LoadPlan, measure_step: MeasureStep, judge: SloJudge,
                    should_stop: Callable[[], bool] = lambda: False) -> PlanResult:
     """Run every step the plan yields; each entry is the step's summary plus the plan columns."""
@@ -107,11 +116,7 @@ async def run_plan(plan: LoadPlan, measure_step: MeasureStep, judge: SloJudge,
     step = next(gen)
     k = 0
     while True:
-        summary = await measure_step(k, step)
-        ok, reasons = judge(summary)
-        entry = {**summary, "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
-                 "meets_slo": ok, "slo_reasons": reasons, "step_dir": f"steps/{k}"}
-        entry.pop("run_dir", None)
+        entry = step_entry(k, step, await measure_step(k, step), judge)
         entries.append(entry)
         if should_stop():
             gen.close()
@@ -121,6 +126,22 @@ async def run_plan(plan: LoadPlan, measure_step: MeasureStep, judge: SloJudge,
         except StopIteration as done:
             return PlanResult(entries, done.value or {})
         k += 1
+
+
+def replay_plan(plan: LoadPlan, summaries: list[dict[str, Any]], judge: SloJudge) -> PlanResult:
+    """The plan's result from step summaries already on disk (``infermeter summarize`` of a plan run);
+    ``interrupted`` when the plan would have run more steps."""
+    gen = plan.steps()
+    step = next(gen)
+    entries: list[dict[str, Any]] = []
+    for k, summary in enumerate(summaries):
+        entries.append(step_entry(k, step, summary, judge))
+        try:
+            step = gen.send(entries[-1])
+        except StopIteration as done:
+            return PlanResult(entries, done.value or {})
+    gen.close()
+    return PlanResult(entries, {}, interrupted=True)
 
 
 def best_entry(entries: list[dict[str, Any]]) -> int:

@@ -10,6 +10,7 @@ when it does, and refuses the run with ``--strict``::
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import re
@@ -108,8 +109,8 @@ async def check_capacity(m: Any, calibration: dict[str, Any] | None, notices: li
     if not cfg.calibrate or rate is None:
         return calibration
     if calibration is None:
-        specs = m.workload.requests()
-        tokens = sum(next(specs).max_tokens for _ in range(32)) / 32
+        first = [s.max_tokens for s in itertools.islice(m.workload.requests(), 32)]
+        tokens = sum(first) / max(1, len(first))
         if not worth_calibrating(rate, tokens):
             return None
         m.notify(f"calibrating this client against the zero-delay emulator (requested {rate:g} req/s)")

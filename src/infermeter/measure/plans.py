@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.client.session import make_session
-from infermeter.errors import ConfigError, UserError
+from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
-from infermeter.load.steps import SloJudge, Step, plan_summary, run_plan
-from infermeter.measure.config import RunConfig
+from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
+from infermeter.measure.config import RunConfig, build_plan
 from infermeter.measure.header import default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
@@ -55,7 +55,10 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
         raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
     run_dir.mkdir(parents=True, exist_ok=True)
-    judge = SloJudge(slo=dict(cfg.slo), percentile=cfg.slo_percentile, max_error_rate=cfg.max_error_rate)
+    judge = plan_judge(cfg)
+    header = {"schema_version": 1, "tool": "infermeter", "source": "measured", "label": label, "model": model,
+              "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
+    store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
 
     async def measure_step(k: int, step: Step) -> dict[str, Any]:
@@ -70,15 +73,42 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         return res.summary
 
     result = await run_plan(plan, measure_step, judge, should_stop=lambda: m.stopped)
-    summary = plan_summary(result, judge, plan)
     first = store.read_json(run_dir / "steps" / "0" / store.RUN)
     run = {k: v for k, v in first.items() if k not in ("runtime", "server_metrics", "calibration", "notices")}
-    run.update({"label": label, "slo": cfg.slo, "config": cfg.public(),
-                "load": {**plan.model_dump(mode="json"), "describe": plan.describe(), "open_loop": None,
-                         "steps": len(result.entries)}})
+    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at")})
     if calibration.get("value"):
         run["calibration"] = calibration["value"]
-    summary.update({"label": label, "source": "measured", "run_dir": str(run_dir)})
+    summary = _write(run_dir, run, result, judge, plan)
+    return RunResult(run_dir=run_dir, summary=summary, run=run)
+
+
+def plan_judge(cfg: RunConfig) -> SloJudge:
+    return SloJudge(slo=dict(cfg.slo), percentile=cfg.slo_percentile, max_error_rate=cfg.max_error_rate)
+
+
+def _plan_load(plan: Any, steps: int | None) -> dict[str, Any]:
+    return {**plan.model_dump(mode="json"), "describe": plan.describe(), "open_loop": None, "steps": steps}
+
+
+def _write(run_dir: Path, run: dict[str, Any], result: Any, judge: SloJudge, plan: Any) -> dict[str, Any]:
+    summary = plan_summary(result, judge, plan)
+    summary.update({"label": run.get("label"), "source": "measured", "model": run.get("model"),
+                    "run_dir": str(run_dir)})
     store.write_json(run_dir / store.RUN, run)
     store.write_json(run_dir / store.SUMMARY, summary)
-    return RunResult(run_dir=run_dir, summary=summary, run=run)
+    return summary
+
+
+def summarize_plan(run_dir: Path, summarize_step: Any) -> dict[str, Any]:
+    """Rebuild a sweep / find-max summary from its steps on disk (also of a killed run: then ``interrupted``)."""
+    run = store.read_json(run_dir / store.RUN)
+    conf = {k: v for k, v in (run.get("config") or {}).items() if k != "api_key"}
+    cfg = RunConfig(**conf)
+    plan = build_plan(cfg)
+    if plan is None:
+        raise DataError(f"{run_dir}: has steps/ but run.json's config is not a sweep or find-max")
+    ks = sorted(int(p.name) for p in (run_dir / "steps").iterdir() if p.name.isdigit() and any(
+        (p / f).exists() for f in (store.SUMMARY, store.JOURNAL, store.PARQUET, "workers", "parts")))
+    result = replay_plan(plan, [summarize_step(run_dir / "steps" / str(k)) for k in ks], plan_judge(cfg))
+    run["load"] = _plan_load(plan, len(result.entries))
+    return _write(run_dir, run, result, plan_judge(cfg), plan)

@@ -242,8 +242,12 @@ def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[d
 
 
 def summarize_dir(run_dir: Path) -> dict[str, Any]:
-    """Rebuild summary.json from what is on disk (also for killed runs, worker runs and soak runs)."""
+    """Rebuild summary.json from what is on disk (also for killed runs, worker runs, soak runs and plans)."""
     run_dir = Path(run_dir)
+    if (run_dir / "steps").is_dir():
+        from infermeter.measure.plans import summarize_plan
+
+        return summarize_plan(run_dir, summarize_dir)
     run = store.read_json(run_dir / store.RUN) if (run_dir / store.RUN).exists() else {}
     if (run_dir / "parts").is_dir() or run.get("soak"):
         from infermeter.measure.soak import summarize_soak

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infermeter.analysis.windows import RecordAggregator
+from infermeter.errors import UserError
 from infermeter.load.resume import resume_point
 from infermeter.load.soak import PartSink, lost_records, part_dir, part_dirs, read_state
 from infermeter.load.workers import WorkerPlan
@@ -41,6 +42,8 @@ async def execute_soak(m: Any, wplan: WorkerPlan, run_dir: Path, run: dict[str, 
     cfg, soak = m.cfg, m.soak
     start_wall = None
     if m.resume_dir is not None:
+        if "t0_unix" not in run:
+            raise UserError(f"--resume {run_dir}: the run stopped before it started; start it again")
         state = read_state(run_dir, soak["window_s"], dict(cfg.slo))
         agg = state.aggregator
         t0 = float(run["t0_unix"])

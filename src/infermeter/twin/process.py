@@ -42,9 +42,11 @@ class EmulatorProcess:
     def __enter__(self) -> "EmulatorProcess":
         cmd = [sys.executable, "-m", "infermeter.cli.main", "emulate", "--host", "127.0.0.1",
                "--port", str(self.port), *self.args]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # Its own session: a terminal's Ctrl-C reaches the client, which then stops the run cleanly,
+        # not the emulator mid-stream. It exits when our end of its stdin closes (even on SIGKILL).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", INFERMETER_EXIT_WITH_STDIN="1")
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                      stdin=subprocess.DEVNULL)
+                                      stdin=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -66,6 +68,8 @@ class EmulatorProcess:
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is not None and self._proc.poll() is None:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
             self._proc.terminate()
             try:
                 self._proc.wait(timeout=10)

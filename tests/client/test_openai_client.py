@@ -1,0 +1,103 @@
+"""The client against odd servers: every request ends in exactly one classified record."""
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from infermeter.client.openai import ClientConfig, OpenAIClient
+from infermeter.client.session import make_session
+from infermeter.records.record import RequestRecord
+from infermeter.workload.spec import RequestSpec
+
+SPEC = RequestSpec(index=0, prompt=None, messages=({"role": "user", "content": "hi"},), max_tokens=3, input_tokens=1)
+
+
+def chunk(delta, finish=None):
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+
+
+async def _send(handler, api_key=None, **cfg):
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        async with make_session() as session:
+            client = OpenAIClient(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", api_key=api_key, **cfg),
+                                  session, lambda: loop.time() - t0)
+            rec = RequestRecord(request_id=0)
+            await client.send(SPEC, rec)
+            return rec
+    finally:
+        await runner.cleanup()
+
+
+def send(handler, **kw):
+    return asyncio.run(_send(handler, **kw))
+
+
+def sse(body: str, wait_after_s: float = 0.0):
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(body.encode())
+        if wait_after_s:
+            await asyncio.sleep(wait_after_s)
+        return resp
+    return handler
+
+
+@pytest.mark.parametrize("body", [
+    'data: {"choices":"abc"}\n\n',
+    'data: {"choices":[{"delta":"hi"}]}\n\n',
+    'data: {"choices":[],"usage":[1]}\n\n',
+    'data: {"choices":[],"usage":{"prompt_tokens":"3","completion_tokens":2}}\n\n',
+    'data: {"choices":[{"delta":{"content":5}}]}\n\n',
+])
+def test_valid_json_of_the_wrong_shape_is_malformed_not_lost(body):
+    rec = send(sse(chunk({"content": "a"}) + body + "data: [DONE]\n\n"))
+    assert rec.outcome == "error" and rec.error_class == "malformed_response"
+    assert rec.ended_at is not None
+
+
+def test_non_string_finish_reason_is_kept_as_text():
+    rec = send(sse(chunk({"content": "a"}) + chunk({"content": "b"}, finish=1) + "data: [DONE]\n\n"))
+    assert rec.outcome == "ok" and rec.finish_reason == "1"
+
+
+def test_end_is_the_done_event_not_the_connection_close():
+    body = chunk({"content": "a"}) + chunk({"content": "b"}) + chunk({}, "length") + \
+        'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
+    rec = send(sse(body, wait_after_s=1.0))
+    assert rec.outcome == "ok" and rec.completion_tokens == 2
+    assert rec.ended_at - rec.sent_at < 0.5
+
+
+def test_a_plain_json_answer_has_no_token_timing():
+    async def handler(request):
+        return web.json_response({"choices": [{"message": {"content": "a b c"}, "finish_reason": "length"}],
+                                  "usage": {"prompt_tokens": 1, "completion_tokens": 3}})
+    rec = send(handler)
+    assert rec.outcome == "ok" and rec.completion_tokens == 3
+    assert rec.first_token_at is None and rec.chunk_times == []
+
+
+def test_an_echoed_api_key_is_redacted():
+    async def handler(request):
+        return web.json_response({"error": f"bad key {request.headers['Authorization']}"}, status=401)
+    rec = send(handler, api_key="sk-LEAKME")
+    assert rec.error_class == "http_4xx"
+    assert "sk-LEAKME" not in rec.error_detail and "***" in rec.error_detail
+
+
+def test_redirect_is_not_a_server_error():
+    async def handler(request):
+        return web.Response(status=304)
+    assert send(handler).error_class == "malformed_response"
