@@ -19,6 +19,10 @@ def records(n=400, seed=3):
         k = int(rng.integers(2, 20))
         chunks = [t + 0.001 + ttft + 0.02 * j for j in range(k)]
         ok = i % 25 != 7
+        if i == 399:  # in flight when the run stopped: must not stretch the window
+            out.append(RequestRecord(request_id=i, intended_at=t, sent_at=t + 0.001, ended_at=t + 60.0,
+                                     outcome="cancelled"))
+            continue
         out.append(RequestRecord(
             request_id=i, phase="warmup" if i < 5 else "measure", intended_at=t, sent_at=t + 0.001,
             first_token_at=chunks[0] if ok else None, ended_at=chunks[-1] if ok else t + 0.1,
@@ -29,7 +33,7 @@ def records(n=400, seed=3):
 
 
 EXACT = ("completed", "failed", "dropped", "cancelled", "total_input_tokens", "total_output_tokens", "errors",
-         "token_count_source", "usage_mismatches", "valid", "error_rate")
+         "token_count_source", "usage_mismatches", "valid", "error_rate", "warnings")
 CLOSE = ("duration_s", "request_throughput", "output_token_throughput", "input_token_throughput", "goodput",
          "achieved_rate", "target_rate", "mean_output_tokens", "mean_input_tokens")
 

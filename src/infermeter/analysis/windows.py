@@ -14,9 +14,10 @@ throughput) so that degradation over time is visible::
     summary["windows"]["series"][0]["ttft_ms"]["p99"]
 
 Counts, sums, means, min and max are exact; percentiles come from log-bucket
-histograms (within 0.5% of the exact value, see ``twin.sketch``). A request
-belongs to the window in which it *ended* (its intended send time when it never
-ended), so a window's throughput is what completed in it. Windows are closed
+histograms (within 0.5% of the exact value, see ``twin.sketch``). A finished
+request (ok or error) belongs to the window in which it *ended*, so a window's
+throughput is what completed in it; cancelled and dropped requests belong to no
+window (and, as in ``build_summary``, do not stretch the measured span). Windows are closed
 (reduced to their statistics) once records two windows later arrive; records
 arriving for a closed window still count in its totals. Resumed runs subtract
 their downtime (``run["segments"]``) from the measured duration.
@@ -85,7 +86,7 @@ class RecordAggregator:
         self.intended_span = [math.inf, -math.inf]
         self.n_in = self.n_out = 0.0
         self.n_in_rows = self.n_out_rows = 0
-        self.n_server = self.mismatches = 0
+        self.n_server = self.mismatches = self.not_streamed = 0
         self.cached: float | None = None
         self.good = 0
         self.hists = {k: LogHistogram() for k in ("ttft", "ttft_intended", "tpot", "itl", "e2e", "e2e_intended",
@@ -110,8 +111,9 @@ class RecordAggregator:
             self.errors[str(cls)] = self.errors.get(str(cls), 0) + 1
         intended, sent, ended = col(table, "intended_at"), col(table, "sent_at"), col(table, "ended_at")
         self.first_intended = min(self.first_intended, float(np.nanmin(intended)))
-        if np.isfinite(ended).any():
-            self.last_end = max(self.last_end, float(np.nanmax(ended)))
+        fin = ended[ok | err]  # cancelled requests end when the run gave up on them: not part of the window
+        if np.isfinite(fin).any():
+            self.last_end = max(self.last_end, float(np.nanmax(fin)))
         was_sent = np.isfinite(sent)
         if was_sent.any():
             self.sent += int(was_sent.sum())
@@ -130,6 +132,7 @@ class RecordAggregator:
         self.n_out_rows += int(np.isfinite(m.n_out).sum())
         src = _strings(okt, "usage_source")
         self.n_server += int((src == "server").sum())
+        self.not_streamed += int(np.sum(~np.isfinite(col(okt, "first_token_at")) & (np.nan_to_num(m.n_out) > 0)))
         stream_tok = col(okt, "stream_tokens")
         self.mismatches += int(np.sum((src == "server") & np.isfinite(m.n_out) & (stream_tok != m.n_out)))
         cached = okt.column("cached_tokens")
@@ -158,7 +161,7 @@ class RecordAggregator:
         w_all = np.floor(t / self.window_s).astype(np.int64)
         ok = outcome == "ok"
         w_ok = w_all[ok]
-        for w in np.unique(w_all):
+        for w in np.unique(w_all[ok | (outcome == "error")]):  # cancelled / dropped rows belong to no window
             sel = w_all == w
             win = self._window(int(w))
             n_ok = int((ok & sel).sum())
@@ -227,6 +230,9 @@ class RecordAggregator:
         v = verdict({"open_loop": open_loop, "lag_p99_ms": lag["p99"], "target_rate": target, "achieved_rate": achieved,
                      "cap_held": runtime.get("cap_held", 0), "completed": self.completed, "failed": self.failed,
                      "ttft_count": int(self.hists["ttft"].n), "client_cpu": runtime.get("client_cpu")})
+        if self.not_streamed:
+            v.warnings.append(f"not_streamed: {self.not_streamed} responses came as one JSON body; "
+                              "their TTFT/TPOT/ITL are undefined")
         source = "server" if self.n_server == self.completed and self.completed else ("stream" if self.n_server == 0 else "mixed")
         h = self.hists
         out.update({

@@ -168,7 +168,10 @@ def stop_leftover(pid: int | None, marker: str, grace_s: float = 10.0) -> bool:
         return False
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(pid, sig)
+            if os.getpgid(pid) == pid:  # engines lead their own process group (their workers are in it)
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
         except ProcessLookupError:
             return True
         deadline = time.monotonic() + wait_s
