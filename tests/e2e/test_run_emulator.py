@@ -22,7 +22,7 @@ def test_closed_loop_counts_and_timings_match_the_emulator(emulator, tmp_path):
     assert table.num_rows == 64
     assert sorted(table.column("phase").to_pylist()).count("warmup") == 4
     # emulator: TTFT 40 ms, 8 ms/token (loopback adds little)
-    assert 38 <= s["ttft_ms"]["p50"] <= 60
+    assert 38 <= s["ttft_ms"]["p50"] <= 80
     assert 7.5 <= s["tpot_ms"]["p50"] <= 11
     assert 6 <= s["itl_ms"]["mean"] <= 11
     assert s["mean_output_tokens"] == 20

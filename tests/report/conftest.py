@@ -48,6 +48,7 @@ def request_table(n: int, rate: float, ttft_s: float, tpot_s: float, seed: int, 
             "prompt_tokens": int(in_tok[i]) if ok else None, "completion_tokens": int(out_tok[i]) if ok else None,
             "stream_tokens": int(out_tok[i]) if ok else 0, "usage_source": "server" if ok else None,
             "cached_tokens": None, "conversation_id": None, "prefix_group": None,
+            "finish_reason": "length" if ok else None,
         }
         for name in ARROW_SCHEMA.names:
             cols[name].append(row[name])

@@ -14,7 +14,7 @@ throughput) so that degradation over time is visible::
     summary["windows"]["series"][0]["ttft_ms"]["p99"]
 
 Counts, sums, means, min and max are exact; percentiles come from log-bucket
-histograms (within 0.5% of the exact value, see ``twin.sketch``). A finished
+histograms (within 0.5% of the exact value, see ``analysis.sketch``). A finished
 request (ok or error) belongs to the window in which it *ended*, so a window's
 throughput is what completed in it; cancelled and dropped requests belong to no
 window (and, as in ``build_summary``, do not stretch the measured span). Windows are closed
@@ -37,7 +37,7 @@ from infermeter.analysis.metrics import col, inter_token_latencies, request_metr
 from infermeter.analysis.summary import MS, build_summary
 from infermeter.analysis.verdict import verdict
 from infermeter.records.record import ARROW_SCHEMA
-from infermeter.twin.sketch import LogHistogram
+from infermeter.analysis.sketch import LogHistogram
 
 WINDOW_STATS = ("mean", "p50", "p90", "p99")
 

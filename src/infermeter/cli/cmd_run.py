@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from infermeter.cli.view import progress_panel, summary_table
+from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.errors import ConfigError, UserError
 
 
@@ -86,6 +86,10 @@ def register(app: typer.Typer) -> None:
         label: Optional[str] = typer.Option(None, help="A name for this run."),
         hardware: Optional[str] = typer.Option(None, help="What the server runs on, e.g. 4xa100-80gb:tp4 (for cost)."),
         scrape: bool = typer.Option(True, help="Scrape the server's /metrics during the run."),
+        gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="Sample local GPUs (NVML, extra 'gpu') or --dcgm-url during the run; without a GPU it says so."),
+        dcgm_url: Optional[str] = typer.Option(None, help="A DCGM exporter's /metrics URL to sample GPU telemetry from."),
+        history: bool = typer.Option(True, "--history/--no-history", help="Index the run in the history database (see `infermeter history`)."),
+        set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a profile field or dataset option, KEY=VALUE (repeatable; see `infermeter profiles`)."),
         scrape_interval: float = typer.Option(1.0, help="Seconds between /metrics scrapes."),
         emulator: Optional[str] = typer.Option(None, help="Arguments for the embedded emulator, e.g. \"--ttft-ms 20\"."),
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
@@ -132,7 +136,8 @@ def register(app: typer.Typer) -> None:
                             connect_timeout_s=connect_timeout, first_token_timeout_s=first_token_timeout or None,
                             timeout_s=timeout or None, grace_s=grace, slo=parse_slo(slo), alerts=tuple(alert or ()),
                             out=str(out) if out else None, label=label, hardware=hardware, scrape=scrape,
-                            scrape_interval_s=scrape_interval, emulator_args=tuple(shlex.split(emulator or "")))
+                            scrape_interval_s=scrape_interval, emulator_args=tuple(shlex.split(emulator or "")),
+                            gpu=gpu, dcgm_url=dcgm_url, history=history, profile_overrides=_overrides(set_))
         except ValidationError as exc:
             raise _config_error(exc) from None
         measurement = Measurement(cfg, notify=notify)
@@ -148,7 +153,7 @@ def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignor
     else:
         emu = (result.run.get("target") or {}).get("emulated")
         if emu:
-            out_console.print(f"[cyan]target: embedded emulator[/] ({_emu_desc(emu)})")
+            out_console.print(f"[cyan]target: embedded emulator[/] — {target_line(emu)}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
         out_console.print(summary_table(s, None))
@@ -192,10 +197,18 @@ def _num(v, fmt: str) -> str:  # type: ignore[no-untyped-def]
     return "–" if v is None else format(v, fmt)
 
 
-def _emu_desc(emu: dict) -> str:
-    if emu.get("backend") == "simple":
-        return f"simple timing model: TTFT {emu['ttft_s'] * 1000:g} ms, {emu['itl_s'] * 1000:g} ms/token, max {emu['max_concurrency']} concurrent"
-    return ", ".join(f"{k}={v}" for k, v in emu.items() if not isinstance(v, dict))
+def _overrides(items: list[str] | None) -> dict:
+    """``--set KEY=VALUE`` pairs; values are parsed as JSON when they can be (numbers, lists), else kept as text."""
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set turns=3")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
 
 
 async def _run_with_progress(measurement, console: Console):  # type: ignore[no-untyped-def]

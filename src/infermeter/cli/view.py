@@ -76,6 +76,17 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
             srv.add_column(name, justify="right")
         srv.add_row(*("n/a" if sm.get(k) is None else format(sm[k], f) for _, k, f in keys))
         parts.append(srv)
+    g = s.get("gpu") or {}
+    if g and not g.get("available", True):
+        parts.append(Text(f"GPU telemetry: unavailable ({g.get('reason')})", style="dim"))
+    elif g:
+        bits = [f"{k.replace('_', ' ')} {g[k]:.1f}" for k in ("temperature_c_mean", "temperature_c_max", "power_w_mean")
+                if isinstance(g.get(k), (int, float))]
+        if isinstance(g.get("throttled_fraction"), (int, float)):
+            bits.append(f"throttled {g['throttled_fraction']:.0%} of the time")
+        if isinstance(g.get("energy_per_output_token_j"), (int, float)):
+            bits.append(f"{g['energy_per_output_token_j']:.3f} J/output token")
+        parts.append(Text("GPU: " + (", ".join(bits) or "sampled"), style="cyan"))
     if s.get("errors"):
         parts.append(Text("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())), style="red"))
     if s.get("valid"):
@@ -85,7 +96,7 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     for w in s.get("warnings") or []:
         parts.append(Text("warning: " + w, style="yellow"))
     for a in s.get("alerts") or []:
-        parts.append(Text(f"ALERT: {a.get('alert', a)}", style="bold magenta"))
+        parts.append(Text(f"ALERT: {a.get('message') or a.get('alert', a)}", style="bold magenta"))
     return Group(*parts)
 
 

@@ -42,20 +42,20 @@ class RunConfig(BaseModel):
     temperature: float | None = None
     extra_body: dict[str, Any] = {}
     # load
-    concurrency: int | None = None
-    rate: float | None = None
+    concurrency: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
-    burstiness: float = 1.0
+    burstiness: float = Field(1.0, gt=0)
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
-    max_concurrency: int | None = None
+    max_concurrency: int | None = Field(None, ge=1)
     load: Literal["replay", "sweep", "find-max"] | None = None
-    time_scale: float = 1.0
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup: int = 0
-    grace_s: float = 30.0
+    time_scale: float = Field(1.0, gt=0)
+    requests: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    warmup: int = Field(0, ge=0)
+    grace_s: float = Field(30.0, ge=0)
     seed: int = 0
     # multi-step plans (docs/load.md)
     sweep_rates: int = Field(5, ge=0)
@@ -82,26 +82,32 @@ class RunConfig(BaseModel):
     input_tokens: str | None = None
     output_tokens: str | None = None
     prefix_tokens: int | None = None
-    prefix_groups: int | None = None
+    prefix_groups: int | None = Field(None, ge=1)
+    profile_overrides: dict[str, Any] = {}
     # timeouts (s)
-    connect_timeout_s: float = 10.0
-    first_token_timeout_s: float | None = 120.0
-    timeout_s: float | None = 600.0
+    connect_timeout_s: float = Field(10.0, gt=0)
+    first_token_timeout_s: float | None = Field(120.0, gt=0)
+    timeout_s: float | None = Field(600.0, gt=0)
     # analysis / output
     slo: dict[str, float] = {}
     alerts: tuple[str, ...] = ()
     out: str | None = None
     label: str | None = None
     scrape: bool = True
-    scrape_interval_s: float = 1.0
+    scrape_interval_s: float = Field(1.0, gt=0)
     emulator_args: tuple[str, ...] = ()
     hardware: str | None = None
+    gpu: bool = True
+    dcgm_url: str | None = None
+    history: bool = True
 
     @field_validator("url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^https?://[^/\s]+", v):
             raise ValueError(f"--url {v!r}: expected http(s)://HOST[:PORT]")
+        if v is not None and re.match(r"^https?://[^/\s]*@", v):
+            raise ValueError("credentials in --url would be written to run.json; pass --api-key (or OPENAI_API_KEY)")
         return v.rstrip("/").removesuffix("/v1") if v else v
 
     @field_validator("slo_percentile")
@@ -220,7 +226,7 @@ def build_workload(cfg: RunConfig) -> Any:
 
     return build(profile=cfg.profile, dataset=cfg.dataset, input_tokens=cfg.input_tokens,
                  output_tokens=cfg.output_tokens, prefix_tokens=cfg.prefix_tokens, prefix_groups=cfg.prefix_groups,
-                 tokenizer=cfg.tokenizer, seed=cfg.seed, api=cfg.api)
+                 tokenizer=cfg.tokenizer, seed=cfg.seed, api=cfg.api, overrides=dict(cfg.profile_overrides) or None)
 
 
 def specs_for(cfg: RunConfig) -> Any:

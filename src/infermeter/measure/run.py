@@ -120,6 +120,8 @@ class Measurement:
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
             label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
+            if run_dir.exists() and not run_dir.is_dir():
+                raise ConfigError(f"--out {run_dir}: is a file, not a directory")
             if self.resume_dir is None and ((run_dir / store.SUMMARY).exists() or (run_dir / store.JOURNAL).exists()):
                 raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
             notices: list[str] = []
@@ -142,6 +144,7 @@ class Measurement:
             wplan = WorkerPlan(client=client, shape=self.shape, limits=limits, seed=cfg.seed, workers=n,
                                make_specs=partial(specs_for, cfg), connect_timeout_s=cfg.connect_timeout_s)
             scraper = await self._start_scraper(session, url)
+            gpu = await self._start_gpu(session)
             try:
                 if self.soak:
                     from infermeter.measure.soak import execute_soak
@@ -151,6 +154,9 @@ class Measurement:
                     run["runtime"] = runtime(await self.execute(wplan, run_dir, run))
             finally:
                 server_metrics = await self._stop_scraper(scraper, run_dir)
+                if gpu is not None:
+                    await gpu.stop()
+                    gpu.write(run_dir)
         if server_metrics is not None:
             run["server_metrics"] = server_metrics
         if self.soak:
@@ -159,11 +165,40 @@ class Measurement:
             summary = build_summary(self._collect(run_dir, run, n), run=run)
         summary["run_dir"] = str(run_dir)
         summary["warnings"] = list(summary.get("warnings") or []) + list(run.get("notices") or [])
+        if gpu is not None:
+            summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
-            summary["alerts"] = _evaluate_alerts(cfg.alerts, summary)
+            windows = summary.get("windows", {}).get("series") if isinstance(summary.get("windows"), dict) else None
+            if windows is None and not self.soak:
+                windows = _alert_windows(run_dir, run, summary)
+            for w in windows or []:
+                if scraper is not None and "server_metrics" not in w:
+                    w["server_metrics"] = scraper.window(w["start_s"], w["end_s"])
+            summary["alerts"] = _evaluate_alerts(cfg.alerts, summary, windows or [])
+            summary["warnings"] += _unmeasured_alerts(cfg.alerts, summary)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
+        if cfg.history:
+            self._index(run_dir)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
+
+    def _index(self, run_dir: Path) -> None:
+        """Add the run to the history database; a missing DuckDB or a locked file only warns."""
+        try:
+            from infermeter.report.history import index_run
+
+            index_run(run_dir)
+        except (UserError, OSError, ImportError) as exc:
+            self.notify(f"history: not indexed ({exc})")
+
+    async def _start_gpu(self, session: aiohttp.ClientSession) -> Any:
+        if not self.cfg.gpu:
+            return None
+        from infermeter.telemetry.gpu import GpuSampler
+
+        sampler = GpuSampler(interval_s=self.cfg.scrape_interval_s, now=lambda: self.clock(), dcgm_url=self.cfg.dcgm_url)
+        await sampler.start(session)
+        return sampler
 
     async def execute(self, wplan: WorkerPlan, run_dir: Path, run: dict[str, Any], sink: Any = None,
                       start_wall: float | None = None) -> list[dict[str, Any]]:
@@ -235,10 +270,27 @@ class Measurement:
         return scraper.summary()  # type: ignore[no-any-return]
 
 
-def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
-    return evaluate_alerts([parse_alert(a) for a in alerts], summary, [])  # type: ignore[no-any-return]
+    return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)  # type: ignore[no-any-return]
+
+
+def _unmeasured_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[str]:
+    from infermeter.analysis.alerts import parse_alert, unavailable_alerts
+
+    return [f"alert {a!r} cannot fire: its metric was not measured"
+            for a in unavailable_alerts([parse_alert(a) for a in alerts], summary)]
+
+
+def _alert_windows(run_dir: Path, run: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Windows of a finished run for windowed alerts: about 20 of them, at least 10 s each."""
+    from infermeter.analysis.windows import RecordAggregator
+
+    window_s = max(10.0, float(summary.get("duration_s") or 0.0) / 20)
+    agg = RecordAggregator(window_s=window_s, slo=run.get("slo") or None)
+    agg.add(store.load_table(run_dir))
+    return agg.windows()
 
 
 def summarize_dir(run_dir: Path) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from infermeter.perfmodel.configspec import parse_config
 from infermeter.records import store
 from infermeter.study.cells import CellResult
 from infermeter.study.config import Configuration, Slo, StudyConfig
-from infermeter.twin.sketch import LogHistogram
+from infermeter.analysis.sketch import LogHistogram
 
 _COLUMNS = ["phase", "intended_at", "sent_at", "first_token_at", "ended_at", "outcome", "error_class",
             "completion_tokens"]

@@ -4,7 +4,7 @@
 row of :data:`infermeter.records.record.ARROW_SCHEMA` and writes row groups of
 ``batch_rows`` with a ``pyarrow.parquet.ParquetWriter`` (on a helper thread: parquet
 encoding releases the GIL), so memory does not grow with the run. It also feeds
-:class:`~infermeter.twin.sketch.LogHistogram` totals, from which huge runs get their
+:class:`~infermeter.analysis.sketch.LogHistogram` totals, from which huge runs get their
 summary without reading the file back::
 
     sink = RecordSink(out_dir / "requests.parquet", warmup=0, token_times=False)
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import FINISHED, SimRequest
-from infermeter.twin.sketch import LogHistogram
+from infermeter.analysis.sketch import LogHistogram
 
 
 

@@ -11,7 +11,7 @@ Writes what ``infermeter run`` writes -- ``requests.parquet``, ``run.json`` (``s
 Summary: runs with at most ``exact_summary_limit`` records get
 :func:`infermeter.analysis.summary.build_summary` over the parquet file, like a
 measured run. Bigger runs (the 72-hour soak) never read the file back: the summary is
-built from the streaming totals (:mod:`infermeter.twin.sketch`; exact counts, means,
+built from the streaming totals (:mod:`infermeter.analysis.sketch`; exact counts, means,
 min and max, percentiles within 0.5%) over ``build_summary``'s own output for the
 first batch, so the keys are the same; ``summary_method`` says which.
 
