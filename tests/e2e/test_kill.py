@@ -24,6 +24,7 @@ def test_sigkill_leaves_readable_records(emulator, tmp_path, cli, infermeter_bin
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
     assert s["completed"] + s["failed"] >= lines
+    assert any(w.startswith("incomplete") for w in s["warnings"])
     assert (out / "requests.parquet").exists()
 
 
