@@ -15,6 +15,8 @@ Invalid runs carry ``flag="invalid"`` on their name cell; simulated runs
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any
 
 from infermeter.report.definitions import DEFINITIONS
@@ -151,19 +153,39 @@ def run_tables(leaves: list[RunDir]) -> list[Table]:
 
 
 def sweep_table(sweep: RunDir) -> Table:
+    meets = {}
+    for entry in sweep.summary.get("steps") or []:
+        if isinstance(entry, dict) and entry.get("step_dir"):
+            meets[Path(str(entry["step_dir"])).name] = entry.get("meets_slo")
     rows = []
     for st in sweep.steps:
         s = st.summary
+        m = meets.get(st.name)
         rows.append([
             Cell.text(st.name), Cell.num(offered_load(s)), Cell.num(s.get("achieved_rate")),
             Cell.num(s.get("request_throughput")), Cell.num(s.get("output_token_throughput")),
             Cell.num((s.get("ttft_ms") or {}).get("p95")), Cell.num((s.get("tpot_ms") or {}).get("p95")),
             Cell.num((s.get("e2e_ms") or {}).get("p95")), Cell.pct(s.get("error_rate")),
+            Cell.text("–" if m is None else ("yes" if m else "no"), flag=None if m is not False else "invalid"),
             Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
         ])
     cols = ["step", "offered load (req/s)", "achieved (req/s)", "req/s", "output tok/s", "TTFT p95 (ms)",
-            "TPOT p95 (ms)", "E2E p95 (ms)", "error rate", "verdict"]
-    return Table(f"sweep_{sweep.label}", f"Sweep: {sweep.label}", cols, rows, section="sweeps")
+            "TPOT p95 (ms)", "E2E p95 (ms)", "error rate", "meets SLO", "verdict"]
+    note = None
+    cap = sweep.summary.get("capacity")
+    if isinstance(cap, dict) and cap.get("dimension"):
+        dim = str(cap["dimension"])
+        value = cap.get(dim)
+        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in (sweep.summary.get("slo") or {}).items()) or "the SLO"
+        if value is None:
+            note = f"Capacity: no step met {slo} ({cap.get('note', '')})."
+        else:
+            unit = "req/s" if dim == "rate" else "concurrent requests"
+            br = cap.get("bracket") or [value, None]
+            note = (f"Capacity under {slo}: {value:g} {unit} (step {cap.get('step')}); the SLO broke at "
+                    f"{br[1]:g} {unit}." if br[1] is not None else f"Capacity under {slo}: at least {value:g} {unit} "
+                    f"(step {cap.get('step')}); {cap.get('note', '')}.")
+    return Table(f"sweep_{sweep.label}", f"Sweep: {sweep.label}", cols, rows, note=note, section="sweeps")
 
 
 def cost_table(costs: list[RunCost]) -> Table:
