@@ -13,10 +13,13 @@ processor; the client's window (request sent -> chunk parsed) strictly
 contains that one, so client - server >= 0 per request, up to clock jitter
 (-5 ms slack). The extra on top is loopback HTTP, request parsing before
 vLLM stamps the arrival, SSE encoding and the client's event loop: measured
-at ~9 ms on this 2-core machine with the engine using one core. The upper
-bound, 25 ms + 3 % of the server mean, keeps room for a loaded CI machine yet
-fails if the client were anchored elsewhere (intended time, first byte) or
-counted a late chunk as the first token once ITL (~40 ms here) adds up. Mean
+at ~9 ms on this 2-core machine with the engine using one core, but up to
+~70 ms when other processes compete for the two cores (the API server, which
+parses the request before stamping its arrival, then waits for a CPU). The
+upper bound, 40 ms + 10 % of the server mean, keeps room for that yet fails if
+the client were anchored elsewhere (intended time: + the whole queueing delay)
+or took the first token from a later chunk (+ an ITL per chunk, ~40 ms here,
+times several chunks). Mean
 ITL must agree within 5 %: both sides divide the same decode spans by the
 same number of gaps, so only the edge jitter differs.
 """
@@ -129,7 +132,7 @@ def test_client_latency_agrees_with_vllm_histograms(measured, client_key, hist):
     client_ms = summary[client_key]["mean"]
     diff = client_ms - server_ms
     sys.stderr.write(f"\n[agreement] {client_key}: client {client_ms:.1f} ms, vLLM {server_ms:.1f} ms, diff {diff:.1f} ms\n")
-    assert -5.0 <= diff <= 25.0 + 0.03 * server_ms, f"{client_key}: client {client_ms:.1f} vs vLLM {server_ms:.1f} ms"
+    assert -5.0 <= diff <= 40.0 + 0.10 * server_ms, f"{client_key}: client {client_ms:.1f} vs vLLM {server_ms:.1f} ms"
 
 
 def test_itl_agrees_with_vllm_histogram(measured):
