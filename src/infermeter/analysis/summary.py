@@ -110,14 +110,8 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         "open_loop": open_loop, "lag_p99_ms": lag_d["p99"], "target_rate": scheduled_rate,
         "achieved_rate": achieved_rate, "cap_held": runtime.get("cap_held", 0), "completed": completed,
         "failed": int(err.sum()), "ttft_count": int(np.isfinite(m.ttft).sum()), "client_cpu": runtime.get("client_cpu"),
+        "run": run, "records": int(table.num_rows),
     })
-    planned = ((load.get("limits") or {}).get("requests")) if isinstance(load, dict) else None
-    n_measured = int(table.num_rows)
-    if run and not run.get("runtime") and run.get("source", "measured") == "measured":
-        v.warnings.append("incomplete: the run did not finish (killed?); this summary covers the records on disk"
-                          + (f", {n_measured} of {planned} requests" if planned else ""))
-    elif runtime.get("interrupted"):
-        v.warnings.append("interrupted: stopped before its end" + (f"; {n_measured} of {planned} requests" if planned else ""))
     if not_streamed:
         v.warnings.append(f"not_streamed: {not_streamed} responses came as one JSON body; their TTFT/TPOT/ITL are undefined")
     return {

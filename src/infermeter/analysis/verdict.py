@@ -68,4 +68,20 @@ def verdict(f: dict[str, Any]) -> Verdict:
     cpu = f.get("client_cpu")
     if cpu is not None and cpu > CPU_WARN:
         v.warnings.append(f"client_cpu: the client used {cpu:.0%} of a core; it may be the bottleneck")
+    v.warnings.extend(completeness(f.get("run") or {}, f.get("records", 0)))
     return v
+
+
+def completeness(run: dict[str, Any], records: int) -> list[str]:
+    """A measured run without a runtime block never finished (killed): say so, with how far it got."""
+    if not run:
+        return []
+    load = run.get("load") or {}
+    planned = (load.get("limits") or {}).get("requests") if isinstance(load, dict) else None
+    of = f"; {records} of {planned} requests" if planned else ""
+    runtime = run.get("runtime")
+    if not runtime and run.get("source", "measured") == "measured" and "load" in run:
+        return ["incomplete: the run did not finish (killed?); this summary covers the records on disk" + of]
+    if isinstance(runtime, dict) and runtime.get("interrupted"):
+        return ["interrupted: stopped before its end" + of]
+    return []

@@ -222,14 +222,16 @@ class RecordAggregator:
             span_i = self.intended_span[1] - self.intended_span[0] - gap
             achieved = (self.sent - 1) / span_s if span_s > 0 else None
             if open_loop and span_i > 0:
-                target = (self.sent - 1) / span_i
+                target = (self.sent - 1) / span_i  # the schedule's own rate (see analysis.verdict)
+        scheduled = target
         if open_loop and load.get("target_rate"):
             target = float(load["target_rate"])
         lag = self.hists["lag"].distribution(MS)
         runtime = run.get("runtime") or {}
-        v = verdict({"open_loop": open_loop, "lag_p99_ms": lag["p99"], "target_rate": target, "achieved_rate": achieved,
+        v = verdict({"open_loop": open_loop, "lag_p99_ms": lag["p99"], "target_rate": scheduled, "achieved_rate": achieved,
                      "cap_held": runtime.get("cap_held", 0), "completed": self.completed, "failed": self.failed,
-                     "ttft_count": int(self.hists["ttft"].n), "client_cpu": runtime.get("client_cpu")})
+                     "ttft_count": int(self.hists["ttft"].n), "client_cpu": runtime.get("client_cpu"),
+                     "run": run, "records": self.completed + self.failed + self.dropped + self.cancelled})
         if self.not_streamed:
             v.warnings.append(f"not_streamed: {self.not_streamed} responses came as one JSON body; "
                               "their TTFT/TPOT/ITL are undefined")
@@ -245,7 +247,7 @@ class RecordAggregator:
             "ttft_from_intended_ms": h["ttft_intended"].distribution(MS),
             "e2e_from_intended_ms": h["e2e_intended"].distribution(MS), "schedule_lag_ms": lag,
             "output_tokens_per_s_per_request": h["out_tps"].distribution(), "errors": dict(self.errors),
-            "error_rate": self.failed / max(1, self.completed + self.failed), "target_rate": target,
+            "error_rate": self.failed / max(1, self.completed + self.failed), "target_rate": target, "scheduled_rate": scheduled,
             "achieved_rate": achieved,
             "mean_input_tokens": self.n_in / self.n_in_rows if self.completed and self.n_in_rows else None,
             "mean_output_tokens": self.n_out / self.n_out_rows if self.completed and self.n_out_rows else None,
