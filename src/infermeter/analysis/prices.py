@@ -37,7 +37,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infermeter.errors import ConfigError, DataError
+from infermeter.errors import ConfigError, DataError, yaml_problem
 from infermeter.perfmodel.configspec import HardwareConfig
 
 STALE_AFTER_DAYS = 180
@@ -301,7 +301,7 @@ def _read(path: Path) -> PriceCatalog:
     except OSError as exc:
         raise DataError(f"--prices {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise DataError(f"--prices {path}: not valid YAML ({exc})") from None
+        raise DataError(f"--prices {path}: not valid YAML ({yaml_problem(exc)})") from None
     return parse_catalog(raw, str(path))
 
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infermeter.errors import ConfigError
+from infermeter.errors import ConfigError, yaml_problem
 from infermeter.load.soak import parse_duration
 from infermeter.measure import RunConfig, build_plan, build_shape, parse_slo
 
@@ -148,7 +148,7 @@ def load_campaign(path: Path | str) -> Campaign:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with targets:, loads: (and profiles:, repeats:)")
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infermeter.errors import ConfigError
+from infermeter.errors import ConfigError, yaml_problem
 
 _GPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "tflops", "interconnect", "tdp_w", "source", "date")
 _CPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "cores", "clock_ghz", "vector_width_bits", "tdp_w", "source", "date")
@@ -150,7 +150,7 @@ def _load_yaml(text: str, origin: str) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: not valid YAML ({exc})") from None
+        raise ConfigError(f"{origin}: not valid YAML ({yaml_problem(exc)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -50,7 +50,7 @@ class EmulatorProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise UserError(f"the embedded emulator exited with code {self._proc.returncode}: {self.log_tail()}")
+                raise UserError(f"the embedded emulator exited with code {self._proc.returncode}: {self.reason()}")
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
                     if r.status == 200:
@@ -59,6 +59,15 @@ class EmulatorProcess:
                 time.sleep(0.05)
         self.__exit__(None, None, None)
         raise UserError(f"the embedded emulator did not become healthy within {self.startup_timeout_s:g} s: {self.log_tail()}")
+
+    def reason(self) -> str:
+        """The child's own one-line complaint (typer's boxed usage errors unwrapped), else its log tail."""
+        lines = []
+        for line in self.log_tail(2000).splitlines():
+            text = line.strip(" │╭╮╰╯─\t")
+            if text and not text.startswith(("Usage:", "Try '", "Error")):
+                lines.append(text)
+        return (lines[-1] if lines else self.log_tail()).strip() or "no output"
 
     def log_tail(self, n: int = 400) -> str:
         try:
