@@ -90,3 +90,14 @@ def test_gap_windows_are_empty_and_downtime_is_not_duration():
     assert [w["completed"] for w in s["windows"]["series"]] == [3, 0, 0, 3]
     assert s["windows"]["series"][1]["ttft_ms"]["p99"] is None
     assert s["duration_s"] == pytest.approx(32.2 - 27.0)
+
+
+def test_only_warmup_rows_give_an_empty_summary_not_a_crash():
+    from infermeter.records.record import RequestRecord
+
+    warm = [RequestRecord(request_id=i, phase="warmup", intended_at=i * 0.1, sent_at=i * 0.1, ended_at=i * 0.1 + 0.05)
+            for i in range(5)]
+    agg = RecordAggregator(window_s=1.0)
+    agg.add(records_to_table(warm))
+    s = agg.summary(run={})
+    assert s["completed"] == 0 and agg.windows() == []

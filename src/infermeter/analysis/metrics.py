@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infermeter.records.record import NOT_STREAMED
+
 
 def col(table: pa.Table, name: str) -> np.ndarray:
     """A numeric column as float64 with nulls as NaN."""
@@ -88,3 +90,11 @@ def inter_token_latencies(table: pa.Table) -> np.ndarray:
     gaps = (times[1:] - times[:-1])[same]
     k = np.maximum(toks[1:][same], 1)
     return np.repeat(gaps / k, k)
+
+
+def not_streamed(table: pa.Table) -> int:
+    """Rows whose server answered with one JSON body (no token timing), marked by the client."""
+    if table.num_rows == 0 or "error_detail" not in table.column_names:
+        return 0
+    detail = pc.fill_null(table.column("error_detail"), "")
+    return int(pc.sum(pc.starts_with(detail, NOT_STREAMED)).as_py() or 0)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infermeter.analysis.metrics import col, inter_token_latencies, request_metrics
+from infermeter.analysis.metrics import col, inter_token_latencies, not_streamed, request_metrics
 from infermeter.analysis.stats import distribution
 from infermeter.analysis.verdict import verdict
 from infermeter.records.record import SCHEMA_VERSION
@@ -103,7 +103,7 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         goodput = per_s(float(meets.sum()))
 
     itl = inter_token_latencies(okt)
-    not_streamed = int(np.sum(~np.isfinite(col(okt, "first_token_at")) & (np.nan_to_num(m.n_out) > 0)))
+    n_not_streamed = not_streamed(okt)
     runtime = run.get("runtime") or {}
     lag_d = distribution(lag, MS)
     v = verdict({
@@ -112,8 +112,8 @@ def build_summary(table: pa.Table, *, run: dict[str, Any] | None = None) -> dict
         "failed": int(err.sum()), "ttft_count": int(np.isfinite(m.ttft).sum()), "client_cpu": runtime.get("client_cpu"),
         "run": run, "records": int(table.num_rows),
     })
-    if not_streamed:
-        v.warnings.append(f"not_streamed: {not_streamed} responses came as one JSON body; their TTFT/TPOT/ITL are undefined")
+    if n_not_streamed:
+        v.warnings.append(f"not_streamed: {n_not_streamed} responses came as one JSON body; their TTFT/TPOT/ITL are undefined")
     return {
         "schema_version": SCHEMA_VERSION,
         "source": run.get("source", "measured"),

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infermeter.analysis.metrics import col, inter_token_latencies, request_metrics
+from infermeter.analysis.metrics import col, inter_token_latencies, not_streamed, request_metrics
 from infermeter.analysis.summary import MS, build_summary
 from infermeter.analysis.verdict import verdict
 from infermeter.records.record import ARROW_SCHEMA
@@ -100,6 +100,8 @@ class RecordAggregator:
             return
         if "phase" in table.column_names:
             table = table.filter(pc.equal(table.column("phase"), "measure"))
+            if table.num_rows == 0:
+                return
         self.rows += table.num_rows
         outcome = _strings(table, "outcome")
         ok, err = outcome == "ok", outcome == "error"
@@ -132,7 +134,7 @@ class RecordAggregator:
         self.n_out_rows += int(np.isfinite(m.n_out).sum())
         src = _strings(okt, "usage_source")
         self.n_server += int((src == "server").sum())
-        self.not_streamed += int(np.sum(~np.isfinite(col(okt, "first_token_at")) & (np.nan_to_num(m.n_out) > 0)))
+        self.not_streamed += not_streamed(okt)
         stream_tok = col(okt, "stream_tokens")
         self.mismatches += int(np.sum((src == "server") & np.isfinite(m.n_out) & (stream_tok != m.n_out)))
         cached = okt.column("cached_tokens")

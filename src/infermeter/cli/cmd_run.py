@@ -25,7 +25,7 @@ def _config_error(exc: ValidationError) -> ConfigError:
     msgs = []
     for e in exc.errors():
         loc = "--" + "-".join(str(x) for x in e["loc"]).replace("_", "-")
-        msgs.append(f"{loc}: {e['msg']}")
+        msgs.append(f"{loc}: {str(e['msg']).removeprefix('Value error, ')}")
     return ConfigError("; ".join(msgs))
 
 

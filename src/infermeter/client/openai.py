@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from infermeter.client.errors import RequestFailed, http_error_class
 from infermeter.client.sse import SSEError, SSEParser
-from infermeter.records.record import ERROR, OK, RequestRecord
+from infermeter.records.record import ERROR, NOT_STREAMED, OK, RequestRecord
 
 try:  # optional speed-up
     import orjson
@@ -58,17 +58,6 @@ class ClientConfig(BaseModel):
         d = self.model_dump()
         d["api_key"] = "***" if self.api_key else None
         return d
-
-
-def _chunk_text(obj: dict[str, Any], chat: bool) -> str:
-    choices = obj.get("choices")
-    if not choices:
-        return ""
-    c0 = choices[0]
-    if chat:
-        delta = c0.get("delta") or c0.get("message") or {}
-        return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
-    return c0.get("text") or ""
 
 
 _FINISHED = 1  # a choice carried finish_reason
@@ -318,7 +307,7 @@ class OpenAIClient:
         c0 = obj["choices"][0]
         fr = c0.get("finish_reason")
         rec.finish_reason = fr if type(fr) is str else None
-        rec.error_detail = "not streamed: the server answered with one JSON body"
+        rec.error_detail = NOT_STREAMED + ": the server answered with one JSON body"
         if obj.get("usage"):
             self._usage(rec, obj["usage"])
 
@@ -338,6 +327,8 @@ class OpenAIClient:
         else:
             rec.chunk_tokens = [1] * len(char_lens)
         if rec.usage_source is None:
+            rec.prompt_tokens = rec.requested_input_tokens
+            if rec.error_detail and rec.error_detail.startswith(NOT_STREAMED):
+                return  # one JSON body and no usage: the output token count is unknown, not 0
             rec.usage_source = "stream"
             rec.completion_tokens = rec.stream_tokens
-            rec.prompt_tokens = rec.requested_input_tokens

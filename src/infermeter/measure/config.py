@@ -110,6 +110,13 @@ class RunConfig(BaseModel):
             raise ValueError("credentials in --url would be written to run.json; pass --api-key (or OPENAI_API_KEY)")
         return v.rstrip("/").removesuffix("/v1") if v else v
 
+    @field_validator("dcgm_url")
+    @classmethod
+    def _dcgm(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"--dcgm-url {v!r}: expected http(s)://HOST[:PORT]/metrics of a DCGM exporter")
+        return v
+
     @field_validator("slo_percentile")
     @classmethod
     def _pct(cls, v: float) -> float:

@@ -31,7 +31,7 @@ from infermeter.records import store
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
     """The RunConfig of step ``k``: the step's shape as flags, everything else from the plan's config."""
     upd: dict[str, Any] = {"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
-                           "out": str(run_dir / "steps" / str(k))}
+                           "out": str(run_dir / "steps" / str(k)), "history": False}
     if isinstance(step.shape, ConstantConcurrency):
         upd.update(concurrency=step.shape.concurrency, label=f"{label} step {k} ({step.name}, concurrency {step.shape.concurrency})")
     elif isinstance(step.shape, ConstantArrivalRate):
@@ -52,6 +52,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
     label = cfg.label or f"{model}-{plan.kind}"
     run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir}: is a file, not a directory")
     if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
         raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +81,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     if calibration.get("value"):
         run["calibration"] = calibration["value"]
     summary = _write(run_dir, run, result, judge, plan)
+    if cfg.history:
+        m._index(run_dir)
     return RunResult(run_dir=run_dir, summary=summary, run=run)
 
 
@@ -94,6 +98,12 @@ def _write(run_dir: Path, run: dict[str, Any], result: Any, judge: SloJudge, pla
     summary = plan_summary(result, judge, plan)
     summary.update({"label": run.get("label"), "source": "measured", "model": run.get("model"),
                     "run_dir": str(run_dir)})
+    # An alert that fired in any step fires for the plan (exit code 3), named with its step.
+    fired = []
+    for k, entry in enumerate(summary.get("steps") or []):
+        for a in (entry.get("alerts") or []) if isinstance(entry, dict) else []:
+            fired.append({**a, "step": k, "message": f"step {k}: {a.get('message') or a.get('alert')}"})
+    summary["alerts"] = fired
     store.write_json(run_dir / store.RUN, run)
     store.write_json(run_dir / store.SUMMARY, summary)
     return summary

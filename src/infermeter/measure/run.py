@@ -153,10 +153,12 @@ class Measurement:
                 else:
                     run["runtime"] = runtime(await self.execute(wplan, run_dir, run))
             finally:
-                server_metrics = await self._stop_scraper(scraper, run_dir)
-                if gpu is not None:
-                    await gpu.stop()
-                    gpu.write(run_dir)
+                try:
+                    server_metrics = await self._stop_scraper(scraper, run_dir)
+                finally:
+                    if gpu is not None:
+                        await gpu.stop()
+                        gpu.write(run_dir)
         if server_metrics is not None:
             run["server_metrics"] = server_metrics
         if self.soak:
@@ -168,14 +170,7 @@ class Measurement:
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
-            windows = summary.get("windows", {}).get("series") if isinstance(summary.get("windows"), dict) else None
-            if windows is None and not self.soak:
-                windows = _alert_windows(run_dir, run, summary)
-            for w in windows or []:
-                if scraper is not None and "server_metrics" not in w:
-                    w["server_metrics"] = scraper.window(w["start_s"], w["end_s"])
-            summary["alerts"] = _evaluate_alerts(cfg.alerts, summary, windows or [])
-            summary["warnings"] += _unmeasured_alerts(cfg.alerts, summary)
+            apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
         if cfg.history:
@@ -270,6 +265,28 @@ class Measurement:
         return scraper.summary()  # type: ignore[no-any-return]
 
 
+def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: dict[str, Any],
+                 scraper: Any = None) -> None:
+    """Evaluate ``--alert`` rules on the run and on its time windows; results go into ``summary``.
+
+    A failure to build the windows only costs the windowed checks (a warning), never the summary."""
+    alerts = tuple(alerts)
+    windows = summary.get("windows", {}).get("series") if isinstance(summary.get("windows"), dict) else None
+    if windows is None:
+        try:
+            windows = _alert_windows(run_dir, run, summary)
+        except Exception as exc:  # noqa: BLE001 - the whole-run checks below still hold
+            summary.setdefault("warnings", []).append(f"alerts: no windowed checks ({type(exc).__name__}: {exc})")
+            windows = []
+    for w in windows:
+        if scraper is not None and "server_metrics" not in w:
+            w["server_metrics"] = scraper.window(w["start_s"], w["end_s"])
+    if len(windows) == 1:
+        windows = []  # one window is the whole run: do not report each alert twice
+    summary["alerts"] = _evaluate_alerts(alerts, summary, windows)
+    summary.setdefault("warnings", []).extend(_unmeasured_alerts(alerts, summary))
+
+
 def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
@@ -315,5 +332,9 @@ def summarize_dir(run_dir: Path) -> dict[str, Any]:
         table = store.finalize(run_dir) if (run_dir / store.JOURNAL).exists() else store.load_table(run_dir)
         summary = build_summary(table, run=run)
     summary["run_dir"] = str(run_dir)
+    summary["warnings"] = list(summary.get("warnings") or []) + list(run.get("notices") or [])
+    alerts = (run.get("config") or {}).get("alerts") or []
+    if alerts:
+        apply_alerts(alerts, run_dir, run, summary)
     store.write_json(run_dir / store.SUMMARY, summary)
     return summary

@@ -33,6 +33,8 @@ SCHEMA_VERSION = 1
 OK = "ok"
 ERROR = "error"
 DROPPED = "dropped"  # never sent: run ended (or was cancelled) before its turn
+# error_detail of an ok record whose server ignored "stream" and answered with one JSON body
+NOT_STREAMED = "not streamed"
 
 # Error classes (records store these names, never free text; detail is separate).
 ERROR_CLASSES = (

@@ -67,7 +67,7 @@ class EmulatorProcess:
             text = line.strip(" │╭╮╰╯─\t")
             if text and not text.startswith(("Usage:", "Try '", "Error")):
                 lines.append(text)
-        return (lines[-1] if lines else self.log_tail()).strip() or "no output"
+        return (lines[-1] if lines else self.log_tail()).strip().removeprefix("error: ") or "no output"
 
     def log_tail(self, n: int = 400) -> str:
         try:
