@@ -55,8 +55,8 @@ def test_sweep_runs_synchronous_throughput_and_rates_between(emu4, tmp_path):
     steps = s["steps"]
     assert [e["step"] for e in steps] == ["synchronous", "throughput", "rate", "rate"]
     lo, hi = steps[0]["request_throughput"], steps[1]["request_throughput"]
-    assert 11 < lo < 15  # one stream: 1 / 70 ms ~ 14 req/s
-    assert 45 < hi < 66  # four slots: ~57 req/s
+    assert 10 < lo < 17  # one stream: 1 / 70 ms ~ 14 req/s (loose: a shared 2-core machine)
+    assert 40 < hi < 70  # four slots: ~57 req/s
     assert [e["offered_rate"] for e in steps[2:]] == pytest.approx([lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3])
     for e in steps[2:]:
         assert e["achieved_rate"] == pytest.approx(e["offered_rate"], rel=0.1)

@@ -43,14 +43,14 @@ def test_tokens_arrive_at_the_simulated_times_scaled_by_speedup():
     # virtual: prefill 0.110 s, then 5 decode steps of 0.011 s -> 0.165 s; real = virtual / 20
     first, last = chunks[0][0], chunks[-1][0]
     # never early; late only by event-loop delays (loose bound for a busy machine)
-    assert 0.110 / SPEEDUP - 0.001 <= first <= 0.110 / SPEEDUP + 0.03
-    assert 0.165 / SPEEDUP - 0.001 <= last <= 0.165 / SPEEDUP + 0.03
+    assert 0.110 / SPEEDUP - 0.001 <= first <= 0.110 / SPEEDUP + 0.1  # upper slack: a loaded machine
+    assert 0.165 / SPEEDUP - 0.001 <= last <= 0.165 / SPEEDUP + 0.1
     eng = b.engines[0]
     assert eng.generation_tokens_total == 6 and eng.prompt_tokens_total == 100
     m = b.metrics[0]
     assert m.success == 1 and m.ttft.count == 1 and m.itl.count == 5
     # observed in real seconds: the simulated times / speedup (+ the engine's wake-up delay)
-    assert 0.110 / SPEEDUP <= m.ttft.sum <= 0.110 / SPEEDUP + 0.03
+    assert 0.110 / SPEEDUP <= m.ttft.sum <= 0.110 / SPEEDUP + 0.1
     assert m.e2e.sum - m.ttft.sum == pytest.approx(0.055 / SPEEDUP, rel=1e-6)
 
 
