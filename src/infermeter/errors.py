@@ -18,11 +18,3 @@ class ConfigError(UserError):
 class DataError(UserError):
     """A dataset, results directory or data file is malformed."""
 
-
-def yaml_problem(exc: Exception) -> str:
-    """One line for a YAML parse error: ``line L, column C: what``, as the file's author counts lines."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return str(problem)

@@ -46,7 +46,6 @@ def test_swapping_prices_swaps_the_best_value(kit: Any) -> None:
 
 
 def test_best_value_follows_the_cheaper_cost_not_the_faster_configuration(kit: Any) -> None:
-    make_cell, study_of = kit.make_cell, kit.study_of
     study, cells, prices = _priced(kit, h100=10.0, a100=2.0)
     f = _topic(write_findings(study, cells, prices), "value")[0]
     assert "best value is a100-80gb" in f.text and "h100-sxm has the highest throughput" not in f.text
@@ -127,7 +126,6 @@ def test_cpu_against_the_slowest_gpu(kit: Any) -> None:
 
 
 def test_every_reference_shows_the_number_the_sentence_quotes(kit: Any) -> None:
-    make_cell, study_of = kit.make_cell, kit.study_of
     study, cells, prices = _priced(kit, h100=3.0, a100=2.0)
     for f in write_findings(study, cells, prices):
         for r in f.refs:

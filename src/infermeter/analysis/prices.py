@@ -37,7 +37,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infermeter.errors import ConfigError, DataError, yaml_problem
+from infermeter.errors import ConfigError, DataError
+from infermeter.yamlfile import yaml_problem
 from infermeter.perfmodel.configspec import HardwareConfig
 
 STALE_AFTER_DAYS = 180

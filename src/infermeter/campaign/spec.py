@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infermeter.errors import ConfigError, yaml_problem
+from infermeter.errors import ConfigError
+from infermeter.yamlfile import yaml_mapping
 from infermeter.load.soak import parse_duration
 from infermeter.measure import RunConfig, build_plan, build_shape, parse_slo
 
@@ -145,12 +145,7 @@ def load_campaign(path: Path | str) -> Campaign:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the campaign file ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with targets:, loads: (and profiles:, repeats:)")
+    raw = yaml_mapping(text, str(path), "targets:, loads: (and profiles:, repeats:)")
     try:
         spec = _Spec(**raw)
     except ValidationError as exc:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infermeter.errors import ConfigError, yaml_problem
+from infermeter.errors import ConfigError
+from infermeter.yamlfile import yaml_problem
 
 _GPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "tflops", "interconnect", "tdp_w", "source", "date")
 _CPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "cores", "clock_ghz", "vector_width_bits", "tdp_w", "source", "date")

@@ -32,7 +32,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from infermeter.errors import ConfigError, yaml_problem
+from infermeter.errors import ConfigError
+from infermeter.yamlfile import yaml_mapping
 from infermeter.perfmodel.configspec import parse_config
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
@@ -324,13 +325,7 @@ def load_study_text(text: str, where: str) -> StudyConfig:
 
 
 def read_study_mapping(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML ({yaml_problem(exc)})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping with model, configurations, profiles ...")
-    return data
+    return yaml_mapping(text, where, "model, configurations, profiles ...")
 
 
 def read_study_file(path: Path) -> dict[str, Any]:
