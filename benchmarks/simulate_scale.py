@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="keep the run directory here (default: a temp dir, removed)")
     args = ap.parse_args()
 
-    from infermeter.cli.cmd_simulate import SimPlan
+    from infermeter.twin.plan import SimPlan
     from infermeter.measure import RunConfig
 
     tmp = None

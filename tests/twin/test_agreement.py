@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from infermeter.cli.cmd_simulate import SimPlan
+from infermeter.twin.plan import SimPlan
 from infermeter.measure import Measurement, RunConfig
 from infermeter.twin.live import TwinBackend
 

@@ -228,12 +228,18 @@ def requested_rate(shape: Shape) -> float | None:
     return None
 
 
+def workload_args(cfg: RunConfig) -> dict[str, Any]:
+    """``build_workload`` keyword arguments of a run (measured or simulated: the same traffic)."""
+    return {"profile": cfg.profile, "dataset": cfg.dataset, "input_tokens": cfg.input_tokens,
+            "output_tokens": cfg.output_tokens, "prefix_tokens": cfg.prefix_tokens, "prefix_groups": cfg.prefix_groups,
+            "tokenizer": cfg.tokenizer, "seed": cfg.seed, "api": cfg.api,
+            "overrides": dict(cfg.profile_overrides) or None}
+
+
 def build_workload(cfg: RunConfig) -> Any:
     from infermeter.workload import build_workload as build
 
-    return build(profile=cfg.profile, dataset=cfg.dataset, input_tokens=cfg.input_tokens,
-                 output_tokens=cfg.output_tokens, prefix_tokens=cfg.prefix_tokens, prefix_groups=cfg.prefix_groups,
-                 tokenizer=cfg.tokenizer, seed=cfg.seed, api=cfg.api, overrides=dict(cfg.profile_overrides) or None)
+    return build(**workload_args(cfg))
 
 
 def specs_for(cfg: RunConfig) -> Any:

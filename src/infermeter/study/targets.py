@@ -85,31 +85,13 @@ class SimulatedTarget:
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
 
-        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label))
-        plan = _StudySimPlan(cfg, gpu=self.conf.config, dtype=self.sim.dtype, kv_dtype=self.sim.kv_dtype,
-                             gpu_memory_utilization=self.sim.gpu_memory_utilization, engine=self.engine,
-                             token_times="off", overrides=self.study.profile_overrides.get(profile) or None)
+        from infermeter.twin.plan import SimPlan
+
+        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
+                        profile_overrides=self.study.profile_overrides.get(profile) or {})
+        plan = SimPlan(cfg, gpu=self.conf.config, dtype=self.sim.dtype, kv_dtype=self.sim.kv_dtype,
+                       gpu_memory_utilization=self.sim.gpu_memory_utilization, engine=self.engine, token_times="off")
         return plan.run().summary
-
-
-def _sim_plan_class() -> Any:
-    from infermeter.cli.cmd_simulate import SimPlan
-
-    return SimPlan
-
-
-class _StudySimPlan(_sim_plan_class()):  # type: ignore[misc]
-    """``infermeter simulate``'s plan with the study's profile overrides added to the workload."""
-
-    def __init__(self, *args: Any, overrides: dict[str, Any] | None = None, **kw: Any) -> None:
-        self._overrides = overrides
-        super().__init__(*args, **kw)
-
-    def workload_args(self) -> dict[str, Any]:
-        args = dict(super().workload_args())
-        if self._overrides:
-            args["overrides"] = self._overrides
-        return args
 
 
 class MeasuredTarget:
