@@ -79,7 +79,15 @@ def test_two_vllm_configurations_interrupted_and_resumed(engine_ready, tmp_path,
     for name in ("seqs1", "seqs4"):  # each engine's whole log, from its start
         assert "Starting vLLM server" in (out / "logs" / f"{name}.log").read_text()
     report = json.loads(p.stdout)
-    thr = {g["target"]: g["figures"]["output_token_throughput"]["mean"] for g in report["groups"]}
-    assert thr["seqs4"] > 1.3 * thr["seqs1"], thr  # four sequences per batch beat one
+    assert {g["target"] for g in report["groups"]} == {"seqs1", "seqs4"}
+    # Each engine got its own --max-num-seqs: vLLM's own gauge says how many sequences it batched.
+    # (Which configuration is faster is a speed claim for benchmarks/, not a pass/fail test on a
+    # shared machine: under load, 4 sequences per batch gave 6.65 vs 7.70 tok/s once.)
+    running = {}
+    for name in ("seqs1", "seqs4"):
+        sm = json.loads((out / cells[f"{name}/default/c4/r0"]["run_dir"] / "summary.json").read_text())["server_metrics"]
+        running[name] = sm["num_requests_running_max"]
+    assert running["seqs1"] == 1, running  # never more than one sequence in a batch
+    assert running["seqs4"] > 1, running  # four streams shared the batch
     run = json.loads((out / "runs/seqs4/default/c4/r0/run.json").read_text())
     assert run["model"] == "smollm2" and run["target"]["url"].startswith("http://127.0.0.1:")

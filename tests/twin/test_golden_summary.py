@@ -1,0 +1,61 @@
+"""Golden summaries: fixed-seed simulated runs give the same figures as when the files were made.
+
+The three ``tests/data/golden/*.summary.json`` files were written by ``infermeter simulate`` at
+commit dee2cbe, before the summary builders were merged into one accumulator (issue 17), with
+the commands in ``CASES``. Every figure those files hold (counts, throughputs, every statistic
+of every distribution, token totals, server metrics) must come out the same; what the verdict
+says about the run (``valid``, reasons, warnings, and keys added since) may grow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parents[1] / "data" / "golden"
+
+CASES = {
+    "sim-open-5rps": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "1500",
+                      "--seed", "7", "--profile", "chat", "--slo", "ttft_ms=500,tpot_ms=50"],
+    "sim-open-10rps-saturated": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "10", "--requests", "1500",
+                                 "--seed", "7", "--profile", "chat", "--slo", "ttft_ms=500,tpot_ms=50"],
+    "sim-closed-c16": ["--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--concurrency", "16", "--requests", "1200",
+                       "--seed", "3", "--input-tokens", "512", "--output-tokens", "128"],
+}
+
+# What a run says about itself, not what it measured: allowed to change.
+VERDICT_KEYS = {"valid", "invalid_reasons", "warnings", "run_dir", "label", "summary_method"}
+
+
+def _figures(d: object, prefix: str = "") -> dict[str, object]:
+    """Flatten a summary into path -> leaf value."""
+    out: dict[str, object] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_figures(v, f"{prefix}{k}."))
+    else:
+        out[prefix.rstrip(".")] = d
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_simulated_summary_matches_golden(name, tmp_path, cli):
+    out = tmp_path / name
+    p = cli("simulate", *CASES[name], "--out", str(out), "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = _figures(json.loads((out / "summary.json").read_text()))
+    want = _figures(json.loads((GOLDEN / f"{name}.summary.json").read_text()))
+    compared = 0
+    for key, value in want.items():
+        if key.split(".")[0] in VERDICT_KEYS:
+            continue
+        assert key in got, f"{name}: {key} missing"
+        if isinstance(value, float) and isinstance(got[key], float):
+            assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9), (name, key, got[key], value)
+        else:
+            assert got[key] == value, (name, key, got[key], value)
+        compared += 1
+    assert compared > 80  # the figures, not just a few keys
