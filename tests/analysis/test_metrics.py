@@ -3,7 +3,7 @@
 import pytest
 
 from infermeter.analysis.metrics import inter_token_latencies, request_metrics
-from infermeter.analysis.summary import build_summary
+from infermeter.analysis.accumulator import build_summary
 from infermeter.client.openai import allocate_tokens
 from infermeter.records.record import RequestRecord, records_to_table
 
@@ -42,7 +42,7 @@ def test_itl_pools_gaps_and_splits_multi_token_chunks():
 
 
 def test_summary_counts_throughput_and_errors():
-    s = build_summary(records_to_table(RECS), run={"slo": {"ttft_ms": 150}})
+    s = build_summary(records_to_table(RECS), run={"slo": {"ttft_ms": 150}}).to_json()
     assert s["completed"] == 2 and s["failed"] == 1
     assert s["errors"] == {"http_5xx": 1}
     assert s["duration_s"] == pytest.approx(1.2)  # first intended 0.0 .. last end 1.2
@@ -58,17 +58,17 @@ def test_summary_counts_throughput_and_errors():
 
 def test_open_loop_lag_makes_run_invalid():
     recs = [rec(i, i * 0.1, i * 0.1 + (0.05 if i == 5 else 0.0), [i * 0.1 + 0.2], [1], i * 0.1 + 0.3) for i in range(20)]
-    s = build_summary(records_to_table(recs), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    s = build_summary(records_to_table(recs), run={"load": {"open_loop": True, "target_rate": 10.0}}).to_json()
     assert not s["valid"]
     assert any(r.startswith("schedule_lag") for r in s["invalid_reasons"])
-    ok = build_summary(records_to_table(recs), run={"load": {"open_loop": False}})
+    ok = build_summary(records_to_table(recs), run={"load": {"open_loop": False}}).to_json()
     assert ok["valid"]
 
 
 def test_warmup_rows_do_not_count():
     recs = [rec(0, 0, 0, [0.1], [1], 0.2), rec(1, 0.2, 0.2, [0.3], [1], 0.4)]
     recs[0].phase = "warmup"
-    s = build_summary(records_to_table(recs))
+    s = build_summary(records_to_table(recs)).to_json()
     assert s["completed"] == 1 and s["duration_s"] == pytest.approx(0.2)
 
 
@@ -82,11 +82,11 @@ def test_rate_check_uses_the_schedule_not_the_mean_rate():
     # the client kept to it exactly, so the run is valid; a client that sends late is not.
     intended = [0.0, 0.2, 0.35, 0.6, 0.9, 1.2, 1.3, 1.6, 1.9, 2.2]
     on_time = [rec(i, t, t, [t + 0.05], [1], t + 0.1) for i, t in enumerate(intended)]
-    s = build_summary(records_to_table(on_time), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    s = build_summary(records_to_table(on_time), run={"load": {"open_loop": True, "target_rate": 10.0}}).to_json()
     assert s["valid"], s["invalid_reasons"]
     assert s["target_rate"] == 10.0 and s["scheduled_rate"] == pytest.approx(9 / 2.2)
     late = [rec(i, t, t * 1.3, [t * 1.3 + 0.05], [1], t * 1.3 + 0.1) for i, t in enumerate(intended)]
-    s2 = build_summary(records_to_table(late), run={"load": {"open_loop": True, "target_rate": 10.0}})
+    s2 = build_summary(records_to_table(late), run={"load": {"open_loop": True, "target_rate": 10.0}}).to_json()
     assert any(r.startswith("achieved_rate") for r in s2["invalid_reasons"])
 
 
@@ -95,13 +95,13 @@ def test_eos_token_counted_by_usage_is_not_a_mismatch():
     a.finish_reason = "stop"
     b = rec(1, 0, 0, [0.1, 0.2], [1, 1], 0.3, n_out=3)
     b.finish_reason = "length"
-    s = build_summary(records_to_table([a, b]))
+    s = build_summary(records_to_table([a, b])).to_json()
     assert s["usage_mismatches"] == 1
 
 
 def test_cancelled_requests_do_not_stretch_the_window():
     recs = [rec(i, i * 1.0, i * 1.0, [i + 0.2], [1], i + 0.5) for i in range(10)]
     cancelled = RequestRecord(request_id=10, intended_at=9.0, sent_at=9.0, ended_at=40.0, outcome="cancelled")
-    s = build_summary(records_to_table(recs + [cancelled]))
+    s = build_summary(records_to_table(recs + [cancelled])).to_json()
     assert s["duration_s"] == pytest.approx(9.5)
     assert s["cancelled"] == 1 and s["request_throughput"] == pytest.approx(10 / 9.5)

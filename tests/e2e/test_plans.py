@@ -48,15 +48,19 @@ def test_find_max_on_concurrency_finds_the_server_limit(emu4, tmp_path):
 
 
 def test_sweep_runs_synchronous_throughput_and_rates_between(emu4, tmp_path):
+    # p90: 20 requests per step are too few for a p99 (it needs 100 samples)
     res = run(RunConfig(url=emu4.base_url, load="sweep", sweep_rates=2, concurrency=8, arrival="constant", requests=20,
-                        output_tokens="10", input_tokens="20", scrape=False, slo={"ttft_ms": 60.0}, calibrate=False,
-                        out=str(tmp_path / "sw")))
+                        output_tokens="10", input_tokens="20", scrape=False, slo={"ttft_ms": 60.0}, slo_percentile=90,
+                        calibrate=False, out=str(tmp_path / "sw")))
     s = res.summary
     steps = s["steps"]
     assert [e["step"] for e in steps] == ["synchronous", "throughput", "rate", "rate"]
     lo, hi = steps[0]["request_throughput"], steps[1]["request_throughput"]
-    assert 10 < lo < 17  # one stream: 1 / 70 ms ~ 14 req/s (loose: a shared 2-core machine)
-    assert 40 < hi < 70  # four slots: ~57 req/s
+    # one request takes at least 20 + 9 x 5 = 65 ms: one stream gives at most ~15 req/s, four slots at
+    # most ~62 req/s. How close a loaded machine gets is a speed claim, so only the physical ceilings
+    # and the direction are asserted.
+    assert 0 < lo <= 1.05 / 0.065 and lo < hi <= 4 * 1.05 / 0.065
+    assert hi > 1.5 * lo
     assert [e["offered_rate"] for e in steps[2:]] == pytest.approx([lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3])
     for e in steps[2:]:
         assert e["achieved_rate"] == pytest.approx(e["offered_rate"], rel=0.1)

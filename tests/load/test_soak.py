@@ -6,7 +6,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from infermeter.analysis.windows import RecordAggregator
+from infermeter.analysis.accumulator import Accumulator as RecordAggregator
 from infermeter.errors import ConfigError
 from infermeter.load.soak import (PartSink, lost_records, merge_parts, parse_duration, part_dir, part_dirs,
                                   read_state)
@@ -75,7 +75,7 @@ def test_a_killed_run_is_read_back_with_its_gaps(tmp_path):
     j1.close()
     with open(part_dir(tmp_path, 1) / store.JOURNAL, "ab") as fh:
         fh.write(b'{"request_id": 9, "phase": "meas')
-    state = read_state(tmp_path, window_s=None, slo={})
+    state = read_state(tmp_path, {})
     assert state.next_index == 9 and state.missing == [5, 7] and state.records == 7
     assert state.last_seen_s == pytest.approx(1.3)
     assert state.aggregator.completed == 7

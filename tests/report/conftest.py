@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infermeter.analysis.summary import build_summary
+from infermeter.analysis.accumulator import build_summary
 from infermeter.records.record import ARROW_SCHEMA
 
 
@@ -83,7 +83,7 @@ def write_run(path: Path, *, label: str = "run", model: str = "llama-3-8b", hard
         run["server_metrics"] = {"kv_cache_usage_mean": float(kv.mean()), "kv_cache_usage_max": float(kv.max()),
                                  "num_requests_waiting_max": 4, "num_requests_running_max": 29,
                                  "prefix_cache_hit_rate": None, "num_preemptions": 0}
-    summary = build_summary(table, run=run)
+    summary = build_summary(table, run=run).to_json()
     (path / "run.json").write_text(json.dumps(run))
     (path / "summary.json").write_text(json.dumps(summary))
     return path

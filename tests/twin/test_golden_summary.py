@@ -26,8 +26,9 @@ CASES = {
                        "--seed", "3", "--input-tokens", "512", "--output-tokens", "128"],
 }
 
-# What a run says about itself, not what it measured: allowed to change.
-VERDICT_KEYS = {"valid", "invalid_reasons", "warnings", "run_dir", "label", "summary_method"}
+# What a run says about itself, not what it measured: allowed to change (schema 2 added keys, and
+# the verdict learned new rules in issue 13).
+VERDICT_KEYS = {"schema_version", "valid", "invalid_reasons", "warnings", "run_dir", "label", "summary_method"}
 
 
 def _figures(d: object, prefix: str = "") -> dict[str, object]:

@@ -1,17 +1,17 @@
 """Bounded-memory distributions for huge simulated runs: exact moments, log-bucket percentiles.
 
-A :class:`LogHistogram` takes numpy batches and answers with the same keys as
-:func:`infermeter.analysis.stats.distribution` (count, mean, stdev, min, max, p50 ...
-p999). Count, mean, stdev, min and max are exact; percentiles come from buckets
+A :class:`LogHistogram` takes numpy batches and answers with the same
+:class:`~infermeter.analysis.results.Distribution` as an exact one (count, mean, stdev, min,
+max, p50 ... p999; a percentile below its minimum sample count is None). Count, mean, stdev, min and max are exact; percentiles come from buckets
 whose edges grow by 1% (``GROWTH``), reported at the bucket's geometric middle, so
 each is within 0.5% of the exact value (values at or below 1 ns count as zero)::
 
     >>> h = LogHistogram()
     >>> h.add(np.array([0.010, 0.020, 0.030, 0.040]))
     >>> d = h.distribution(1000.0)
-    >>> d["count"], d["mean"], d["max"]
+    >>> d.count, d.mean, d.max
     (4, 25.0, 40.0)
-    >>> abs(d["p50"] - 25.0) / 25.0 < 0.005
+    >>> abs(d.p50 - 25.0) / 25.0 < 0.005
     True
 
 Weights let one sample stand for many (a request's ``n - 1`` inter-token gaps). Memory
@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from infermeter.analysis.stats import STAT_KEYS
+from infermeter.analysis.results import MIN_SAMPLES, Distribution
 
 GROWTH = 1.01
 _LO = 1e-9  # seconds (or any unit): smaller values are zero
@@ -88,21 +88,14 @@ class LogHistogram:
             return v
         return float(v + frac * (self._at_rank(lo + 1, cum) - v))
 
-    def distribution(self, scale: float = 1.0) -> dict[str, float | int | None]:
+    def distribution(self, scale: float = 1.0) -> Distribution:
         if self.n <= 0:
-            out: dict[str, float | int | None] = {k: None for k in STAT_KEYS}
-            out["count"] = 0
-            return out
+            return Distribution()
         mean = self.s1 / self.n
         var = max(self.s2 / self.n - mean * mean, 0.0)
-        res: dict[str, float | int | None] = {
-            "count": int(round(self.n)),
-            "mean": mean * scale,
-            "stdev": math.sqrt(var) * scale,
-            "min": self.lo * scale,
-            "max": self.hi * scale,
-        }
         cum = np.cumsum(self.counts) + self.zeros
-        for key, p in zip(("p50", "p90", "p95", "p99", "p999"), _PCTS):
-            res[key] = self._quantile(p / 100.0, cum) * scale
-        return res
+        n = int(round(self.n))
+        pct = {key: self._quantile(p / 100.0, cum) * scale if n >= MIN_SAMPLES[key] else None
+               for key, p in zip(("p50", "p90", "p95", "p99", "p999"), _PCTS)}
+        return Distribution(count=n, mean=mean * scale, stdev=math.sqrt(var) * scale, min=self.lo * scale,
+                            max=self.hi * scale, **pct)

@@ -12,6 +12,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
+
 
 def _f(v: Any, fmt: str = ".1f") -> str:
     return "–" if v is None else format(v, fmt)
@@ -36,8 +38,10 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     head.add_row(Text("run", style="bold"), str(s.get("label")), Text(src, style="cyan"))
     if s.get("load"):
         head.add_row(Text("load", style="bold"), str(s["load"]), "")
-    head.add_row(Text("requests", style="bold"),
-                 f"{s['completed']} ok, {s['failed']} failed" + (f", {s.get('cancelled')} cancelled" if s.get("cancelled") else ""),
+    parts = [f"{s['completed']} ok", f"{s['failed']} failed"]
+    parts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
+    scheduled = s.get("scheduled")
+    head.add_row(Text("requests", style="bold"), ", ".join(parts) + (f" of {scheduled} scheduled" if scheduled else ""),
                  f"in {s['duration_s']:.2f} s")
     if s.get("target_rate"):
         head.add_row(Text("rate", style="bold"),
@@ -59,12 +63,20 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         lat.add_column(c, justify="right")
     rows = [("TTFT", "ttft_ms"), ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
             ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("schedule lag", "schedule_lag_ms")]
+    short: dict[str, int] = {}  # percentile -> the fewest samples of a row that could not show it
     for name, key in rows:
         d = s.get(key) or {}
         if not d.get("count"):
             continue
         lat.add_row(name, *(_f(d.get(k), ".2f") for k in ("mean", "p50", "p90", "p95", "p99", "p999")))
+        for k, need in MIN_SAMPLES.items():
+            if d.get(k) is None and d["count"] < need:
+                short[k] = min(short.get(k, d["count"]), d["count"])
     parts: list[Any] = [head, thr, lat]
+    if short:
+        parts.append(Text("– " + "; ".join(f"{PERCENTILE_LABELS[k]} needs >= {MIN_SAMPLES[k]:,} samples ({n:,} here)"
+                                            for k, n in sorted(short.items(), key=lambda kv: MIN_SAMPLES[kv[0]])),
+                          style="dim"))
     sm = s.get("server_metrics") or {}
     if sm:
         title = "Engine (simulated)" if src == "simulated" else "Server (scraped /metrics)"
@@ -88,16 +100,47 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
             bits.append(f"{g['energy_per_output_token_j']:.3f} J/output token")
         parts.append(Text("GPU: " + (", ".join(bits) or "sampled"), style="cyan"))
     if s.get("errors"):
-        parts.append(Text("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(s["errors"].items())), style="red"))
-    if s.get("valid"):
-        parts.append(Text("valid: yes", style="green"))
-    else:
-        parts.append(Text("INVALID: " + "; ".join(s.get("invalid_reasons") or []), style="bold red"))
-    for w in s.get("warnings") or []:
-        parts.append(Text("warning: " + w, style="yellow"))
+        parts.append(error_table(s))
+    parts.extend(verdict_lines(s))
     for a in s.get("alerts") or []:
         parts.append(Text(f"ALERT: {a.get('message') or a.get('alert', a)}", style="bold magenta"))
     return Group(*parts)
+
+
+def error_table(s: dict[str, Any]) -> Table:
+    """Failed requests by class, with the most common message of each."""
+    t = Table(title="Errors", title_justify="left", show_edge=False)
+    t.add_column("class", style="red")
+    t.add_column("count", justify="right")
+    t.add_column("most common message", overflow="fold")
+    msgs = s.get("error_messages") or {}
+    for cls, n in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1]):
+        t.add_row(cls, str(n), str(msgs.get(cls) or ""))
+    return t
+
+
+def verdict_lines(s: dict[str, Any]) -> list[Text]:
+    """The verdict as the console shows it: valid or not, saturated or not, then each warning."""
+    out: list[Text] = []
+    if s.get("valid"):
+        out.append(Text("valid: yes", style="green"))
+    else:
+        out.append(Text("INVALID: " + "; ".join(s.get("invalid_reasons") or []), style="bold red"))
+    sat = s.get("saturation") or {}
+    if s.get("saturated"):
+        out.append(Text("SATURATED: the server could not keep up with the offered load: "
+                        + "; ".join(sat.get("evidence") or []) + ". Latency percentiles grow with the run's length "
+                        "and describe no steady state; the throughput is the server's capacity.", style="bold red"))
+    elif s.get("saturated") is False and sat.get("offered_rate"):
+        out.append(Text(f"saturated: no (completed {_f(sat.get('completion_rate'), '.3g')} of "
+                        f"{_f(sat.get('offered_rate'), '.3g')} req/s offered; TTFT did not grow through the run)",
+                        style="green"))
+    elif s.get("saturated") is None and str(sat.get("basis", "")).startswith("not judged"):
+        out.append(Text(f"saturated: {sat['basis']}", style="dim"))
+    for w in s.get("warnings") or []:
+        if not str(w).startswith("saturated:"):
+            out.append(Text("warning: " + w, style="yellow"))
+    return out
 
 
 def target_line(emu: dict[str, Any]) -> str:

@@ -201,7 +201,8 @@ class OpenAIClient:
         """Read events until ``[DONE]`` or the final usage chunk (or the connection closes).
 
         Sets ``rec.ended_at`` to the arrival of the event that finished the response, not to
-        when the connection closed."""
+        when the connection closed: every event is stamped with the arrival of the read that
+        completed it, including a last event flushed at close (its bytes came with the last read)."""
         parser = SSEParser()
         chat = self._chat
         clock = self.clock
@@ -209,8 +210,9 @@ class OpenAIClient:
         times = rec.chunk_times
         rescheduled = False
         on_event = self._on_event
+        now = clock()
         async for raw in resp.content.iter_any():
-            now = clock()
+            now = clock()  # the arrival of these bytes: every event they complete is stamped with it
             for ev in parser.feed(raw):
                 state = on_event(ev.data, now, rec, char_lens, chat, times)
                 if state and not finished:
@@ -222,8 +224,9 @@ class OpenAIClient:
             if not rescheduled and rec.first_token_at is not None:
                 tmo.reschedule(deadline_total)
                 rescheduled = True
+        # The connection closed with an event left unterminated (no blank line after it): its bytes
+        # arrived with the last read, at ``now``, not when the server got round to closing.
         for ev in parser.close():
-            now = clock()
             state = on_event(ev.data, now, rec, char_lens, chat, times)
             if state and not finished:
                 finished = True

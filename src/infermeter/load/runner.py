@@ -245,6 +245,9 @@ class Runner:
             waiter = asyncio.gather(*list(self._tasks), return_exceptions=True)
             done, _ = await asyncio.wait({waiter, stopper}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if waiter not in done:
+                # the gather ends with a CancelledError *exception* once its children are cancelled
+                # below: retrieve it, or asyncio logs "_GatheringFuture exception was never retrieved"
+                waiter.add_done_callback(_retrieve)
                 waiter.cancel()
         stopper.cancel()
         for t in list(self._tasks):
@@ -255,3 +258,8 @@ class Runner:
         self.stats.wall_s = wall
         self.stats.client_cpu = (time.process_time() - cpu0) / wall if wall > 0 else None
         return self.stats
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -4,7 +4,7 @@ A soak run keeps memory flat whatever its length. Records go to the journal of
 the current *part* (``parts/<k>/requests.jsonl``, SIGKILL-safe like every
 journal); a part is *sealed* to ``parts/<k>/requests.parquet`` when it holds
 ``part_records`` records or at each checkpoint, in a background thread that
-also feeds the streaming summary (:class:`~infermeter.analysis.windows.RecordAggregator`).
+also feeds the run's summary (:class:`~infermeter.analysis.accumulator.Accumulator`).
 A checkpoint writes ``checkpoint.json`` and a provisional ``summary.json``
 (``"partial": true``). At the end the parts are merged, one at a time, into
 ``requests.parquet``::
@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from infermeter.analysis.windows import RecordAggregator
+from infermeter.analysis.accumulator import Accumulator
 from infermeter.errors import ConfigError
 from infermeter.records import store
 from infermeter.records.record import ARROW_SCHEMA, RequestRecord, records_to_table
@@ -136,7 +136,7 @@ def merge_parts(run_dir: Path) -> int:
 class PartSink:
     """The soak run's ``on_record``; see the module docstring. One background thread owns the aggregator."""
 
-    def __init__(self, run_dir: Path, aggregator: RecordAggregator, part_records: int = 5000,
+    def __init__(self, run_dir: Path, aggregator: Accumulator, part_records: int = 5000,
                  first_part: int | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.aggregator = aggregator
@@ -179,7 +179,7 @@ class PartSink:
     def _write_checkpoint(self, run: dict[str, Any], clock_s: float) -> dict[str, Any]:
         state = {"records": self.records, "parts": self._k, "clock_s": clock_s, "wall": time.time()}
         store.write_json(self.run_dir / CHECKPOINT, state)
-        summary = self.aggregator.summary(run) | {"partial": True, "checkpoint": state}
+        summary = self.aggregator.summary(run).to_json() | {"partial": True, "checkpoint": state}
         store.write_json(self.run_dir / store.SUMMARY, summary)
         return summary
 
@@ -189,7 +189,7 @@ class PartSink:
         d = part_dir(self.run_dir, self._k)
         if (d / store.JOURNAL).exists():
             self._pending.append(self._pool.submit(self._seal, d))
-        summary = await self.call(lambda: self.aggregator.summary(run))
+        summary = await self.call(lambda: self.aggregator.summary(run).to_json())
         await self.call(merge_parts, self.run_dir)
         self._pool.shutdown(wait=True)
         (self.run_dir / CHECKPOINT).unlink(missing_ok=True)
@@ -204,7 +204,7 @@ class PartSink:
 class ResumeState:
     """What a killed soak run left on disk."""
 
-    aggregator: RecordAggregator
+    aggregator: Accumulator
     next_index: int
     missing: list[int]
     last_seen_s: float
@@ -213,10 +213,11 @@ class ResumeState:
     checkpoint: dict[str, Any] = field(default_factory=dict)
 
 
-def read_state(run_dir: Path, window_s: float | None, slo: dict[str, float]) -> ResumeState:
-    """Seal leftover journals, replay every part into a fresh aggregator, find where the schedule stopped."""
+def read_state(run_dir: Path, run: dict[str, Any]) -> ResumeState:
+    """Seal leftover journals, replay every part into a fresh accumulator (set up from ``run``,
+    the run's run.json), find where the schedule stopped."""
     run_dir = Path(run_dir)
-    agg = RecordAggregator(window_s=window_s, slo=slo)
+    agg = Accumulator.for_run(run)
     ids: list[np.ndarray] = []
     last = 0.0
     records = 0

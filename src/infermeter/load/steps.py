@@ -9,12 +9,9 @@ find-max, the capacity). :func:`run_plan` drives any plan with an injected
     gen_result = await run_plan(SweepPlan(rates=3), measure_step, judge=SloJudge(slo={"ttft_ms": 500}))
     gen_result.entries[0]["meets_slo"], gen_result.findings
 
-Whether a step meets the SLO (:class:`SloJudge`): the run is valid (the client
-kept its schedule), its error rate is at most ``max_error_rate``, and for
-every SLO key the chosen percentile (default p99) is within the limit —
-``ttft_ms`` and ``e2e_ms`` measured from the *intended* send (queueing counts),
-``tpot_ms`` and ``itl_ms`` as defined in docs/metrics.md. ``None`` when there is
-nothing to judge by.
+Whether a step meets the SLO is :class:`infermeter.analysis.slo.SloJudge`'s call (the one
+judge, shared with the study): judged on the offered work, so a saturated step or one whose
+requests did not finish never meets it. ``None`` when there is nothing to judge by.
 """
 
 from __future__ import annotations
@@ -23,11 +20,8 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from infermeter.analysis.slo import SloJudge
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency, Shape
-
-SLO_DISTRIBUTIONS = {"ttft_ms": "ttft_from_intended_ms", "e2e_ms": "e2e_from_intended_ms", "tpot_ms": "tpot_ms",
-                     "itl_ms": "itl_ms"}
-PERCENTILE_KEYS = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
 
 
 @dataclass(frozen=True)
@@ -55,38 +49,6 @@ class LoadPlan(Protocol):
     def steps(self) -> StepGen: ...
 
     def describe(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class SloJudge:
-    """Decides ``meets_slo`` for a step summary; see the module docstring."""
-
-    slo: dict[str, float] = field(default_factory=dict)
-    percentile: float = 99.0
-    max_error_rate: float = 0.01
-
-    def __post_init__(self) -> None:
-        if float(self.percentile) not in PERCENTILE_KEYS:
-            raise ValueError(f"--slo-percentile {self.percentile:g}: use one of 50, 90, 95, 99, 99.9")
-
-    def __call__(self, summary: dict[str, Any]) -> tuple[bool | None, list[str]]:
-        if not self.slo:
-            return None, []
-        reasons = [f"invalid: {r}" for r in summary.get("invalid_reasons") or []]
-        rate = summary.get("error_rate") or 0.0
-        if rate > self.max_error_rate:
-            reasons.append(f"error_rate {rate:.1%} > {self.max_error_rate:.1%}")
-        pkey = PERCENTILE_KEYS[float(self.percentile)]
-        for key, limit in self.slo.items():
-            value = (summary.get(SLO_DISTRIBUTIONS[key]) or {}).get(pkey)
-            if value is None:
-                reasons.append(f"{key}: no {pkey} (no successful request)")
-            elif value > limit:
-                reasons.append(f"{key} {pkey} {value:.1f} > {limit:g}")
-        return not reasons, reasons
-
-    def describe(self) -> dict[str, Any]:
-        return {"limits": self.slo, "percentile": self.percentile, "max_error_rate": self.max_error_rate}
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
-from infermeter.analysis.summary import build_summary
+from infermeter.analysis.accumulator import Accumulator, build_summary
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
@@ -164,9 +164,8 @@ class Measurement:
         if self.soak:
             summary["server_metrics"] = server_metrics
         else:
-            summary = build_summary(self._collect(run_dir, run, n), run=run)
+            summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
-        summary["warnings"] = list(summary.get("warnings") or []) + list(run.get("notices") or [])
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
@@ -302,12 +301,10 @@ def _unmeasured_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list
 
 def _alert_windows(run_dir: Path, run: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Windows of a finished run for windowed alerts: about 20 of them, at least 10 s each."""
-    from infermeter.analysis.windows import RecordAggregator
-
     window_s = max(10.0, float(summary.get("duration_s") or 0.0) / 20)
-    agg = RecordAggregator(window_s=window_s, slo=run.get("slo") or None)
+    agg = Accumulator(window_s=window_s, slo=run.get("slo") or None)
     agg.add(store.load_table(run_dir))
-    return agg.windows()
+    return [w.model_dump(mode="json") for w in agg.windows()]
 
 
 def summarize_dir(run_dir: Path) -> dict[str, Any]:
@@ -330,9 +327,8 @@ def summarize_dir(run_dir: Path) -> dict[str, Any]:
             store.write_table(run_dir, table)
             shutil.rmtree(run_dir / "workers", ignore_errors=True)
         table = store.finalize(run_dir) if (run_dir / store.JOURNAL).exists() else store.load_table(run_dir)
-        summary = build_summary(table, run=run)
+        summary = build_summary(table, run=run).to_json()
     summary["run_dir"] = str(run_dir)
-    summary["warnings"] = list(summary.get("warnings") or []) + list(run.get("notices") or [])
     alerts = (run.get("config") or {}).get("alerts") or []
     if alerts:
         apply_alerts(alerts, run_dir, run, summary)

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infermeter.analysis.windows import RecordAggregator
+from infermeter.analysis.accumulator import Accumulator
 from infermeter.errors import UserError
 from infermeter.load.resume import resume_point
 from infermeter.load.soak import PartSink, lost_records, part_dir, part_dirs, read_state
@@ -44,7 +44,7 @@ async def execute_soak(m: Any, wplan: WorkerPlan, run_dir: Path, run: dict[str, 
     if m.resume_dir is not None:
         if "t0_unix" not in run:
             raise UserError(f"--resume {run_dir}: the run stopped before it started; start it again")
-        state = read_state(run_dir, soak["window_s"], dict(cfg.slo))
+        state = read_state(run_dir, run)
         agg = state.aggregator
         t0 = float(run["t0_unix"])
         prev = run["segments"][-1]
@@ -63,7 +63,7 @@ async def execute_soak(m: Any, wplan: WorkerPlan, run_dir: Path, run: dict[str, 
         m.notify(f"resuming at request {point.first_index} after {point.gap_s:.1f} s down "
                  f"({state.records} records on disk, {len(state.missing)} lost in flight)")
     else:
-        agg = RecordAggregator(window_s=soak["window_s"], slo=dict(cfg.slo))
+        agg = Accumulator.for_run(run)
     sink = PartSink(run_dir, agg, part_records=soak["part_records"], first_part=len(part_dirs(run_dir)))
     store.write_json(run_dir / store.RUN, run)
 
@@ -85,10 +85,9 @@ def summarize_soak(run_dir: Path, run: dict[str, Any]) -> dict[str, Any]:
     """A soak run's summary from disk in bounded memory: the parts (a killed run, kept for --resume)
     or the merged requests.parquet read one row group at a time."""
     soak = run.get("soak") or {}
-    slo = dict(run.get("slo") or {})
     if part_dirs(run_dir):
-        return read_state(run_dir, soak.get("window_s"), slo).aggregator.summary(run) | {"partial": True}
-    agg = RecordAggregator(window_s=soak.get("window_s"), slo=slo)
+        return read_state(run_dir, run).aggregator.summary(run).to_json() | {"partial": True}
+    agg = Accumulator.for_run(run)
     for batch in pq.ParquetFile(Path(run_dir) / store.PARQUET).iter_batches(batch_size=soak.get("part_records", 5000)):
         agg.add(pa.Table.from_batches([batch]))
-    return agg.summary(run)
+    return agg.summary(run).to_json()

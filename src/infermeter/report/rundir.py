@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.results import Summary
 from infermeter.errors import DataError
 
-SUPPORTED_SCHEMA = 1
+SUPPORTED_SCHEMA = (1, 2)  # summary.json schema 2 (issue 13) reads schema 1 files too
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -38,9 +39,10 @@ def read_json(path: Path) -> dict[str, Any]:
         raise DataError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    version = data.get("schema_version", SUPPORTED_SCHEMA)
-    if version != SUPPORTED_SCHEMA:
-        raise DataError(f"{path}: schema_version {version!r} is not supported (this infermeter reads {SUPPORTED_SCHEMA})")
+    version = data.get("schema_version", 1)
+    if version not in SUPPORTED_SCHEMA:
+        raise DataError(f"{path}: schema_version {version!r} is not supported (this infermeter reads "
+                        f"{' and '.join(map(str, SUPPORTED_SCHEMA))})")
     return data
 
 
@@ -143,7 +145,7 @@ def load_run_dir(path: str | Path, parent: str | None = None, alias: str | None 
         raise DataError(f"{p}: not a result directory (expected a folder with summary.json)")
     if not (p / "summary.json").is_file():
         raise DataError(f"{p}: no summary.json; is this an infermeter result directory?")
-    summary = read_json(p / "summary.json")
+    summary = Summary.from_json(read_json(p / "summary.json"), str(p / "summary.json")).to_json()
     run = read_json(p / "run.json") if (p / "run.json").is_file() else {}
     head = RunDir(path=p, summary=summary, run=run, parent=parent, alias=alias)
     steps_dir = p / "steps"

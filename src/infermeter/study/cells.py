@@ -167,19 +167,21 @@ def fingerprint(study: StudyConfig, conf: Configuration, profile: str) -> str:
 def write_cell(cell: CellResult, study: StudyConfig, load_text: str, key: str = "") -> None:
     """``run.json`` and ``summary.json`` of the cell folder (sweep layout)."""
     from infermeter import __version__
+    from infermeter.analysis.results import SCHEMA_VERSION
 
     head = {"schema_version": 1, "tool": "infermeter", "version": __version__, "source": cell.source,
             "label": f"{cell.config} · {cell.profile}", "model": cell.model, "hardware": cell.hardware,
             "profile": cell.profile, "seed": study.seed, "slo": study.slo.limits or None,
             "load": {"describe": load_text, "kind": "study-sweep"}, "target": cell.target}
     basis = cell.capacity or cell.saturation
-    summary = {"schema_version": 1, "source": cell.source, "label": head["label"], "model": cell.model,
+    summary = {"schema_version": SCHEMA_VERSION, "source": cell.source, "label": head["label"], "model": cell.model,
                "hardware": cell.hardware, "profile": cell.profile, "kind": "sweep", "plan": "study-sweep",
                "load": load_text, "head_step": basis.get("step"),
                "request_throughput": basis.get("requests_per_s"), "input_token_throughput": basis.get("input_tokens_per_s"),
                "output_token_throughput": basis.get("output_tokens_per_s"),
                "total_token_throughput": basis.get("total_tokens_per_s"), "steps": cell.steps,
-               "capacity": cell.capacity, "saturation": cell.saturation, "slo": study.slo.model_dump(),
+               "capacity": cell.capacity, "saturation_point": cell.saturation, "slo": study.slo.limits or None,
+               "slo_judge": study.slo.model_dump(),
                "valid": all(s.get("valid", True) for s in cell.steps), "study_cell": cell.to_json(),
                "study_fingerprint": key}
     path = Path(cell.run_dir)

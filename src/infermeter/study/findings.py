@@ -359,14 +359,18 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
     from infermeter.study.soak import window_label, windows_key
 
     for s in soaks:
-        ws = [x for x in s.windows if (x["ttft_ms"] or {}).get("p99") is not None]
-        if not ws:
+        # the highest percentile every window has enough samples for (p99 needs 100 per window)
+        pk = next((k for k in ("p99", "p95", "p90", "p50")
+                   if s.windows and all((x["ttft_ms"] or {}).get(k) is not None for x in s.windows)), None)
+        ws = [x for x in s.windows if pk is not None and (x["ttft_ms"] or {}).get(pk) is not None]
+        if not ws or pk is None:
             continue
-        lo = min(ws, key=lambda x: x["ttft_ms"]["p99"])
-        hi = max(ws, key=lambda x: x["ttft_ms"]["p99"])
+        lo = min(ws, key=lambda x: x["ttft_ms"][pk])
+        hi = max(ws, key=lambda x: x["ttft_ms"][pk])
         key = windows_key(s.config)
-        rl = Ref(key, window_label(lo), "TTFT p99 (ms)", lo["ttft_ms"]["p99"], fmt_num(lo["ttft_ms"]["p99"]))
-        rh = Ref(key, window_label(hi), "TTFT p99 (ms)", hi["ttft_ms"]["p99"], fmt_num(hi["ttft_ms"]["p99"]))
+        name = f"TTFT {pk} (ms)"
+        rl = Ref(key, window_label(lo), name, lo["ttft_ms"][pk], fmt_num(lo["ttft_ms"][pk]))
+        rh = Ref(key, window_label(hi), name, hi["ttft_ms"][pk], fmt_num(hi["ttft_ms"][pk]))
         b = s.budget
         totals: dict[str, int] = {}
         for x in s.windows:
@@ -374,7 +378,7 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
                 totals[k] = totals.get(k, 0) + n
         err_text = ", ".join(f"{n:,} {k}" for k, n in sorted(totals.items(), key=lambda kv: -kv[1])) or "no errors"
         text = (f"Soak on {s.hardware} ({s.replicas} replica(s) of {s.config}) at {s.rate_per_s:g} req/s of "
-                f"{s.profile} for {s.duration_s / 3600:g} h (simulated): TTFT p99 per window ranged from {shown(rl)} ms "
+                f"{s.profile} for {s.duration_s / 3600:g} h (simulated): TTFT {pk} per window ranged from {shown(rl)} ms "
                 f"({window_label(lo)}) to {shown(rh)} ms ({window_label(hi)}); {err_text}; "
                 f"{b['bad']:,} bad requests used {fmt_pct(b['consumed'])} of the error budget "
                 f"({b['objective']:.3%} objective)")

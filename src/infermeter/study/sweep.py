@@ -17,13 +17,12 @@ A ``sweep`` runs: one request at a time (``synchronous``), a closed loop at the 
 concurrency (``saturation``: its throughput is the steady-window figure of
 :mod:`infermeter.study.saturation`), open-loop rates at ``rate_fractions`` of the saturation
 request rate (``rate``), then ``refine`` bisection steps between the highest fraction meeting
-the SLO and the lowest missing it. A step meets the SLO (:func:`judge`) when its run is valid,
-its error rate is at most ``max_error_rate`` and each limited latency's percentile is within
-its limit (TTFT and E2E from the intended send, so queueing counts). An open-loop run flagged
-only because its send rate fell short of the *mean* rate counts as valid when the client kept
-to the realized schedule (send rate >= 95 % of the schedule's own rate): a Poisson schedule of a
-few hundred requests differs from its mean by several percent. :func:`capacity_step` is the
-step meeting the SLO with the highest request throughput: "the highest load meeting the SLO".
+the SLO and the lowest missing it. Whether a step meets the SLO is the one judge's call
+(:class:`infermeter.analysis.slo.SloJudge`, shared with ``run --load sweep``): judged on the
+offered work, so a saturated step, or one whose requests did not finish, never meets it; with no
+latency limits a step "meets" the SLO when the run is sound (valid, not saturated, errors within
+``max_error_rate``). :func:`capacity_step` is the step meeting the SLO with the highest request
+throughput: "the highest load meeting the SLO".
 """
 
 from __future__ import annotations
@@ -32,12 +31,11 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from infermeter.analysis.slo import SloJudge
 from infermeter.study.config import LoadPlan, Slo
 from infermeter.study.saturation import Steady
 
 StepKind = Literal["synchronous", "saturation", "rate"]
-# SLO key -> the summary distribution it is judged on
-SLO_METRICS = {"ttft_ms": "ttft_from_intended_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2e_from_intended_ms"}
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,6 @@ class StepOutcome:
         """The step's entry in the cell's ``summary.json`` ``steps`` list (sweep layout)."""
         r = self.rates()
         s = self.summary
-        standing, excused = validity(s, self.throughput)
         return {
             "k": self.spec.k, "dir": f"steps/{self.spec.k}", "step_dir": f"steps/{self.spec.k}", "step": self.spec.kind,
             "kind": self.spec.kind, "describe": self.spec.describe(),
@@ -99,43 +96,20 @@ class StepOutcome:
             "request_throughput": r["requests_per_s"], "input_token_throughput": r["input_tokens_per_s"],
             "output_token_throughput": r["output_tokens_per_s"], "total_token_throughput": r["total_tokens_per_s"],
             "throughput_method": self.throughput.method if self.throughput else "whole run",
-            "goodput": s.get("goodput"), "error_rate": s.get("error_rate"), "valid": not standing,
-            "invalid_reasons": standing, "excused_reasons": excused,
+            "goodput": s.get("goodput"), "error_rate": s.get("error_rate"), "valid": bool(s.get("valid", True)),
+            "invalid_reasons": list(s.get("invalid_reasons") or []), "saturated": s.get("saturated"),
+            "unfinished": s.get("unfinished"),
             "schedule_rate": self.throughput.schedule_rate_per_s if self.throughput else None,
             "send_rate": self.throughput.send_rate_per_s if self.throughput else None,
             **{f"{k}_p{p}": (s.get(k) or {}).get(f"p{p}") for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in (50, 95, 99)},
         }
 
 
-def validity(summary: dict[str, Any], throughput: Steady | None) -> tuple[list[str], list[str]]:
-    """(the run's invalid reasons that stand, those excused): an ``achieved_rate`` reason is excused
-    when the client kept to the realized schedule (see the module docstring)."""
-    reasons = [str(r) for r in summary.get("invalid_reasons") or []]
-    t = throughput
-    if t is not None and t.schedule_rate_per_s and t.send_rate_per_s and t.send_rate_per_s >= 0.95 * t.schedule_rate_per_s:
-        return [r for r in reasons if not r.startswith("achieved_rate")], [r for r in reasons if r.startswith("achieved_rate")]
-    return reasons, []
-
-
 def judge(summary: dict[str, Any], slo: Slo, throughput: Steady | None = None) -> tuple[bool, tuple[str, ...]]:
     """(meets the SLO, why not) for one step's summary; see the module docstring."""
-    why: list[str] = []
-    reasons, _ = validity(summary, throughput)
-    if reasons:
-        why.append("invalid run: " + "; ".join(reasons))
-    if not (summary.get("completed") or 0):
-        why.append("no request completed")
-    err = summary.get("error_rate") or 0.0
-    if err > slo.max_error_rate:
-        why.append(f"error rate {err:.2%} > {slo.max_error_rate:.2%}")
-    for key, limit in slo.limits.items():
-        value = (summary.get(SLO_METRICS[key]) or {}).get(slo.percentile)
-        if value is None:
-            if key != "tpot_ms":  # one-token outputs have no TPOT
-                why.append(f"{key.removesuffix('_ms')} {slo.percentile} not measured")
-        elif value > limit:
-            why.append(f"{key.removesuffix('_ms')} {slo.percentile} {value:,.0f} ms > {limit:g} ms")
-    return not why, tuple(why)
+    j = SloJudge(slo=slo.limits, percentile=slo.percentile, max_error_rate=slo.max_error_rate)
+    ok, why = j(summary) if slo.limits else (None, j.health(summary))
+    return (not why) if ok is None else bool(ok), tuple(why)
 
 
 def plan_steps(plan: LoadPlan, slo: Slo, default_concurrency: int) -> Generator[StepSpec, StepOutcome, None]:

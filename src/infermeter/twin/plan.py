@@ -122,4 +122,4 @@ class SimPlan:
         if (out / store.SUMMARY).exists():
             raise ConfigError(f"--out {out}: already holds a run; choose another directory")
         return simulate(self.twin, self.source(), out_dir=out, run=self.run_header(label), warmup=cfg.warmup,
-                        token_times=self.token_times, slo=cfg.slo or None, on_progress=progress)
+                        token_times=self.token_times, on_progress=progress)

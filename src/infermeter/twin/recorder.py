@@ -3,14 +3,14 @@
 :class:`RecordSink` turns each finished (or rejected) :class:`SimRequest` into one
 row of :data:`infermeter.records.record.ARROW_SCHEMA` and writes row groups of
 ``batch_rows`` with a ``pyarrow.parquet.ParquetWriter`` (on a helper thread: parquet
-encoding releases the GIL), so memory does not grow with the run. It also feeds
-:class:`~infermeter.analysis.sketch.LogHistogram` totals, from which huge runs get their
-summary without reading the file back::
+encoding releases the GIL), so memory does not grow with the run. Each batch also goes to
+the run's :class:`~infermeter.analysis.accumulator.Accumulator` (the one summary builder), so
+no run, however long, reads its records back to be summarized::
 
-    sink = RecordSink(out_dir / "requests.parquet", warmup=0, token_times=False)
+    sink = RecordSink(out_dir / "requests.parquet", Accumulator.for_run(run), warmup=0, token_times=False)
     for r in finished: sink.add(r)
     sink.close()
-    sink.totals.ttft.distribution(1000.0)     # ms
+    sink.accumulator.summary(run).ttft_ms.p50     # ms
 
 What a simulated row holds: ``sent_at = arrival`` (when the engine got it; later than
 ``intended_at`` only when ``--max-concurrency`` held it), ``first_byte_at = sent_at``
@@ -19,7 +19,8 @@ from the engine, usage as a server reports it (``usage_source="server"``),
 ``cached_tokens`` = prefix-cache hit at admission. With ``token_times`` the
 per-token times go to ``chunk_times`` (one token per chunk, as vLLM streams per
 step); without (huge runs) the chunk lists are empty and inter-token latency is
-derived per request as ``(ended_at - first_token_at) / (completion_tokens - 1)``.
+derived per request as ``(ended_at - first_token_at) / (completion_tokens - 1)`` (the
+accumulator's ``derive_itl``).
 Rejected requests (prompt + max_tokens over ``max_model_len``) are ``error`` /
 ``http_4xx`` / 400, as vLLM answers them.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,60 +36,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from infermeter.analysis.accumulator import Accumulator
 from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import FINISHED, SimRequest
-from infermeter.analysis.sketch import LogHistogram
-
-
-
-@dataclass
-class Totals:
-    """Streaming aggregates over measured rows (the summary of huge runs)."""
-
-    completed: int = 0
-    failed: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    first_intended: float = np.inf
-    last_end: float = -np.inf
-    first_sent: float = np.inf
-    last_sent: float = -np.inf
-    first_intended_sent: float = np.inf
-    last_intended_sent: float = -np.inf
-    sent: int = 0
-    n_in: float = 0.0
-    n_out: float = 0.0
-    cached: float = 0.0
-    ttft: LogHistogram = field(default_factory=LogHistogram)
-    ttft_intended: LogHistogram = field(default_factory=LogHistogram)
-    e2e: LogHistogram = field(default_factory=LogHistogram)
-    e2e_intended: LogHistogram = field(default_factory=LogHistogram)
-    tpot: LogHistogram = field(default_factory=LogHistogram)
-    itl: LogHistogram = field(default_factory=LogHistogram)
-    lag: LogHistogram = field(default_factory=LogHistogram)
-    out_tps: LogHistogram = field(default_factory=LogHistogram)
-    slo_met: int = 0
 
 
 class RecordSink:
-    """Batches rows into a parquet file and into :class:`Totals`; see the module docstring."""
+    """Batches rows into a parquet file and into an accumulator; see the module docstring."""
 
     def __init__(
         self,
         path: Path,
+        accumulator: Accumulator,
         *,
         warmup: int = 0,
         token_times: bool = False,
         batch_rows: int = 1 << 16,
-        slo: dict[str, float] | None = None,
         on_flush: Callable[[int, float], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.warmup = warmup
         self.token_times = token_times
         self.batch_rows = batch_rows
-        self.slo = slo or {}
+        self.accumulator = accumulator
         self.on_flush = on_flush  # (rows written so far, end time of the batch's last request)
-        self.totals = Totals()
         self.rows = 0
         self._writer = pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd")
         self._buf: list[SimRequest] = []
@@ -165,61 +135,9 @@ class RecordSink:
             self._pending.result()
         self._pending = self._pool.submit(self._writer.write_table, table)
         self.rows += n
-        measure = rid >= self.warmup
-        self._account(measure, ok, intended, sent, first, ended, n_in, n_out, cached)
+        self.accumulator.add(table)
         if self.on_flush is not None:
             self.on_flush(self.rows, float(ended[-1]))
-
-    def _account(self, measure: np.ndarray, ok: np.ndarray, intended: np.ndarray, sent: np.ndarray,
-                 first: np.ndarray, ended: np.ndarray, n_in: np.ndarray, n_out: np.ndarray,
-                 cached: pa.Array) -> None:
-        t = self.totals
-        if not measure.any():
-            return
-        t.first_intended = min(t.first_intended, float(intended[measure].min()))
-        t.last_end = max(t.last_end, float(np.nanmax(ended[measure])))
-        t.first_sent = min(t.first_sent, float(sent[measure].min()))
-        t.last_sent = max(t.last_sent, float(sent[measure].max()))
-        t.first_intended_sent = min(t.first_intended_sent, float(intended[measure].min()))
-        t.last_intended_sent = max(t.last_intended_sent, float(intended[measure].max()))
-        t.sent += int(measure.sum())
-        t.lag.add((sent - intended)[measure])
-        bad = measure & ~ok
-        if bad.any():
-            t.failed += int(bad.sum())
-            t.errors["http_4xx"] = t.errors.get("http_4xx", 0) + int(bad.sum())
-        m = measure & ok
-        if not m.any():
-            return
-        t.completed += int(m.sum())
-        t.n_in += float(n_in[m].sum())
-        t.n_out += float(n_out[m].sum())
-        c = np.asarray(cached.to_numpy(zero_copy_only=False), dtype=np.float64)[m]
-        t.cached += float(np.nansum(c))
-        ttft = (first - sent)[m]
-        ttft_i = (first - intended)[m]
-        e2e = (ended - sent)[m]
-        e2e_i = (ended - intended)[m]
-        no = n_out[m].astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(no >= 2, (ended - first)[m] / (no - 1), np.nan)
-            tps = np.where(e2e > 0, no / e2e, np.nan)
-        t.ttft.add(ttft)
-        t.ttft_intended.add(ttft_i)
-        t.e2e.add(e2e)
-        t.e2e_intended.add(e2e_i)
-        t.tpot.add(tpot)
-        t.itl.add(tpot, weights=np.maximum(no - 1, 0))
-        t.out_tps.add(tps)
-        if self.slo:
-            meets = np.ones(ttft.size, dtype=bool)
-            if "ttft_ms" in self.slo:
-                meets &= ttft_i * 1000 <= self.slo["ttft_ms"]
-            if "tpot_ms" in self.slo:
-                meets &= ~(tpot * 1000 > self.slo["tpot_ms"])
-            if "e2e_ms" in self.slo:
-                meets &= e2e_i * 1000 <= self.slo["e2e_ms"]
-            t.slo_met += int(meets.sum())
 
     def close(self) -> None:
         self.flush()

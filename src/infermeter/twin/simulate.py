@@ -8,12 +8,10 @@ Writes what ``infermeter run`` writes -- ``requests.parquet``, ``run.json`` (``s
     res = simulate(twin, src, out_dir=Path("results/sim"), run=run_header)
     res.summary["output_token_throughput"], res.wall_s
 
-Summary: runs with at most ``exact_summary_limit`` records get
-:func:`infermeter.analysis.summary.build_summary` over the parquet file, like a
-measured run. Bigger runs (the 72-hour soak) never read the file back: the summary is
-built from the streaming totals (:mod:`infermeter.analysis.sketch`; exact counts, means,
-min and max, percentiles within 0.5%) over ``build_summary``'s own output for the
-first batch, so the keys are the same; ``summary_method`` says which.
+Summary: every batch of records goes to the run's
+:class:`~infermeter.analysis.accumulator.Accumulator` as it is written -- the same builder and
+verdict as a measured run -- so no run, however long (the 72-hour soak), reads its records back;
+``summary_method`` says whether its percentiles are exact or from the accumulator's histograms.
 
 ``server_metrics`` (vLLM's signals, as a scrape of the twin would give them):
 time-weighted means over the run of KV usage, running and waiting requests, their
@@ -32,15 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock, run_virtual
-from infermeter.twin.recorder import RecordSink, Totals
-
-EXACT_SUMMARY_LIMIT = 1_000_000
+from infermeter.twin.recorder import RecordSink
 
 
 @dataclass
@@ -62,8 +57,7 @@ def simulate(
     run: dict[str, Any],
     warmup: int = 0,
     token_times: bool = False,
-    slo: dict[str, float] | None = None,
-    exact_summary_limit: int = EXACT_SUMMARY_LIMIT,
+    exact_summary_limit: int = EXACT_LIMIT,
     on_progress: Callable[[float, int], None] | None = None,
 ) -> SimulationResult:
     """Run ``source`` through ``twin``'s engines; write the run directory; return the summary."""
@@ -81,7 +75,8 @@ def simulate(
         if on_progress is not None:
             on_progress(t_virtual, rows)
 
-    sink = RecordSink(tmp, warmup=warmup, token_times=token_times, slo=slo, on_flush=on_flush)
+    acc = Accumulator.for_run(run, exact_limit=exact_summary_limit, derive_itl=not token_times)
+    sink = RecordSink(tmp, acc, warmup=warmup, token_times=token_times, on_flush=on_flush)
     clock = VirtualClock()
     stats = LoopStats()
     try:
@@ -100,7 +95,7 @@ def simulate(
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     run["runtime"] = {"wall_s": wall, "virtual_s": stats.end, "records": sink.rows, "peak_rss_mib": rss,
                       "steps": sum(e.steps for e in engines)}
-    summary = _summary(out_dir, run, sink, exact_summary_limit)
+    summary = sink.accumulator.summary(run).to_json()
     summary["run_dir"] = str(out_dir)
     store.write_json(out_dir / store.RUN, run)
     store.write_json(out_dir / store.SUMMARY, summary)
@@ -152,83 +147,3 @@ def server_metrics(engines: list[Engine], stats: LoopStats) -> dict[str, Any]:
         "busy_fraction": None if span is None else sum(e.busy_s for e in engines) / (span * lanes),
         "in_system_mean": mean(stats.in_system_s),
     }
-
-
-def _summary(out_dir: Path, run: dict[str, Any], sink: RecordSink, limit: int) -> dict[str, Any]:
-    from infermeter.analysis.summary import build_summary
-
-    path = out_dir / store.PARQUET
-    if sink.rows <= limit:
-        table = pq.read_table(path)
-        summary = build_summary(table, run=run)
-        summary["summary_method"] = "exact"
-        if not sink.token_times:
-            _derived_itl(summary, sink.totals)
-        return summary
-    with pq.ParquetFile(path) as f:
-        head = f.read_row_group(0)
-    summary = build_summary(head, run=run)
-    _apply_totals(summary, sink.totals, run)
-    return summary
-
-
-def _derived_itl(summary: dict[str, Any], t: Totals) -> None:
-    summary["itl_ms"] = t.itl.distribution(1000.0)
-    summary["itl_source"] = "per-request mean gap (per-token times not stored)"
-
-
-def _apply_totals(s: dict[str, Any], t: Totals, run: dict[str, Any]) -> None:
-    """Overwrite the first-batch summary's numbers with whole-run streaming totals."""
-    from infermeter.analysis.verdict import verdict
-
-    duration = t.last_end - t.first_intended if t.completed or t.failed else 0.0
-    duration = duration if duration > 0 else 0.0
-
-    def per_s(x: float) -> float | None:
-        return x / duration if duration > 0 else None
-
-    load = run.get("load") or {}
-    open_loop = bool(load.get("open_loop"))
-    achieved = (t.sent - 1) / (t.last_sent - t.first_sent) if t.sent >= 2 and t.last_sent > t.first_sent else None
-    target = None
-    if open_loop:
-        target = load.get("target_rate") or (
-            (t.sent - 1) / (t.last_intended_sent - t.first_intended_sent)
-            if t.sent >= 2 and t.last_intended_sent > t.first_intended_sent else None)
-    lag = t.lag.distribution(1000.0)
-    s.update({
-        "completed": t.completed,
-        "failed": t.failed,
-        "dropped": 0,
-        "cancelled": 0,
-        "duration_s": duration,
-        "request_throughput": per_s(t.completed),
-        "input_token_throughput": per_s(t.n_in),
-        "output_token_throughput": per_s(t.n_out),
-        "total_token_throughput": per_s(t.n_in + t.n_out),
-        "goodput": per_s(t.slo_met) if s.get("slo") else None,
-        "ttft_ms": t.ttft.distribution(1000.0),
-        "tpot_ms": t.tpot.distribution(1000.0),
-        "e2e_ms": t.e2e.distribution(1000.0),
-        "ttft_from_intended_ms": t.ttft_intended.distribution(1000.0),
-        "e2e_from_intended_ms": t.e2e_intended.distribution(1000.0),
-        "schedule_lag_ms": lag,
-        "output_tokens_per_s_per_request": t.out_tps.distribution(),
-        "errors": dict(t.errors),
-        "error_rate": t.failed / max(1, t.completed + t.failed),
-        "target_rate": target,
-        "achieved_rate": achieved,
-        "mean_input_tokens": t.n_in / t.completed if t.completed else None,
-        "mean_output_tokens": t.n_out / t.completed if t.completed else None,
-        "total_input_tokens": int(t.n_in),
-        "total_output_tokens": int(t.n_out),
-        "token_count_source": "server" if t.completed else s.get("token_count_source"),
-        "usage_mismatches": 0,
-        "cached_prompt_tokens": int(t.cached),
-        "summary_method": "streaming (exact counts and means; percentiles from 1% log buckets, within 0.5%)",
-    })
-    _derived_itl(s, t)
-    v = verdict({"open_loop": open_loop, "lag_p99_ms": lag["p99"], "target_rate": target, "achieved_rate": achieved,
-                 "cap_held": 0, "completed": t.completed, "failed": t.failed, "ttft_count": s["ttft_ms"]["count"],
-                 "client_cpu": None})
-    s["valid"], s["invalid_reasons"], s["warnings"] = v.valid, v.invalid_reasons, v.warnings

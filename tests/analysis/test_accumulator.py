@@ -1,10 +1,10 @@
-"""The streaming summary agrees with build_summary, in any batching; windows count what ended in them."""
+"""One accumulator: the same summary in any batching and on every path; windows count what ended in them."""
 
 import numpy as np
 import pytest
 
-from infermeter.analysis.summary import build_summary
-from infermeter.analysis.windows import RecordAggregator
+from infermeter.analysis.accumulator import Accumulator as RecordAggregator
+from infermeter.analysis.accumulator import build_summary
 from infermeter.records.record import RequestRecord, records_to_table
 
 RUN = {"load": {"open_loop": True, "target_rate": 10.0}, "slo": {"ttft_ms": 150.0}}
@@ -41,11 +41,11 @@ CLOSE = ("duration_s", "request_throughput", "output_token_throughput", "input_t
 @pytest.mark.parametrize("batches", [1, 3, 7])
 def test_streaming_summary_matches_build_summary(batches):
     recs = records()
-    exact = build_summary(records_to_table(recs), run=RUN)
+    exact = build_summary(records_to_table(recs), run=RUN).to_json()
     agg = RecordAggregator(slo=RUN["slo"])
     for part in np.array_split(np.arange(len(recs)), batches):
         agg.add(records_to_table([recs[i] for i in part]))
-    got = agg.summary(run=RUN)
+    got = agg.summary(run=RUN).to_json()
     assert set(exact) <= set(got)
     for key in EXACT:
         assert got[key] == exact[key], key
@@ -64,7 +64,7 @@ def test_windows_hold_what_ended_in_them():
     agg = RecordAggregator(window_s=10.0)
     for lo in range(0, 300, 50):
         agg.add(records_to_table(recs[lo:lo + 50]))
-    series = agg.summary(run=RUN)["windows"]["series"]
+    series = agg.summary(run=RUN).to_json()["windows"]["series"]
     ends = [r.ended_at for r in recs if r.request_id >= 5]
     ok = [r.outcome == "ok" for r in recs if r.request_id >= 5]
     for w in series:
@@ -86,7 +86,7 @@ def test_gap_windows_are_empty_and_downtime_is_not_duration():
     agg.add(records_to_table(early))
     agg.add(records_to_table(late))
     run = {"load": {"open_loop": True}, "segments": [{"gap_s": 0.0}, {"gap_s": 27.0}]}
-    s = agg.summary(run=run)
+    s = agg.summary(run=run).to_json()
     assert [w["completed"] for w in s["windows"]["series"]] == [3, 0, 0, 3]
     assert s["windows"]["series"][1]["ttft_ms"]["p99"] is None
     assert s["duration_s"] == pytest.approx(32.2 - 27.0)
@@ -99,5 +99,5 @@ def test_only_warmup_rows_give_an_empty_summary_not_a_crash():
             for i in range(5)]
     agg = RecordAggregator(window_s=1.0)
     agg.add(records_to_table(warm))
-    s = agg.summary(run={})
+    s = agg.summary(run={}).to_json()
     assert s["completed"] == 0 and agg.windows() == []
