@@ -23,9 +23,9 @@ saturated when any of these holds:
   ``min(0.9, 1 - 3/sqrt(n))`` for n completions, so noise of small runs does not trip it);
 - ``trend``: TTFT from the intended send grows through the run: the mean over ``TREND_BLOCKS``
   equal spans of intended send time rises with a one-sided Mann-Kendall p < ``TREND_P`` and a
-  Theil-Sen growth over the run above the median block latency (and above 50 ms). Requests that
-  never got a token count with the time they waited (a lower bound), so requests cancelled at
-  the end keep the trend visible;
+  Theil-Sen growth over the run above the median block latency (and above 50 ms), over the
+  requests that got a first token (those cancelled at the end are censored at one moment, and
+  their waits would bend the series down where the queue is longest);
 - ``queue``: the server's own waiting queue (scraped ``num_requests_waiting``, or the twin's)
   grew from the start of the run to its end by more than ``QUEUE_GROWTH`` requests.
 
@@ -53,7 +53,7 @@ CAP_HELD_LIMIT_MS = 10.0
 CPU_WARN = 0.9
 TREND_BLOCKS = 8
 TREND_P = 0.01
-TREND_MIN_SAMPLES = 40
+TREND_MIN_SAMPLES = 20
 TREND_FLOOR_S = 0.05
 RATE_MIN_COMPLETED = 20
 QUEUE_GROWTH = 5.0

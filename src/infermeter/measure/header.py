@@ -68,7 +68,7 @@ def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulate
         "open_loop": not isinstance(shape, ConstantConcurrency),
         "target_rate": getattr(shape, "rate_per_s", None), "limits": {
             "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
-            "max_concurrency": cfg.max_concurrency},
+            "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None},
         "workers": cfg.workers, "backend": "ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local")}
     run: dict[str, Any] = {
         "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "measured",
