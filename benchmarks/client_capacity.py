@@ -41,7 +41,7 @@ import urllib.request
 from collections.abc import Iterator
 
 from infermeter.measure import Measurement, RunConfig
-from infermeter.twin.process import EmulatorProcess
+from infermeter.engines.emulator.process import EmulatorProcess
 
 
 def cpu_s(children: bool = False) -> float:

@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="keep the run directory here (default: a temp dir, removed)")
     args = ap.parse_args()
 
-    from infermeter.twin.plan import SimPlan
+    from infermeter.measure.simplan import SimPlan
     from infermeter.measure import RunConfig
 
     tmp = None

@@ -26,7 +26,7 @@ import threading
 import time
 
 from infermeter.measure import Measurement, RunConfig
-from infermeter.twin.process import EmulatorProcess
+from infermeter.engines.emulator.process import EmulatorProcess
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1024 * 1024

@@ -1,6 +1,6 @@
 import pytest
 
-from infermeter.twin.process import EmulatorProcess
+from infermeter.engines.emulator.process import EmulatorProcess
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from infermeter.measure import Measurement, RunConfig, summarize_dir
 from infermeter.report.rundir import load_run_dir
-from infermeter.twin.process import EmulatorProcess
+from infermeter.engines.emulator.process import EmulatorProcess
 
 # 4 requests at once, 20 ms to the first token, 5 ms per token: 10 tokens take 70 ms
 EMU = ["--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "4"]
@@ -35,7 +35,7 @@ def test_find_max_on_concurrency_finds_the_server_limit(emu4, tmp_path):
     on_disk = json.loads((tmp_path / "fm" / "summary.json").read_text())
     assert on_disk["capacity"]["step"] == 2 and on_disk["head_step"] == 2 and on_disk["completed"] == 24
     step = json.loads((tmp_path / "fm" / "steps" / "2" / "run.json").read_text())
-    assert step["config"]["concurrency"] == 4 and step["config"]["warmup"] == 4
+    assert step["config"]["shape"] == {"kind": "constant-vus", "concurrency": 4} and step["config"]["warmup"] == 4
     # the report helper reads it as one sweep with six steps
     assert [st.name for st in load_run_dir(tmp_path / "fm").steps] == [str(k) for k in range(6)]
     # summarize rebuilds the plan's summary from the steps (also after a kill: then "interrupted")

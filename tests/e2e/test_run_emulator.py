@@ -68,7 +68,7 @@ def test_cli_run_writes_three_files_and_keeps_the_api_key_secret(emulator, tmp_p
 
 
 def test_faults_are_classified_and_no_record_is_lost(tmp_path):
-    from infermeter.twin.process import EmulatorProcess
+    from infermeter.engines.emulator.process import EmulatorProcess
 
     faults = "429=0.1,500=0.1,503=0.05,cut=0.1,stall=0.05,malformed=0.1,reset=0.05,slow_first_byte=0.05"
     with EmulatorProcess(["--ttft-ms", "5", "--itl-ms", "2", "--faults", faults, "--stall-s", "3"]) as emu:

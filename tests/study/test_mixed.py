@@ -15,7 +15,7 @@ from infermeter.study.runner import run_study
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from infermeter.twin.process import EmulatorProcess
+    from infermeter.engines.emulator.process import EmulatorProcess
 
     out = tmp_path_factory.mktemp("mixed")
     with EmulatorProcess(["--simple", "--ttft-ms", "5", "--itl-ms", "1", "--served-model-name", "llama-3.1-8b"]) as emu:

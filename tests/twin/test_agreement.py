@@ -13,9 +13,9 @@ import asyncio
 
 import pytest
 
-from infermeter.twin.plan import SimPlan
+from infermeter.measure.simplan import SimPlan
 from infermeter.measure import Measurement, RunConfig
-from infermeter.twin.live import TwinBackend
+from infermeter.engines.emulator.live import TwinBackend
 
 SPEEDUP = 4.0
 RATE = 8.0  # virtual requests/s
@@ -24,7 +24,7 @@ WORKLOAD = {"input_tokens": "256", "output_tokens": "48", "prefix_tokens": 128, 
 
 
 def test_emulate_and_simulate_agree(tmp_path):
-    from infermeter.twin.server import make_app, serve
+    from infermeter.engines.emulator.server import make_app, serve
     from infermeter.workload import load_tokenizer
 
     sim = SimPlan(RunConfig(model="llama-3.1-8b", rate=RATE, requests=N, seed=3, out=str(tmp_path / "sim"),

@@ -9,9 +9,9 @@ import pytest
 
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.deploy import fake_twin
-from infermeter.twin.live import RequestRejected, TwinBackend
+from infermeter.engines.emulator.live import RequestRejected, TwinBackend
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.twin.simple import GenRequest
+from infermeter.engines.emulator.simple import GenRequest
 
 P = LinearStepTime(base_s=0.01, per_token_s=0.001)
 SPEEDUP = 20.0
@@ -106,7 +106,7 @@ def test_requests_that_cannot_fit_are_rejected():
 def test_metrics_endpoint_parses_and_follows_the_run():
     parser = pytest.importorskip("prometheus_client.parser")
     aiohttp = pytest.importorskip("aiohttp")
-    from infermeter.twin.server import make_app, serve
+    from infermeter.engines.emulator.server import make_app, serve
 
     async def main():
         b = TwinBackend(fake_twin(predictor=P, num_blocks=512), speedup=5.0, model_name="twin-test")
@@ -155,7 +155,7 @@ def test_metrics_endpoint_parses_and_follows_the_run():
 
 def test_twin_backend_from_flags():
     from infermeter.errors import ConfigError
-    from infermeter.twin.live import twin_backend
+    from infermeter.engines.emulator.live import twin_backend
 
     b = twin_backend("llama-3.1-8b", "h100-sxm", max_num_seqs=64, speedup=2.0)
     d = b.describe()

@@ -4,8 +4,8 @@ import asyncio
 
 import aiohttp
 
-from infermeter.twin.live import twin_backend
-from infermeter.twin.server import make_app, serve
+from infermeter.engines.emulator.live import twin_backend
+from infermeter.engines.emulator.server import make_app, serve
 
 
 def test_too_long_request_is_a_400_before_streaming():

@@ -11,10 +11,11 @@ import pytest
 from infermeter.load.shapes import ConstantArrivalRate
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.deploy import build_twin, fake_twin
-from infermeter.twin.feeder import ChildStream, FeedSpec, calibrate_chars_per_block, local_stream
+from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
+from infermeter.twin.hashing import calibrate_chars_per_block
 from infermeter.twin.loop import VirtualClock, run_virtual
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.twin.simulate import simulate
+from infermeter.measure.simulate import simulate
 from infermeter.twin.sources import ClosedLoopSource, OpenLoopSource
 from infermeter.workload import build_workload
 
@@ -187,7 +188,7 @@ def test_replay_uses_trace_times_scaled():
 
 
 def test_chars_per_block_follows_the_workload_text():
-    from infermeter.twin.feeder import workload_chars_per_block
+    from infermeter.twin.hashing import workload_chars_per_block
 
     work = build_workload(input_tokens="200", seed=0)
     specs = [s for _, s in zip(range(256), work.requests())]

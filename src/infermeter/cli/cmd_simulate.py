@@ -17,7 +17,7 @@ from typing import Any, Optional
 import typer
 
 from infermeter.errors import ConfigError
-from infermeter.twin.plan import TOKEN_TIMES_AUTO_LIMIT, SimPlan
+from infermeter.measure.simplan import TOKEN_TIMES_AUTO_LIMIT, SimPlan
 
 
 

@@ -18,13 +18,15 @@ loop) or the last activity (closed loop)::
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency, Shape, TraceReplay
+from infermeter.load.shapes import BaseShape, ConstantArrivalRate
 
 __all__ = ["ConstantArrivalRate", "ResumePoint", "resume_point"]  # ConstantArrivalRate: for the doctest
 
@@ -38,22 +40,19 @@ class ResumePoint:
     lost_intended: dict[int, float]
 
 
-def resume_point(shape: Shape, *, seed: int, next_index: int, missing: list[int], prev_shift_s: float,
+def resume_point(shape: BaseShape, *, seed: int, next_index: int, missing: list[int], prev_shift_s: float,
                  last_seen_s: float, now_s: float, lead_s: float = 0.5,
                  make_specs: Callable[[], Iterator[Any]] | None = None) -> ResumePoint:
     """See the module docstring; ``now_s`` is the run clock now, ``last_seen_s`` the last activity on it."""
-    if isinstance(shape, ConstantConcurrency):
+    if not shape.open_loop:
         shift = now_s + lead_s - (last_seen_s - prev_shift_s)
         return ResumePoint(next_index, shift, shift - prev_shift_s, None, {i: last_seen_s for i in missing})
     want = set(missing)
     lost: dict[int, float] = {}
-    offsets: Iterator[float]
-    if isinstance(shape, TraceReplay):
-        if make_specs is None:
-            raise ValueError("a replay needs its specs to resume")
-        offsets = (float(s.arrival_s or 0.0) * shape.time_scale for s in make_specs())
-    else:
-        offsets = shape.arrivals(np.random.default_rng(seed))
+    if shape.needs_specs and make_specs is None:
+        raise ValueError("a replay needs its specs to resume")
+    specs = make_specs() if make_specs is not None else itertools.repeat(None)
+    offsets = (t for t, _ in shape.schedule(np.random.default_rng(seed), specs))
     nxt = None
     for i, o in enumerate(offsets):
         if i in want:

@@ -1,9 +1,9 @@
 """The load runner: sends a workload on a shape's schedule and records everything.
 
-The runner consumes one schedule type and knows nothing else about the shape:
-open-loop shapes give absolute send offsets (it sleeps until ``t0 + offset``,
-never relative to the previous send, so lateness never accumulates); a closed
-loop runs N streams. It owns the in-flight cap, warmup, stop conditions,
+The runner knows a shape only through its seam (:class:`~infermeter.load.shapes.BaseShape`):
+an open-loop shape's ``schedule`` gives absolute send offsets (it sleeps until ``t0 +
+offset``, never relative to the previous send, so lateness never accumulates); a closed
+loop runs ``shape.streams`` streams. It owns the in-flight cap, warmup, stop conditions,
 cancellation and live statistics, once, for every shape::
 
     runner = Runner(send=client.send, specs=iter(workload.requests()), shape=shape,
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from infermeter.load.shapes import ConstantConcurrency, Shape, TraceReplay
+from infermeter.load.shapes import BaseShape
 from infermeter.load.stats import LiveStats
 from infermeter.records.record import RequestRecord
 
@@ -79,7 +79,7 @@ SendFn = Callable[[Any, RequestRecord], Awaitable[None]]
 
 
 class Runner:
-    def __init__(self, *, send: SendFn, specs: Iterator[Any], shape: Shape, limits: Limits,
+    def __init__(self, *, send: SendFn, specs: Iterator[Any], shape: BaseShape, limits: Limits,
                  clock: Callable[[], float], on_record: Callable[[RequestRecord], None],
                  rng: np.random.Generator | None = None, live: LiveStats | None = None,
                  index_filter: Callable[[int], bool] | None = None, worker: int = 0,
@@ -161,24 +161,17 @@ class Runner:
         loop = asyncio.get_running_loop()
         t0_loop = loop.time() - self.clock()
         dur = self.limits.duration_s
-        if isinstance(self.shape, TraceReplay):
-            offsets: Iterator[float] | None = None
-        else:
-            offsets = self.shape.arrivals(self.rng)  # type: ignore[union-attr]
-            for _ in range(self.first_index):
-                next(offsets)
+        schedule = self.shape.schedule(self.rng, self.specs)
+        for _ in itertools.islice(schedule, self.first_index):  # a resumed run starts further on
+            pass
         behind = 0
         for idx in itertools.count(self.first_index):
             if self._stop.is_set() or (self._total is not None and idx >= self._total):
                 return
             try:
-                spec = next(self.specs)
+                offset, spec = next(schedule)
             except StopIteration:
                 return
-            if offsets is None:
-                offset = float(spec.arrival_s or 0.0) * self.shape.time_scale  # type: ignore[union-attr]
-            else:
-                offset = next(offsets)
             if dur is not None and offset > dur:
                 return
             if self.index_filter is not None and not self.index_filter(idx):
@@ -225,10 +218,11 @@ class Runner:
 
     async def run(self) -> RunStats:
         self.stats.started_wall = time.time()
-        self._skip_specs()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        if isinstance(self.shape, ConstantConcurrency):
-            sched = asyncio.create_task(self._closed_loop(self.shape.concurrency))
+        streams = self.shape.streams
+        if streams is not None:
+            self._skip_specs()
+            sched = asyncio.create_task(self._closed_loop(streams))
         else:
             sched = asyncio.create_task(self._open_loop())
         stopper = asyncio.create_task(self._stop.wait())

@@ -21,23 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from infermeter.analysis.slo import SloJudge
-from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency, Shape
+from infermeter.load.shapes import BaseShape
 
 
 @dataclass(frozen=True)
 class Step:
     """One step of a plan: a shape to run and a name for it (``synchronous``, ``throughput``, ``rate``...)."""
 
-    shape: Shape
+    shape: BaseShape
     name: str
 
     @property
     def offered_rate(self) -> float | None:
-        return self.shape.rate_per_s if isinstance(self.shape, ConstantArrivalRate) else None
+        return self.shape.mean_rate
 
     @property
     def concurrency(self) -> int | None:
-        return self.shape.concurrency if isinstance(self.shape, ConstantConcurrency) else None
+        return self.shape.streams
 
 
 StepGen = Generator[Step, dict[str, Any], dict[str, Any]]

@@ -42,7 +42,7 @@ from infermeter.client.openai import ClientConfig, OpenAIClient
 from infermeter.client.session import make_session
 from infermeter.errors import DataError, UserError
 from infermeter.load.runner import Limits, Runner
-from infermeter.load.shapes import ConstantConcurrency, Shape
+from infermeter.load.shapes import BaseShape, ConstantConcurrency
 from infermeter.load.stats import LiveStats
 from infermeter.records import store
 from infermeter.records.record import ARROW_SCHEMA
@@ -66,10 +66,10 @@ def split(total: int, n: int) -> list[int]:
     return [total // n + (1 if k < total % n else 0) for k in range(n)]
 
 
-def effective_workers(shape: Shape, n: int) -> int:
+def effective_workers(shape: BaseShape, n: int) -> int:
     """A closed loop never gets more workers than streams."""
-    if isinstance(shape, ConstantConcurrency):
-        return max(1, min(n, shape.concurrency))
+    if shape.streams is not None:
+        return max(1, min(n, shape.streams))
     return max(1, n)
 
 
@@ -78,7 +78,7 @@ class WorkerPlan:
     """Everything a worker needs, picklable (``make_specs`` must be a module-level function or partial)."""
 
     client: ClientConfig
-    shape: Shape
+    shape: BaseShape
     limits: Limits
     seed: int
     workers: int
@@ -87,9 +87,10 @@ class WorkerPlan:
     first_index: int = 0  # resumed runs: see load.resume
     shift_s: float = 0.0
 
-    def shape_for(self, k: int) -> Shape:
-        if isinstance(self.shape, ConstantConcurrency):
-            return ConstantConcurrency(concurrency=split(self.shape.concurrency, self.workers)[k])
+    def shape_for(self, k: int) -> BaseShape:
+        """Worker k's shape: a share of a closed loop's streams, or the whole (striped) schedule."""
+        if self.shape.streams is not None:
+            return ConstantConcurrency(concurrency=split(self.shape.streams, self.workers)[k])
         return self.shape
 
     def limits_for(self, k: int) -> Limits:

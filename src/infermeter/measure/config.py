@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.search import FindMaxPlan
-from infermeter.load.shapes import (ConstantArrivalRate, ConstantConcurrency, RampingArrivalRate, Shape,
-                                    TraceReplay)
+from infermeter.load.shapes import (SHAPED, BaseShape, ConstantArrivalRate, ConstantConcurrency, RampingArrivalRate, Shape,
+                                    TraceReplay, check_arrival)
 from infermeter.load.sweep import SweepPlan
 from infermeter.records import store
 
@@ -44,13 +44,14 @@ class RunConfig(BaseModel):
     # load
     concurrency: int | None = Field(None, ge=1)
     rate: float | None = Field(None, gt=0)
-    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    arrival: str = "poisson"  # a registered arrival process (load.shapes.arrivals.ARRIVALS)
     burstiness: float = Field(1.0, gt=0)
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
     ramp_up_start_rps: float | None = None
     ramp_up_end_rps: float | None = None
     max_concurrency: int | None = Field(None, ge=1)
     load: Literal["replay", "sweep", "find-max"] | None = None
+    shape: Shape | None = None  # a shape given whole (a plan's step): the load flags above are then unused
     time_scale: float = Field(1.0, gt=0)
     requests: int | None = Field(None, ge=1)
     duration_s: float | None = Field(None, gt=0)
@@ -110,6 +111,11 @@ class RunConfig(BaseModel):
             raise ValueError("credentials in --url would be written to run.json; pass --api-key (or OPENAI_API_KEY)")
         return v.rstrip("/").removesuffix("/v1") if v else v
 
+    @field_validator("arrival")
+    @classmethod
+    def _arrival(cls, v: str) -> str:
+        return check_arrival(v)
+
     @field_validator("dcgm_url")
     @classmethod
     def _dcgm(cls, v: str | None) -> str | None:
@@ -147,8 +153,10 @@ def parse_slo(text: str | None) -> dict[str, float]:
     return out
 
 
-def build_shape(cfg: RunConfig) -> Shape:
+def build_shape(cfg: RunConfig) -> BaseShape:
     """Desugar the load flags into one shape; conflicting flags are an error naming both."""
+    if cfg.shape is not None:
+        return cfg.shape
     if cfg.load in ("sweep", "find-max"):
         raise ConfigError(f"--load {cfg.load} is a multi-step plan, not one shape (see build_plan)")
     ramp = cfg.ramp_up_strategy is not None
@@ -156,8 +164,9 @@ def build_shape(cfg: RunConfig) -> Shape:
                             ("--ramp-up-strategy", cfg.ramp_up_strategy), ("--load replay", cfg.load)) if v is not None]
     if len(given) > 1:
         raise ConfigError(f"{given[0]} and {given[1]} both set a load shape; use one")
-    if cfg.burstiness != 1.0 and cfg.arrival != "gamma":
-        raise ConfigError(f"--burstiness {cfg.burstiness:g} needs --arrival gamma (poisson is gamma with k=1)")
+    if cfg.burstiness != 1.0 and cfg.arrival not in SHAPED:
+        raise ConfigError(f"--burstiness {cfg.burstiness:g} needs --arrival {' or '.join(sorted(SHAPED))} "
+                          "(poisson is gamma with k=1)")
     if cfg.requests is None and cfg.duration_s is None and cfg.load != "replay":
         raise ConfigError("give --requests N and/or --duration S so the run knows when to stop")
     if cfg.load == "replay":
@@ -196,8 +205,8 @@ def build_plan(cfg: RunConfig) -> SweepPlan | FindMaxPlan | None:
             raise ConfigError(f"--load {cfg.load} and {flag} both set the load; the plan chooses the rates")
     if cfg.requests is None and cfg.duration_s is None:
         raise ConfigError(f"--load {cfg.load}: give --requests N and/or --duration S for each step")
-    if cfg.arrival == "gamma":
-        raise ConfigError(f"--load {cfg.load} --arrival gamma: plans use constant or poisson arrivals")
+    if cfg.arrival not in ("constant", "poisson"):
+        raise ConfigError(f"--load {cfg.load} --arrival {cfg.arrival}: plans use constant or poisson arrivals")
     if cfg.load == "sweep":
         return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,  # type: ignore[arg-type]
                          throughput_concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY)
@@ -219,13 +228,9 @@ def soak_settings(cfg: RunConfig) -> dict[str, Any] | None:
     return {"window_s": window, "checkpoint_s": cfg.checkpoint_s or 60.0, "part_records": cfg.part_records}
 
 
-def requested_rate(shape: Shape) -> float | None:
+def requested_rate(shape: BaseShape) -> float | None:
     """The peak open-loop rate a shape asks for (None: closed loop or replay)."""
-    if isinstance(shape, ConstantArrivalRate):
-        return shape.rate_per_s
-    if isinstance(shape, RampingArrivalRate):
-        return max(shape.start_rate_per_s, shape.end_rate_per_s)
-    return None
+    return shape.peak_rate if shape.open_loop else None
 
 
 def workload_args(cfg: RunConfig) -> dict[str, Any]:

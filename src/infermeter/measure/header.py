@@ -23,8 +23,7 @@ import aiohttp
 
 from infermeter import __version__
 from infermeter.errors import UserError
-from infermeter.load.calibrate import calibrate, capacity_warning, worth_calibrating
-from infermeter.load.shapes import ConstantConcurrency
+from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.measure.config import requested_rate
 
 
@@ -64,9 +63,7 @@ def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulate
     """``run.json`` before the run (see docs/load.md for the keys this issue adds)."""
     cfg, shape = m.cfg, m.shape
     load_desc: dict[str, Any] = {
-        **shape.model_dump(mode="json"), "describe": shape.describe(),
-        "open_loop": not isinstance(shape, ConstantConcurrency),
-        "target_rate": getattr(shape, "rate_per_s", None), "limits": {
+        **shape.header(), "limits": {
             "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
             "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None},
         "workers": cfg.workers, "backend": "ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local")}

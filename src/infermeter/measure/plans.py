@@ -20,7 +20,6 @@ from typing import Any
 
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, DataError, UserError
-from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
 from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
 from infermeter.measure.config import RunConfig, build_plan
 from infermeter.measure.header import default_out_dir, discover_model
@@ -29,17 +28,17 @@ from infermeter.records import store
 
 
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
-    """The RunConfig of step ``k``: the step's shape as flags, everything else from the plan's config."""
-    upd: dict[str, Any] = {"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
-                           "out": str(run_dir / "steps" / str(k)), "history": False}
-    if isinstance(step.shape, ConstantConcurrency):
-        upd.update(concurrency=step.shape.concurrency, label=f"{label} step {k} ({step.name}, concurrency {step.shape.concurrency})")
-    elif isinstance(step.shape, ConstantArrivalRate):
-        upd.update(rate=step.shape.rate_per_s, arrival=step.shape.arrival,
-                   label=f"{label} step {k} ({step.name}, {step.shape.rate_per_s:.3g} req/s)")
-    else:
-        raise ValueError(f"plans yield constant rates or concurrencies, not {step.shape.kind}")
-    return cfg.model_copy(update=upd)
+    """The RunConfig of step ``k``: the step's shape itself, everything else from the plan's config."""
+    return cfg.model_copy(update={"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
+                                  "shape": step.shape, "out": str(run_dir / "steps" / str(k)), "history": False,
+                                  "label": f"{label} step {k} ({step.name}, {step_load(step)})"})
+
+
+def step_load(step: Step) -> str:
+    """``concurrency 4`` / ``2.5 req/s``: the step's level for its label."""
+    if step.concurrency is not None:
+        return f"concurrency {step.concurrency}"
+    return f"{step.offered_rate:.3g} req/s" if step.offered_rate is not None else step.shape.describe()
 
 
 async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:

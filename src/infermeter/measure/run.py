@@ -98,7 +98,7 @@ class Measurement:
         with ExitStack() as stack:
             url = cfg.url
             if url is None:
-                from infermeter.twin.process import EmulatorProcess
+                from infermeter.engines.emulator.process import EmulatorProcess
 
                 url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
             if self.plan is not None:

@@ -191,7 +191,7 @@ def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
               progress: Callable[[str], None] | None = None) -> list[SoakResult]:
     """One simulated soak per configuration (see the module docstring)."""
     from infermeter.measure import RunConfig
-    from infermeter.twin.plan import SimPlan
+    from infermeter.measure.simplan import SimPlan
 
     soak = study.soak
     assert soak is not None

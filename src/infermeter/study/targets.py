@@ -85,7 +85,7 @@ class SimulatedTarget:
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
 
-        from infermeter.twin.plan import SimPlan
+        from infermeter.measure.simplan import SimPlan
 
         cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})

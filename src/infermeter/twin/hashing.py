@@ -34,9 +34,11 @@ otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from infermeter.twin.kvcache import BLOCK_SIZE
+from infermeter.workload import build_workload
 
 CHARS_PER_BLOCK = 4 * BLOCK_SIZE
 _MASK = (1 << 63) - 1
@@ -82,3 +84,38 @@ def chat_text(messages: Sequence[dict[str, object]]) -> str:
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         parts.append(str(content))
     return "\n".join(parts)
+
+
+def spec_text(spec: Any) -> str:
+    """The prompt text the emulator server would see for a workload spec."""
+    return spec.prompt if spec.prompt is not None else chat_text(spec.messages or ())
+
+
+def spec_keys(spec: Any, chars_per_block: int = CHARS_PER_BLOCK) -> list[int]:
+    """Prefix-cache keys of a workload spec's prompt."""
+    n = spec.input_tokens
+    if n < 16:
+        return []
+    return text_block_keys(spec_text(spec), n, chars_per_block=chars_per_block)
+
+
+def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256) -> int:
+    """16 x the workload's characters per token, from its first ``n`` specs (text keys' chunk size).
+
+    Keys cut on a fixed character count; sized from the workload, a shared prefix of
+    ``T`` tokens hits about ``T`` tokens (with 4 characters per token assumed, prose at
+    ~4.8 would over-count by 20%).
+    """
+    chars = tokens = 0
+    for _, spec in zip(range(n), specs):
+        chars += len(spec_text(spec))
+        tokens += spec.input_tokens
+    if tokens == 0 or chars == 0:
+        return CHARS_PER_BLOCK
+    return max(1, round(16 * chars / tokens))
+
+
+def workload_chars_per_block(**workload_args: Any) -> int:
+    """:func:`calibrate_chars_per_block` for ``build_workload(**workload_args)`` (default: the
+    default synthetic workload), e.g. for the live backend's ``chars_per_block``."""
+    return calibrate_chars_per_block(iter(build_workload(**workload_args).requests()))

@@ -2,7 +2,7 @@
 
 The same workload stream and the same schedule as ``infermeter run`` (the caller
 builds both from the same flags) arrive as :class:`SimRequest` objects whose
-``arrival`` is the intended send offset (see :mod:`infermeter.twin.feeder`, which
+``arrival`` is the intended send offset (see :mod:`infermeter.measure.feeder`, which
 makes that stream in this process or, for huge runs, in a child process)::
 
     reqs = local_stream(shape.arrivals(rng), iter(workload.requests()))

@@ -1,6 +1,6 @@
 """The simple timing backend of the emulated server, and the backend protocol.
 
-A backend decides *when* tokens come out; the server (``twin.server``) turns
+A backend decides *when* tokens come out; the server (``engines.emulator.server``) turns
 that into OpenAI-compatible HTTP. ``SimpleBackend`` has a fixed time to first
 token, a fixed time per output token, and a limit on concurrently generating
 requests (the rest queue, FIFO)::

@@ -59,10 +59,11 @@ class SimPlan:
         return workload_args(self.cfg)
 
     def source(self) -> Any:
-        """The arrival source; huge runs make their requests in a child process (twin.feeder)."""
+        """The arrival source; huge runs make their requests in a child process (measure.feeder)."""
         import numpy as np
 
-        from infermeter.twin.feeder import ChildStream, FeedSpec, calibrate_chars_per_block, local_stream
+        from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
+        from infermeter.twin.hashing import calibrate_chars_per_block
         from infermeter.twin.sources import ClosedLoopSource, OpenLoopSource
 
         cfg = self.cfg
@@ -113,7 +114,7 @@ class SimPlan:
     def run(self, progress: Any = None) -> Any:
         from infermeter.measure import default_out_dir
         from infermeter.records import store
-        from infermeter.twin.simulate import simulate
+        from infermeter.measure.simulate import simulate
 
         cfg = self.cfg
         kind = self.shape.describe().split(",")[0].replace(" ", "-")

@@ -1,11 +1,11 @@
 """The twin as the emulator server's timing backend: the engine against real time / ``speedup``.
 
-Implements the server's backend protocol (:class:`infermeter.twin.simple.Backend`):
+Implements the server's backend protocol (:class:`infermeter.engines.emulator.simple.Backend`):
 ``generate(req)`` yields the number of tokens in each streamed chunk when the
 simulated engine produces them, and ``metrics_text()`` renders vLLM's ``/metrics``::
 
     backend = TwinBackend(build_twin("llama-3.1-8b", "h100-sxm"), speedup=1.0)
-    app = make_app(backend)                 # infermeter.twin.server
+    app = make_app(backend)                 # infermeter.engines.emulator.server
     async for k in backend.generate(GenRequest(prompt_tokens=200, max_tokens=64, prompt_text=text)):
         ...                                 # k tokens are due now
 
@@ -39,7 +39,7 @@ from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.hashing import CHARS_PER_BLOCK, text_block_keys, token_block_keys
 from infermeter.twin.loop import route
-from infermeter.twin.metrics import EngineMetrics, render_metrics
+from infermeter.engines.emulator.metrics import EngineMetrics, render_metrics
 from infermeter.twin.request import DECODE, FINISHED, SimRequest
 
 

@@ -2,8 +2,8 @@
 
 Serves ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming with
 usage, or not), ``GET /v1/models``, ``/health`` and, when the backend has one,
-``/metrics``. Token timing comes from a :class:`~infermeter.twin.simple.Backend`;
-faults from a :class:`~infermeter.twin.faults.FaultPlan`::
+``/metrics``. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
+faults from a :class:`~infermeter.engines.emulator.faults.FaultPlan`::
 
     app = make_app(SimpleBackend(ttft_s=0.05, itl_s=0.01))
     async with serve(app, port=0) as base_url: ...   # a free port on 127.0.0.1
@@ -24,8 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
-from infermeter.twin.faults import FaultPlan
-from infermeter.twin.simple import Backend, GenRequest
+from infermeter.engines.emulator.faults import FaultPlan
+from infermeter.engines.emulator.simple import Backend, GenRequest
 
 TOKEN_TEXT = " tok"
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from infermeter.load.calibrate import capacity_warning, worth_calibrating
+from infermeter.measure.capacity import capacity_warning, worth_calibrating
 
 
 @pytest.mark.parametrize("rps,tokens,expect", [(None, 100, False), (10, 100, False), (10, 600, True),

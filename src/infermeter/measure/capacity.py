@@ -49,7 +49,7 @@ def worth_calibrating(requested_rps: float | None, tokens_per_request: float) ->
 async def calibrate(make_specs: Callable[[], Iterator[Any]], seconds: float = 1.0,
                     concurrency: int = CONCURRENCY) -> dict[str, Any]:
     """One client process's completed requests/s against the zero-delay emulator (see module docstring)."""
-    from infermeter.twin.process import EmulatorProcess
+    from infermeter.engines.emulator.process import EmulatorProcess
 
     specs = list(_take(make_specs(), 256))
     tokens = float(np.mean([s.max_tokens for s in specs])) if specs else 0.0

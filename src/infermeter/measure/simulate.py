@@ -35,7 +35,7 @@ from infermeter.records import store
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock, run_virtual
-from infermeter.twin.recorder import RecordSink
+from infermeter.measure.recorder import RecordSink
 
 
 @dataclass

@@ -1,13 +1,15 @@
-"""Start ``infermeter emulate`` as a child process on a free 127.0.0.1 port.
+"""Start the emulator as a child process on a free 127.0.0.1 port, without going through the CLI.
 
-Used by ``infermeter run`` when no ``--url`` is given: the emulator runs in its
-own process so it never competes with the client for the event loop::
+Used by ``infermeter run`` when no ``--url`` is given (and by campaigns, studies, tests): the
+emulator runs in its own process (``python -m infermeter.engines.emulator``) so it never
+competes with the client for the event loop. It takes an :class:`EmulatorConfig` or the flags
+of ``infermeter emulate``, validated here, before any process starts::
 
     with EmulatorProcess(["--ttft-ms", "50"]) as emu:
         emu.base_url   # "http://127.0.0.1:PORT", healthy
 
-Startup waits for ``/health`` (bounded); a failure raises UserError with the
-child's last output.
+Startup waits for ``/health`` (bounded); a failure raises UserError with the child's last
+output.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from infermeter.engines.emulator.config import EmulatorConfig
 from infermeter.errors import UserError
 
 
@@ -31,8 +34,8 @@ def free_port() -> int:
 
 
 class EmulatorProcess:
-    def __init__(self, args: list[str] | None = None, *, startup_timeout_s: float = 60.0) -> None:
-        self.args = list(args or [])
+    def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0) -> None:
+        self.config = args if isinstance(args, EmulatorConfig) else EmulatorConfig.from_args(list(args or []))
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.startup_timeout_s = startup_timeout_s
@@ -40,11 +43,11 @@ class EmulatorProcess:
         self._log = tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False)
 
     def __enter__(self) -> "EmulatorProcess":
-        cmd = [sys.executable, "-m", "infermeter.cli.main", "emulate", "--host", "127.0.0.1",
-               "--port", str(self.port), *self.args]
+        cmd = [sys.executable, "-m", "infermeter.engines.emulator", "--config", self.config.model_dump_json(),
+               "--host", "127.0.0.1", "--port", str(self.port), "--exit-with-stdin"]
         # Its own session: a terminal's Ctrl-C reaches the client, which then stops the run cleanly,
         # not the emulator mid-stream. It exits when our end of its stdin closes (even on SIGKILL).
-        env = dict(os.environ, PYTHONUNBUFFERED="1", INFERMETER_EXIT_WITH_STDIN="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                       stdin=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout_s
