@@ -40,8 +40,8 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
-from infermeter.measure import Measurement, RunConfig
 from infermeter.engines.emulator.process import EmulatorProcess
+from infermeter.measure import Measurement, RunConfig
 
 
 def cpu_s(children: bool = False) -> float:

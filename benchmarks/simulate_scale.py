@@ -39,8 +39,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="keep the run directory here (default: a temp dir, removed)")
     args = ap.parse_args()
 
-    from infermeter.measure.simplan import SimPlan
     from infermeter.measure import RunConfig
+    from infermeter.measure.simplan import SimPlan
 
     tmp = None
     out = args.out

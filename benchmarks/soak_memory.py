@@ -25,8 +25,8 @@ import tempfile
 import threading
 import time
 
-from infermeter.measure import Measurement, RunConfig
 from infermeter.engines.emulator.process import EmulatorProcess
+from infermeter.measure import Measurement, RunConfig
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1024 * 1024

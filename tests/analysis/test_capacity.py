@@ -7,8 +7,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from infermeter.analysis.capacity import (break_even, candidates_from, predicted_throughput, replicas_needed, size,
-                                          volume_grid)
+from infermeter.analysis.capacity import (
+    break_even,
+    candidates_from,
+    predicted_throughput,
+    replicas_needed,
+    size,
+    volume_grid,
+)
 from infermeter.analysis.cost import cost_for_throughput
 from infermeter.analysis.prices import PriceOptions
 from infermeter.cli.cmd_capacity import parse_volume, parse_workload

@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from infermeter.analysis.compare import (
-    METRICS, RequestArrays, _bootstrap, compare_runs, per_request_metrics,
+    METRICS,
+    RequestArrays,
+    _bootstrap,
+    compare_runs,
+    per_request_metrics,
 )
 from infermeter.records.record import rows_to_table
 

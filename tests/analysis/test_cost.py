@@ -8,7 +8,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from infermeter.analysis.cost import Throughput, best_by_group, compute_cost, cost_for_throughput, cost_runs, load_subject
+from infermeter.analysis.cost import (
+    Throughput,
+    best_by_group,
+    compute_cost,
+    cost_for_throughput,
+    cost_runs,
+    load_subject,
+)
 from infermeter.analysis.prices import PriceOptions, resolve_price
 from infermeter.errors import ConfigError, DataError
 from infermeter.perfmodel.configspec import parse_config

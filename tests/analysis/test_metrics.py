@@ -2,8 +2,8 @@
 
 import pytest
 
-from infermeter.analysis.metrics import inter_token_latencies, request_metrics
 from infermeter.analysis.accumulator import build_summary
+from infermeter.analysis.metrics import inter_token_latencies, request_metrics
 from infermeter.client.openai import allocate_tokens
 from infermeter.records.record import RequestRecord, records_to_table
 

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
+from infermeter.engines.emulator.process import EmulatorProcess
 from infermeter.measure import Measurement, RunConfig, summarize_dir
 from infermeter.report.rundir import load_run_dir
-from infermeter.engines.emulator.process import EmulatorProcess
 
 # 4 requests at once, 20 ms to the first token, 5 ms per token: 10 tokens take 70 ms
 EMU = ["--ttft-ms", "20", "--itl-ms", "5", "--max-concurrency", "4"]

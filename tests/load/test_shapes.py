@@ -63,3 +63,27 @@ def test_ramp_length_for_a_request_count():
 def test_exponential_ramp_from_zero_is_rejected():
     with pytest.raises(ValueError, match="exponential"):
         RampingArrivalRate(strategy="exponential", start_rate_per_s=0, end_rate_per_s=5, ramp_s=1)
+
+
+def test_weibull_arrivals_have_the_rate_and_the_dispersion_of_their_shape():
+    k = 0.5
+    t = take(ConstantArrivalRate(rate_per_s=20, arrival="weibull", burstiness=k).arrivals(np.random.default_rng(5)), 40000)
+    gaps = np.diff(t)
+    cv = math.sqrt(math.gamma(1 + 2 / k) / math.gamma(1 + 1 / k) ** 2 - 1)  # 2.24 for k = 0.5
+    assert gaps.mean() == pytest.approx(1 / 20, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.1)
+
+
+def test_arrival_names_come_from_the_registry():
+    from infermeter.errors import ConfigError
+    from infermeter.load.shapes import ARRIVALS, parse_shape
+    from infermeter.measure import RunConfig, build_shape
+
+    assert set(ARRIVALS) >= {"constant", "poisson", "gamma", "weibull"}
+    shape = build_shape(RunConfig(rate=3, arrival="weibull", burstiness=0.7, requests=5))
+    assert shape.describe() == "open loop, 3 req/s (weibull, k=0.7)"
+    assert parse_shape(shape.model_dump()) == shape  # round-trips through run.json
+    with pytest.raises(ValueError, match="use one of constant, poisson, gamma, weibull"):
+        RunConfig(rate=3, arrival="pareto", requests=5)
+    with pytest.raises(ConfigError, match="--burstiness 2 needs --arrival gamma or weibull"):
+        build_shape(RunConfig(rate=3, burstiness=2, requests=5))

@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from infermeter.analysis.accumulator import Accumulator as RecordAggregator
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
-from infermeter.load.soak import (PartSink, lost_records, merge_parts, parse_duration, part_dir, part_dirs,
-                                  read_state)
+from infermeter.load.soak import PartSink, lost_records, merge_parts, part_dir, part_dirs, read_state
 from infermeter.records import store
 from infermeter.records.record import RequestRecord
 

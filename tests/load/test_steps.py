@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
+from infermeter.analysis.slo import SloJudge
 from infermeter.load.search import FindMaxPlan, _drive
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
-from infermeter.analysis.slo import SloJudge
 from infermeter.load.steps import Step, best_entry, plan_summary, run_plan
 from infermeter.load.sweep import SweepPlan, rates_between
 

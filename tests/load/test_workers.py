@@ -8,8 +8,15 @@ from infermeter.client.openai import ClientConfig
 from infermeter.errors import DataError
 from infermeter.load.runner import Limits
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
-from infermeter.load.workers import (MergedLive, Stripe, WorkerPlan, aligned_clock, effective_workers, merge_records,
-                                     split)
+from infermeter.load.workers import (
+    MergedLive,
+    Stripe,
+    WorkerPlan,
+    aligned_clock,
+    effective_workers,
+    merge_records,
+    split,
+)
 from infermeter.records.record import RequestRecord, records_to_table
 
 

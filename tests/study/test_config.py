@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
-from infermeter.study.config import build_study, example_text, load_study_text, parse_duration
+from infermeter.study.config import build_study, example_text, load_study_text
 
 
 def test_example_is_the_four_gpu_three_profile_study() -> None:

@@ -13,9 +13,9 @@ import asyncio
 
 import pytest
 
-from infermeter.measure.simplan import SimPlan
-from infermeter.measure import Measurement, RunConfig
 from infermeter.engines.emulator.live import TwinBackend
+from infermeter.measure import Measurement, RunConfig
+from infermeter.measure.simplan import SimPlan
 
 SPEEDUP = 4.0
 RATE = 8.0  # virtual requests/s

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from infermeter.engines.emulator.live import RequestRejected, TwinBackend
+from infermeter.engines.emulator.simple import GenRequest
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.deploy import fake_twin
-from infermeter.engines.emulator.live import RequestRejected, TwinBackend
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.engines.emulator.simple import GenRequest
 
 P = LinearStepTime(base_s=0.01, per_token_s=0.001)
 SPEEDUP = 20.0
@@ -154,8 +154,8 @@ def test_metrics_endpoint_parses_and_follows_the_run():
 
 
 def test_twin_backend_from_flags():
-    from infermeter.errors import ConfigError
     from infermeter.engines.emulator.live import twin_backend
+    from infermeter.errors import ConfigError
 
     b = twin_backend("llama-3.1-8b", "h100-sxm", max_num_seqs=64, speedup=2.0)
     d = b.describe()

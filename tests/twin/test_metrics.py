@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from infermeter.engines.emulator.metrics import (
+    ITL_BUCKETS,
+    LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+    EngineMetrics,
+    Histogram,
+    render_metrics,
+    tokens_buckets,
+)
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.engine import Engine
-from infermeter.engines.emulator.metrics import (ITL_BUCKETS, LATENCY_BUCKETS, TTFT_BUCKETS, EngineMetrics, Histogram,
-                                     render_metrics, tokens_buckets)
 from infermeter.twin.predictor import LinearStepTime
 from infermeter.twin.request import SimRequest
 

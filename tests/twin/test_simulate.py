@@ -9,13 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from infermeter.load.shapes import ConstantArrivalRate
+from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
+from infermeter.measure.simulate import simulate
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.deploy import build_twin, fake_twin
-from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
 from infermeter.twin.hashing import calibrate_chars_per_block
 from infermeter.twin.loop import VirtualClock, run_virtual
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.measure.simulate import simulate
 from infermeter.twin.sources import ClosedLoopSource, OpenLoopSource
 from infermeter.workload import build_workload
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infermeter.analysis.metrics import RequestMetrics, col, inter_token_latencies, not_streamed, request_metrics
-from infermeter.analysis.results import (MIN_SAMPLES, SCHEMA_VERSION, Distribution, Summary, Window, Windows)
+from infermeter.analysis.results import MIN_SAMPLES, SCHEMA_VERSION, Distribution, Summary, Window, Windows
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.analysis.verdict import TREND_BLOCKS, Facts, judge
 

@@ -38,8 +38,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infermeter.errors import ConfigError, DataError
-from infermeter.yamlfile import yaml_problem
 from infermeter.perfmodel.configspec import HardwareConfig
+from infermeter.yamlfile import yaml_problem
 
 STALE_AFTER_DAYS = 180
 

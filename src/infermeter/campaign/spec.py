@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
-from infermeter.yamlfile import yaml_mapping
-from infermeter.load.soak import parse_duration
 from infermeter.measure import RunConfig, build_plan, build_shape, parse_slo
+from infermeter.yamlfile import yaml_mapping
 
 ENGINES = ("emulator", "vllm-cpu")
 _NOT_IN_CELLS = ("url", "out", "label", "api_key", "emulator_args", "model", "resume")

@@ -23,13 +23,36 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from infermeter.analysis.capacity import (BreakEven, Candidate, Sizing, break_even, candidates_from,
-                                          check_volume_inputs, predicted_throughput, size)
-from infermeter.analysis.cost import (CostResult, Pick, best_by_group, check_override_scope, cost_for_throughput,
-                                      cost_runs)
+from infermeter.analysis.capacity import (
+    BreakEven,
+    Candidate,
+    Sizing,
+    break_even,
+    candidates_from,
+    check_volume_inputs,
+    predicted_throughput,
+    size,
+)
+from infermeter.analysis.cost import (
+    CostResult,
+    Pick,
+    best_by_group,
+    check_override_scope,
+    cost_for_throughput,
+    cost_runs,
+)
 from infermeter.analysis.prices import PriceOptions, staleness_warnings
-from infermeter.cli.cmd_cost import (JsonOut, Overhead, count, dump, money, print_prices, print_run_warnings,
-                                     source_tag, with_price_flags)
+from infermeter.cli.cmd_cost import (
+    JsonOut,
+    Overhead,
+    count,
+    dump,
+    money,
+    print_prices,
+    print_run_warnings,
+    source_tag,
+    with_price_flags,
+)
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 

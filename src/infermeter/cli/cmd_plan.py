@@ -181,7 +181,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict fit, memory, TTFT, TPOT and throughput of a model on hardware you may not have."""
         if validate:
-            from infermeter.perfmodel.validate import load_rows, validate as run_validation
+            from infermeter.perfmodel.validate import load_rows
+            from infermeter.perfmodel.validate import validate as run_validation
 
             report = run_validation(load_rows(validate), holdout=holdout)
             if as_json:

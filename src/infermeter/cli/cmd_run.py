@@ -19,6 +19,7 @@ from rich.text import Text
 
 from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.errors import ConfigError, UserError
+from infermeter.load.shapes.arrivals import ARRIVALS
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
@@ -38,7 +39,7 @@ def register(app: typer.Typer) -> None:
         api_key: Optional[str] = typer.Option(None, envvar="OPENAI_API_KEY", help="API key (or env OPENAI_API_KEY); never written anywhere.", show_default=False),
         concurrency: Optional[int] = typer.Option(None, help="Closed loop with N streams (default 1 when no --rate)."),
         rate: Optional[float] = typer.Option(None, help="Open loop: mean requests per second."),
-        arrival: Optional[str] = typer.Option(None, help="poisson | constant | gamma (default poisson; constant for sweep/find-max)."),
+        arrival: Optional[str] = typer.Option(None, help=" | ".join(ARRIVALS) + " (default poisson; constant for sweep/find-max)."),
         burstiness: float = typer.Option(1.0, help="Gamma shape k for --arrival gamma (k<1 burstier)."),
         ramp_up_strategy: Optional[str] = typer.Option(None, help="linear | exponential rate ramp (vLLM's flag)."),
         ramp_up_start_rps: Optional[float] = typer.Option(None, help="Ramp start rate (req/s)."),
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
     ) -> None:
         """Measure an OpenAI-compatible server under a precise load and write summary.json, requests.parquet, run.json."""
-        from infermeter.load.soak import parse_duration
+        from infermeter.durations import parse_duration
         from infermeter.measure import Measurement, RunConfig, parse_slo
 
         console = Console(stderr=True)

@@ -17,8 +17,8 @@ from typing import Any, Optional
 import typer
 
 from infermeter.errors import ConfigError
+from infermeter.load.shapes.arrivals import ARRIVALS
 from infermeter.measure.simplan import TOKEN_TIMES_AUTO_LIMIT, SimPlan
-
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         api: str = typer.Option("chat", help="chat | completions (what the prompt text looks like)."),
         concurrency: Optional[int] = typer.Option(None, help="Closed loop with N streams (default 1 when no --rate)."),
         rate: Optional[float] = typer.Option(None, help="Open loop: mean requests per second."),
-        arrival: str = typer.Option("poisson", help="poisson | constant | gamma"),
+        arrival: str = typer.Option("poisson", help=" | ".join(ARRIVALS)),
         burstiness: float = typer.Option(1.0, help="Gamma shape k for --arrival gamma (k<1 burstier)."),
         ramp_up_strategy: Optional[str] = typer.Option(None, help="linear | exponential rate ramp."),
         ramp_up_start_rps: Optional[float] = typer.Option(None, help="Ramp start rate (req/s)."),

@@ -75,8 +75,8 @@ def _label(text: Any) -> str | None:
 
 def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
     """The study mapping with command-line flags applied on top (testable without the CLI)."""
+    from infermeter.durations import parse_duration
     from infermeter.measure import parse_slo
-    from infermeter.study.config import parse_duration
 
     data = json.loads(json.dumps(data, default=str))
     for key in ("model", "title", "seed"):

@@ -19,7 +19,6 @@ loop) or the last activity (closed loop)::
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any

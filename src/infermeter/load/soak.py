@@ -19,9 +19,6 @@ seals what the killed run left, rebuilds the aggregator from the parts, and
 says where the schedule stops on disk (``next_index``) and which earlier
 indices have no record (in flight when the run died: they get ``cancelled``
 records, see :func:`lost_records`).
-
-    >>> parse_duration("72h"), parse_duration("1h30m"), parse_duration("90")
-    (259200.0, 5400.0, 90.0)
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ import asyncio
 import ctypes
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -45,28 +41,11 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from infermeter.analysis.accumulator import Accumulator
-from infermeter.errors import ConfigError
 from infermeter.records import store
 from infermeter.records.record import ARROW_SCHEMA, RequestRecord, records_to_table
 
 PARTS = "parts"
 CHECKPOINT = "checkpoint.json"
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str | float | int | None, what: str = "--duration") -> float | None:
-    """``"72h"``, ``"1h30m"``, ``"45m"``, ``"90s"`` or plain seconds -> seconds (ConfigError naming ``what``)."""
-    if text is None or isinstance(text, (int, float)):
-        return None if text is None else float(text)
-    s = text.strip().lower()
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhd])", s)
-    if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([smhd])", "", s).strip():
-        raise ConfigError(f"{what} {text!r}: expected seconds or a duration like 90s, 45m, 72h, 1h30m, 2d")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
 def _libc_trim() -> Any:

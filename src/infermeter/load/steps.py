@@ -17,7 +17,7 @@ requests did not finish never meets it. ``None`` when there is nothing to judge 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infermeter.analysis.slo import SloJudge

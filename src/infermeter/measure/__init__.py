@@ -22,8 +22,15 @@ resume), ``header`` (run.json, runtime, the client capacity check).
 
 from __future__ import annotations
 
-from infermeter.measure.config import (RunConfig, build_plan, build_shape, parse_slo, requested_rate, soak_settings,
-                                       specs_for)
+from infermeter.measure.config import (
+                                       RunConfig,
+                                       build_plan,
+                                       build_shape,
+                                       parse_slo,
+                                       requested_rate,
+                                       soak_settings,
+                                       specs_for,
+)
 from infermeter.measure.header import default_out_dir, discover_model, host_info
 from infermeter.measure.run import Measurement, RunResult, summarize_dir
 

@@ -21,8 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.search import FindMaxPlan
-from infermeter.load.shapes import (SHAPED, BaseShape, ConstantArrivalRate, ConstantConcurrency, RampingArrivalRate, Shape,
-                                    TraceReplay, check_arrival)
+from infermeter.load.shapes import (
+    SHAPED,
+    BaseShape,
+    ConstantArrivalRate,
+    ConstantConcurrency,
+    RampingArrivalRate,
+    Shape,
+    TraceReplay,
+    check_arrival,
+)
 from infermeter.load.sweep import SweepPlan
 from infermeter.records import store
 

@@ -35,8 +35,15 @@ from infermeter.errors import ConfigError, UserError
 from infermeter.load.runner import Limits
 from infermeter.load.stats import LiveStats
 from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
-from infermeter.measure.config import (RunConfig, build_plan, build_shape, build_workload, resume_config,
-                                       soak_settings, specs_for)
+from infermeter.measure.config import (
+    RunConfig,
+    build_plan,
+    build_shape,
+    build_workload,
+    resume_config,
+    soak_settings,
+    specs_for,
+)
 from infermeter.measure.header import check_capacity, default_out_dir, discover_model, run_header, runtime
 from infermeter.records import store
 

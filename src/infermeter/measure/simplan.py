@@ -113,8 +113,8 @@ class SimPlan:
 
     def run(self, progress: Any = None) -> Any:
         from infermeter.measure import default_out_dir
-        from infermeter.records import store
         from infermeter.measure.simulate import simulate
+        from infermeter.records import store
 
         cfg = self.cfg
         kind = self.shape.describe().split(",")[0].replace(" ", "-")

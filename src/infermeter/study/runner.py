@@ -128,7 +128,6 @@ def run_study(study: StudyConfig, out_dir: Path, *, resume: bool = False, progre
               today: dt.date | None = None, now: dt.datetime | None = None) -> StudyResult:
     """Run, price, soak and report (see the module docstring)."""
     from infermeter.study.report import write_study_report
-
     from infermeter.study.targets import override_flags
 
     t0 = time.perf_counter()

@@ -35,11 +35,11 @@ import pyarrow.parquet as pq
 from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 from infermeter.analysis.capacity import replicas_needed
 from infermeter.analysis.metrics import col
+from infermeter.analysis.sketch import LogHistogram
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.records import store
 from infermeter.study.cells import CellResult
 from infermeter.study.config import Configuration, Slo, StudyConfig
-from infermeter.analysis.sketch import LogHistogram
 
 _COLUMNS = ["phase", "intended_at", "sent_at", "first_token_at", "ended_at", "outcome", "error_class",
             "completion_tokens"]

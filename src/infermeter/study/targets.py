@@ -84,7 +84,6 @@ class SimulatedTarget:
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
-
         from infermeter.measure.simplan import SimPlan
 
         cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),

@@ -35,11 +35,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from infermeter.engines.emulator.metrics import EngineMetrics, render_metrics
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.hashing import CHARS_PER_BLOCK, text_block_keys, token_block_keys
 from infermeter.twin.loop import route
-from infermeter.engines.emulator.metrics import EngineMetrics, render_metrics
 from infermeter.twin.request import DECODE, FINISHED, SimRequest
 
 
