@@ -41,6 +41,7 @@ def main() -> None:
 
     from infermeter.measure import RunConfig
     from infermeter.measure.simplan import SimPlan
+    from infermeter.twin.spec import TwinSpec
 
     tmp = None
     out = args.out
@@ -50,7 +51,7 @@ def main() -> None:
     cfg = RunConfig(model=args.model, rate=args.rate, arrival="poisson", duration_s=args.hours * 3600.0,
                     input_tokens=args.input_tokens, output_tokens=args.output_tokens, seed=0, out=str(out),
                     label="simulate-scale")
-    plan = SimPlan(cfg, gpu=args.gpu, token_times="auto")
+    plan = SimPlan(cfg, TwinSpec(model=args.model, gpu=args.gpu), token_times="auto")
     print(f"simulating {args.hours:g} h at {args.rate:g} req/s (~{args.rate * args.hours * 3600 / 1e6:.2f} M requests) "
           f"of {args.model} on {plan.twin.hardware}, {args.input_tokens} in / {args.output_tokens} out", flush=True)
     last = [time.monotonic()]

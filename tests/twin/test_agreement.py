@@ -16,6 +16,7 @@ import pytest
 from infermeter.engines.emulator.live import TwinBackend
 from infermeter.measure import Measurement, RunConfig
 from infermeter.measure.simplan import SimPlan
+from infermeter.twin.spec import TwinSpec
 
 SPEEDUP = 4.0
 RATE = 8.0  # virtual requests/s
@@ -28,7 +29,7 @@ def test_emulate_and_simulate_agree(tmp_path):
     from infermeter.workload import load_tokenizer
 
     sim = SimPlan(RunConfig(model="llama-3.1-8b", rate=RATE, requests=N, seed=3, out=str(tmp_path / "sim"),
-                            **WORKLOAD), gpu="h100-sxm")
+                            **WORKLOAD), TwinSpec(model="llama-3.1-8b", gpu="h100-sxm"))
     s_sim = sim.run().summary
 
     async def live():

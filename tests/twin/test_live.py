@@ -154,7 +154,7 @@ def test_metrics_endpoint_parses_and_follows_the_run():
 
 
 def test_twin_backend_from_flags():
-    from infermeter.engines.emulator.live import twin_backend
+    from infermeter.engines.emulator.app import twin_backend
     from infermeter.errors import ConfigError
 
     b = twin_backend("llama-3.1-8b", "h100-sxm", max_num_seqs=64, speedup=2.0)

@@ -4,7 +4,7 @@ import asyncio
 
 import aiohttp
 
-from infermeter.engines.emulator.live import twin_backend
+from infermeter.engines.emulator.app import twin_backend
 from infermeter.engines.emulator.server import make_app, serve
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from infermeter.load.shapes import ConstantArrivalRate
+from infermeter.load.shapes import ConstantArrivalRate, TraceReplay
 from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
 from infermeter.measure.simulate import simulate
 from infermeter.twin.config import EngineConfig
@@ -24,9 +24,9 @@ HEADER = {"schema_version": 1, "tool": "infermeter", "label": "t", "model": "m",
 
 def _open(rate, n, seed=0, **wl):
     work = build_workload(seed=seed, **wl)
-    offsets = ConstantArrivalRate(rate_per_s=rate).arrivals(np.random.default_rng(seed))
+    shape = ConstantArrivalRate(rate_per_s=rate)
     cpb = calibrate_chars_per_block(iter(work.requests()))
-    return OpenLoopSource(local_stream(offsets, iter(work.requests()), chars_per_block=cpb), requests=n)
+    return OpenLoopSource(local_stream(shape, iter(work.requests()), seed=seed, chars_per_block=cpb), requests=n)
 
 
 def _sim(tmp_path, twin, source, name="run", **kw):
@@ -144,7 +144,7 @@ def test_streaming_summary_matches_the_exact_one(tmp_path):
 def test_child_stream_gives_the_same_requests_as_the_local_one():
     wl = {"input_tokens": "96,16,48,160", "output_tokens": "16", "prefix_tokens": 32, "prefix_groups": 3, "seed": 5}
     shape = ConstantArrivalRate(rate_per_s=7.0)
-    local = local_stream(shape.arrivals(np.random.default_rng(5)), iter(build_workload(**wl).requests()))
+    local = local_stream(shape, iter(build_workload(**wl).requests()), seed=5)
     a = [next(local) for _ in range(300)]
     child = ChildStream(FeedSpec(workload=wl, shape=shape, seed=5, limit=300))
     try:
@@ -163,8 +163,8 @@ def test_child_stream_gives_the_same_requests_as_the_local_one():
 
 def test_max_concurrency_holds_sends_and_records_the_lag(tmp_path):
     work = build_workload(input_tokens="64", output_tokens="32", seed=0)
-    offsets = ConstantArrivalRate(rate_per_s=200.0, arrival="constant").arrivals(np.random.default_rng(0))
-    src = OpenLoopSource(local_stream(offsets, iter(work.requests())), requests=50, max_concurrency=2)
+    shape = ConstantArrivalRate(rate_per_s=200.0, arrival="constant")
+    src = OpenLoopSource(local_stream(shape, iter(work.requests())), requests=50, max_concurrency=2)
     res = _sim(tmp_path, fake_twin(), src)
     t = pq.read_table(res.run_dir / "requests.parquet", columns=["intended_at", "sent_at", "ended_at"]).to_pydict()
     assert src.held > 0 and res.summary["schedule_lag_ms"]["max"] > 0
@@ -182,7 +182,7 @@ def test_replay_uses_trace_times_scaled():
 
     specs = [SimpleNamespace(input_tokens=20, max_tokens=5, prompt="x" * 80, messages=None, conversation_id=None,
                              prefix_group=None, arrival_s=t) for t in (0.0, 1.5, 4.0)]
-    reqs = list(local_stream(None, iter(specs), replay=True, time_scale=2.0))
+    reqs = list(local_stream(TraceReplay(time_scale=2.0), iter(specs)))
     assert [r.arrival for r in reqs] == [0.0, 3.0, 8.0]
     assert [r.rid for r in reqs] == [0, 1, 2]
 

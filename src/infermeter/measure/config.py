@@ -17,11 +17,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.search import FindMaxPlan
 from infermeter.load.shapes import (
+    ARRIVALS,
     SHAPED,
     BaseShape,
     ConstantArrivalRate,
@@ -42,73 +43,88 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    url: str | None = None
-    model: str | None = None
-    api: Literal["chat", "completions"] = "chat"
-    api_key: str | None = Field(default=None, exclude=True, repr=False)
-    ignore_eos: bool = False
-    temperature: float | None = None
-    extra_body: dict[str, Any] = {}
+    url: str | None = Field(None, description="base URL of an OpenAI-compatible server (default: start the embedded emulator)")
+    model: str | None = Field(None, description="model name (default: first id from /v1/models)")
+    api: Literal["chat", "completions"] = Field("chat", description="chat | completions")
+    api_key: str | None = Field(default=None, exclude=True, repr=False,
+                                description="API key (or env OPENAI_API_KEY); never written anywhere")
+    ignore_eos: bool = Field(False, description="send ignore_eos/min_tokens so outputs reach max_tokens (vLLM)")
+    temperature: float | None = Field(None, description="sampling temperature")
+    extra_body: dict[str, Any] = Field({}, description="JSON object merged into every request body")
     # load
-    concurrency: int | None = Field(None, ge=1)
-    rate: float | None = Field(None, gt=0)
-    arrival: str = "poisson"  # a registered arrival process (load.shapes.arrivals.ARRIVALS)
-    burstiness: float = Field(1.0, gt=0)
-    ramp_up_strategy: Literal["linear", "exponential"] | None = None
-    ramp_up_start_rps: float | None = None
-    ramp_up_end_rps: float | None = None
-    max_concurrency: int | None = Field(None, ge=1)
-    load: Literal["replay", "sweep", "find-max"] | None = None
+    concurrency: int | None = Field(None, ge=1, description="closed loop with N streams (default 1 when no --rate)")
+    rate: float | None = Field(None, gt=0, description="open loop: mean requests per second")
+    arrival: str = Field("poisson", description=" | ".join(ARRIVALS) + " (default poisson; constant for sweep/find-max)")
+    burstiness: float = Field(1.0, gt=0, description="shape k of --arrival gamma or weibull (k<1 burstier)")
+    ramp_up_strategy: Literal["linear", "exponential"] | None = Field(None, description="linear | exponential rate ramp (vLLM's flag)")
+    ramp_up_start_rps: float | None = Field(None, description="ramp start rate (req/s)")
+    ramp_up_end_rps: float | None = Field(None, description="ramp end rate (req/s)")
+    max_concurrency: int | None = Field(None, ge=1, description="cap on in-flight requests for open loops")
+    load: Literal["replay", "sweep", "find-max"] | None = Field(
+        None, description="replay (a trace's timestamps) | sweep (synchronous, max throughput, rates between) | "
+                          "find-max (highest rate/concurrency meeting --slo)")
     shape: Shape | None = None  # a shape given whole (a plan's step): the load flags above are then unused
-    time_scale: float = Field(1.0, gt=0)
-    requests: int | None = Field(None, ge=1)
-    duration_s: float | None = Field(None, gt=0)
-    warmup: int = Field(0, ge=0)
-    grace_s: float = Field(30.0, ge=0)
-    seed: int = 0
+    time_scale: float = Field(1.0, gt=0, description="replay: multiply trace offsets by this")
+    requests: int | None = Field(None, ge=1, description="measured requests to send (after warmup)")
+    duration_s: float | None = Field(None, gt=0, description="how long to send for: seconds or 90s, 45m, 72h, 1h30m")
+    warmup: int = Field(0, ge=0, description="requests sent first and not counted")
+    grace_s: float = Field(30.0, ge=0, description="after --duration, wait this long for in-flight requests")
+    seed: int = Field(0, description="seed for arrivals and the workload")
     # multi-step plans (docs/load.md)
-    sweep_rates: int = Field(5, ge=0)
-    search: Literal["rate", "concurrency"] = "rate"
-    search_start: float | None = Field(None, gt=0)
-    search_max: float | None = Field(None, gt=0)
-    resolution: float = Field(0.05, gt=0, lt=1)
-    max_steps: int = Field(12, ge=2)
-    slo_percentile: float = 99.0
-    max_error_rate: float = Field(0.01, ge=0, le=1)
+    sweep_rates: int = Field(5, ge=0, description="sweep: open-loop rates between synchronous and max throughput")
+    search: Literal["rate", "concurrency"] = Field("rate", description="find-max: search the 'rate' or the 'concurrency'")
+    search_start: float | None = Field(None, gt=0, description="find-max: first value tried (default: the synchronous rate, or concurrency 1)")
+    search_max: float | None = Field(None, gt=0, description="find-max: never try more than this")
+    resolution: float = Field(0.05, gt=0, lt=1, description="find-max: stop when the bracket is this narrow (relative)")
+    max_steps: int = Field(12, ge=2, description="find-max: at most this many steps")
+    slo_percentile: float = Field(99.0, description="sweep/find-max: a step meets --slo when this percentile does (50, 90, 95, 99, 99.9)")
+    max_error_rate: float = Field(0.01, ge=0, le=1, description="sweep/find-max: a step with more failed or unfinished requests than this share misses the SLO")
     # scale: processes, Ray, client calibration
-    workers: int = Field(1, ge=1)
-    ray: str | None = None
-    calibrate: bool = True
-    strict: bool = False
+    workers: int = Field(1, ge=1, description="client processes sharing one striped schedule (or Ray actors with --ray)")
+    ray: str | None = Field(None, description="run the workers as Ray actors: ADDRESS, 'auto' or 'local' (extra 'distributed')")
+    calibrate: bool = Field(True, description="measure this client's capacity first when the requested rate could exceed it")
+    strict: bool = Field(False, description="refuse to run when the requested rate exceeds the calibrated client capacity")
     # soak storage
-    window_s: float | None = Field(None, gt=0)
-    checkpoint_s: float | None = Field(None, gt=0)
-    part_records: int = Field(5000, ge=100)
+    window_s: float | None = Field(None, gt=0, description="soak: per-window series of this length (e.g. 1h); turns on soak storage")
+    checkpoint_s: float | None = Field(None, gt=0, description="soak: checkpoint this often (default 60s); turns on soak storage")
+    part_records: int = Field(5000, ge=100, description="soak: records per part file")
     # workload
-    profile: str | None = None
-    dataset: str | None = None
-    tokenizer: str | None = None
-    input_tokens: str | None = None
-    output_tokens: str | None = None
-    prefix_tokens: int | None = None
-    prefix_groups: int | None = Field(None, ge=1)
-    profile_overrides: dict[str, Any] = {}
+    profile: str | None = Field(None, description="workload profile (see `infermeter profiles`)")
+    dataset: str | None = Field(None, description="dataset file or Hub name")
+    tokenizer: str | None = Field(None, description="tokenizer for lengths (tokenizer.json, HF folder, GGUF, Hub id)")
+    input_tokens: str | None = Field(None, description="prompt length: mean[,stdev[,min,max]]")
+    output_tokens: str | None = Field(None, description="max_tokens: mean[,stdev[,min,max]]")
+    prefix_tokens: int | None = Field(None, description="shared prefix length (synthetic)")
+    prefix_groups: int | None = Field(None, ge=1, description="number of distinct shared prefixes")
+    profile_overrides: dict[str, Any] = Field({}, description="override a profile field or dataset option, KEY=VALUE "
+                                                              "(repeatable; see `infermeter profiles`)")
     # timeouts (s)
-    connect_timeout_s: float = Field(10.0, gt=0)
-    first_token_timeout_s: float | None = Field(120.0, gt=0)
-    timeout_s: float | None = Field(600.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0, description="connect timeout")
+    first_token_timeout_s: float | None = Field(120.0, gt=0, description="first-token timeout, 0 = none")
+    timeout_s: float | None = Field(600.0, gt=0, description="total per-request timeout, 0 = none")
     # analysis / output
-    slo: dict[str, float] = {}
-    alerts: tuple[str, ...] = ()
-    out: str | None = None
-    label: str | None = None
-    scrape: bool = True
-    scrape_interval_s: float = Field(1.0, gt=0)
-    emulator_args: tuple[str, ...] = ()
-    hardware: str | None = None
-    gpu: bool = True
-    dcgm_url: str | None = None
-    history: bool = True
+    slo: dict[str, float] = Field({}, description="goodput SLO, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=10000")
+    alerts: tuple[str, ...] = Field((), description="alert rule, e.g. 'ttft_p95_ms>500' (repeatable); exit 3 when one fires")
+    out: str | None = Field(None, description="result directory (default results/<UTC time>-<label>/)")
+    label: str | None = Field(None, description="a name for this run")
+    scrape: bool = Field(True, description="scrape the server's /metrics during the run")
+    scrape_interval_s: float = Field(1.0, gt=0, description="seconds between /metrics scrapes")
+    emulator_args: tuple[str, ...] = Field((), description='arguments for the embedded emulator, e.g. "--ttft-ms 20"')
+    hardware: str | None = Field(None, description="what the server runs on, e.g. 4xa100-80gb:tp4 (for cost)")
+    gpu: bool = Field(True, description="sample local GPUs (NVML, extra 'gpu') or --dcgm-url during the run; "
+                                        "without a GPU it says so")
+    dcgm_url: str | None = Field(None, description="a DCGM exporter's /metrics URL to sample GPU telemetry from")
+    history: bool = Field(True, description="index the run in the history database (see `infermeter history`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plan_arrivals(cls, data: Any) -> Any:
+        """Plans default to evenly spaced arrivals (their steps compare rates, not burstiness)."""
+        if isinstance(data, dict) and data.get("load") in ("sweep", "find-max") and data.get("arrival") is None:
+            data = {**data, "arrival": "constant"}
+        elif isinstance(data, dict) and "arrival" in data and data["arrival"] is None:
+            data = {k: v for k, v in data.items() if k != "arrival"}
+        return data
 
     @field_validator("url")
     @classmethod

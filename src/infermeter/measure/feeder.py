@@ -5,9 +5,9 @@ about as much as simulating it, so huge runs make the stream in a child process,
 the second core, and receive it in columnar batches; small runs make it in-process.
 Both give the same requests in the same order (same seeds)::
 
-    reqs = local_stream(offsets, iter(workload.requests()))         # in this process
+    reqs = local_stream(shape, iter(workload.requests()), seed=0)   # in this process
     reqs = ChildStream(FeedSpec(workload={...}, shape=shape, seed=0))  # in a child
-    next(reqs).arrival   # the intended send offset (s); None offsets -> 0.0 (closed loops)
+    next(reqs).arrival   # the intended send offset (s) from shape.schedule; 0.0 for closed loops
     reqs.close()
 
 Prefix-cache keys come from the prompt text as the emulator server sees it
@@ -16,7 +16,7 @@ cut into chunks of ``chars_per_block`` characters; :func:`calibrate_chars_per_bl
 sizes them to 16 tokens of the workload's own text.
 Python's ``hash`` is salted per process, which is why the child sends keys *and*
 the parent never mixes them with keys it computes itself: one run, one process
-making keys. A trace replay uses each spec's ``arrival_s * time_scale``.
+making keys. Send times come from the shape's own ``schedule`` (a trace replay's included).
 """
 
 from __future__ import annotations
@@ -31,32 +31,29 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
+from infermeter.load.shapes import BaseShape
 from infermeter.twin.hashing import CHARS_PER_BLOCK, spec_keys
 from infermeter.twin.request import SimRequest
+from infermeter.workload import build_workload
 
 BATCH = 8192
 
 
 def local_stream(
-    offsets: Iterator[float] | None,
+    shape: BaseShape | None,
     specs: Iterator[Any],
     *,
-    replay: bool = False,
-    time_scale: float = 1.0,
+    seed: int = 0,
     keys: bool = True,
     chars_per_block: int = CHARS_PER_BLOCK,
 ) -> Iterator[SimRequest]:
-    """SimRequests from specs, timed by ``offsets`` (None: 0.0, or trace times when ``replay``)."""
+    """SimRequests from specs, timed by the open-loop ``shape``'s schedule (None or a closed loop: 0.0)."""
+    if shape is not None and shape.open_loop:
+        timed: Iterator[tuple[float, Any]] = shape.schedule(np.random.default_rng(seed), specs)
+    else:
+        timed = ((0.0, spec) for spec in specs)
     rid = 0
-    for spec in specs:
-        if replay:
-            at = (spec.arrival_s or 0.0) * time_scale
-        elif offsets is not None:
-            at = next(offsets, None)
-            if at is None:
-                return
-        else:
-            at = 0.0
+    for at, spec in timed:
         block_keys = spec_keys(spec, chars_per_block) if keys else ()
         yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, block_keys, at, spec.conversation_id,
                          spec.prefix_group)
@@ -68,10 +65,8 @@ class FeedSpec:
     """What a child process needs to rebuild the stream (picklable)."""
 
     workload: dict[str, Any]  # keyword arguments of infermeter.workload.build_workload
-    shape: Any = None  # a load shape (pydantic, picklable); None: closed loop
+    shape: Any = None  # a load shape (pydantic, picklable); None or closed: every arrival at 0
     seed: int = 0
-    replay: bool = False
-    time_scale: float = 1.0
     limit: int | None = None  # requests in all (warmup included)
     duration_s: float | None = None
     keys: bool = True
@@ -81,14 +76,9 @@ class FeedSpec:
 def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
     gc.disable()  # short-lived, cycle-free objects only
     try:
-        from infermeter.workload import build_workload
-
         wl = build_workload(**spec.workload)
-        offsets = None
-        if spec.shape is not None and not spec.replay:
-            offsets = spec.shape.arrivals(np.random.default_rng(spec.seed))
-        stream = local_stream(offsets, iter(wl.requests()), replay=spec.replay, time_scale=spec.time_scale,
-                              keys=spec.keys, chars_per_block=spec.chars_per_block)
+        stream = local_stream(spec.shape, iter(wl.requests()), seed=spec.seed, keys=spec.keys,
+                              chars_per_block=spec.chars_per_block)
         limit = spec.limit
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
         n = 0

@@ -24,7 +24,9 @@ import aiohttp
 from infermeter import __version__
 from infermeter.errors import UserError
 from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
-from infermeter.measure.config import requested_rate
+from infermeter.load.shapes import BaseShape
+from infermeter.measure.config import RunConfig, requested_rate
+from infermeter.records.header import RunHeader
 
 
 def default_out_dir(label: str) -> Path:
@@ -58,25 +60,35 @@ async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict
     return None, {}
 
 
+def build_header(cfg: RunConfig, shape: BaseShape, workload_info: dict[str, Any], *, source: str, label: str,
+                 model: str | None, hardware: str | None, target: dict[str, Any],
+                 config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``run.json`` before the run, for measured and simulated runs alike (see docs/load.md)."""
+    load = {**shape.header(), "limits": {
+        "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
+        "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None}}
+    if source == "measured":
+        load.update(workers=cfg.workers, backend="ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local"))
+    config = cfg.public()
+    if config_extra:
+        config.update(config_extra)
+    header = RunHeader(version=__version__, source=source, label=label,
+                       started_at=datetime.now(timezone.utc).isoformat(), seed=cfg.seed, model=model,
+                       hardware=hardware, profile=(workload_info or {}).get("profile"), target=target, load=load,
+                       workload=workload_info, host=host_info(), slo=cfg.slo, config=config)
+    return header.to_json() | {"argv": sys.argv[1:]}
+
+
 def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulated: dict[str, Any] | None,
                calibration: dict[str, Any] | None) -> dict[str, Any]:
-    """``run.json`` before the run (see docs/load.md for the keys this issue adds)."""
-    cfg, shape = m.cfg, m.shape
-    load_desc: dict[str, Any] = {
-        **shape.header(), "limits": {
-            "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
-            "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None},
-        "workers": cfg.workers, "backend": "ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local")}
-    run: dict[str, Any] = {
-        "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "measured",
-        "label": label, "started_at": datetime.now(timezone.utc).isoformat(), "seed": cfg.seed,
-        "model": model, "hardware": cfg.hardware or ((emulated or {}).get("hardware")),
-        "profile": (m.workload.describe() or {}).get("profile"),
-        "target": {"url": url, "embedded": embedded, "engine": (emulated and "infermeter-emulator") or None,
-                   "emulated": emulated},
-        "load": load_desc, "workload": m.workload.describe(), "host": host_info(),
-        "slo": cfg.slo, "config": cfg.public(),
-    }
+    """A measured run's ``run.json`` before it runs."""
+    cfg = m.cfg
+    run = build_header(cfg, m.shape, m.workload.describe(), source="measured", label=label, model=model,
+                       hardware=cfg.hardware or ((emulated or {}).get("hardware")),
+                       target={"url": url, "embedded": embedded,
+                               "engine": (emulated and "infermeter-emulator") or None, "emulated": emulated})
+    run.pop("runtime", None)
+    run.pop("server_metrics", None)
     if calibration is not None:
         run["calibration"] = calibration
     if m.soak:

@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infermeter.durations import parse_duration
+from infermeter.twin.spec import TwinSpec
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.yamlfile import yaml_mapping
@@ -171,6 +172,10 @@ class SimOptions(_Frozen):
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_prefix_caching: bool = True
+
+    def spec(self, model: str, gpu: str) -> TwinSpec:
+        """The twin's deployment of ``model`` on ``gpu`` with these settings."""
+        return TwinSpec(model=model, gpu=gpu, **self.model_dump())
 
 
 class Configuration(_Frozen):

@@ -213,12 +213,7 @@ def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
         cfg = RunConfig(model=study.model, rate=soak.rate_per_s, duration_s=soak.duration_s, seed=study.seed,
                         profile=profile, slo=study.slo.limits, out=str(run_dir), label=f"soak {conf.label}",
                         profile_overrides=study.profile_overrides.get(profile) or {})
-        plan = SimPlan(cfg, gpu=fleet, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
-                       gpu_memory_utilization=sim.gpu_memory_utilization,
-                       engine={"max_num_seqs": sim.max_num_seqs,
-                               "max_num_batched_tokens": sim.max_num_batched_tokens,
-                               "enable_prefix_caching": sim.enable_prefix_caching},
-                       token_times="off")
+        plan = SimPlan(cfg, sim.spec(study.model, fleet), token_times="off")
         res = plan.run(progress=lambda t, k: say(f"    {k:,} requests, {t / 3600:.2f} h simulated"))
         windows = soak_windows(run_dir / store.PARQUET, soak.window_s, soak.duration_s, study.slo, soak.objective,
                                soak.timeout_s)

@@ -61,17 +61,10 @@ class SimulatedTarget:
     source = "simulated"
 
     def __init__(self, study: StudyConfig, conf: Configuration) -> None:
-        from infermeter.twin.deploy import build_twin, engine_defaults
-
         self.study, self.conf = study, conf
-        sim = study.sim_for(conf)
-        self.sim = sim
-        self.engine = {"max_num_seqs": sim.max_num_seqs, "max_num_batched_tokens": sim.max_num_batched_tokens,
-                       "enable_prefix_caching": sim.enable_prefix_caching}
+        self.spec = study.sim_for(conf).spec(study.model, conf.config)
         try:
-            self.twin = build_twin(study.model, conf.config, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
-                                   engine=engine_defaults(**self.engine),
-                                   gpu_memory_utilization=sim.gpu_memory_utilization)
+            self.twin = self.spec.twin()
         except ConfigError as exc:
             raise ConfigError(f"configuration {conf.label}: {exc}") from None
 
@@ -88,8 +81,7 @@ class SimulatedTarget:
 
         cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})
-        plan = SimPlan(cfg, gpu=self.conf.config, dtype=self.sim.dtype, kv_dtype=self.sim.kv_dtype,
-                       gpu_memory_utilization=self.sim.gpu_memory_utilization, engine=self.engine, token_times="off")
+        plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
         return plan.run().summary
 
 

@@ -12,10 +12,10 @@ engine against real time), ``metrics`` (vLLM's ``/metrics``), ``faults`` (inject
 ``process`` (the child). See docs/twin.md.
 """
 
-from infermeter.engines.emulator.app import build_app, build_backend, serve, serve_forever
+from infermeter.engines.emulator.app import build_app, build_backend, serve, serve_forever, twin_backend
 from infermeter.engines.emulator.config import EmulatorConfig
 from infermeter.engines.emulator.faults import FaultPlan
-from infermeter.engines.emulator.live import RequestRejected, TwinBackend, twin_backend
+from infermeter.engines.emulator.live import RequestRejected, TwinBackend
 from infermeter.engines.emulator.process import EmulatorProcess
 from infermeter.engines.emulator.simple import SimpleBackend
 

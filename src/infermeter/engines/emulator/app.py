@@ -20,11 +20,12 @@ from aiohttp import web
 
 from infermeter.engines.emulator.config import EmulatorConfig
 from infermeter.engines.emulator.faults import FaultPlan
-from infermeter.engines.emulator.live import twin_backend
+from infermeter.engines.emulator.live import TwinBackend
 from infermeter.engines.emulator.server import make_app, serve
 from infermeter.engines.emulator.simple import SimpleBackend
+from infermeter.twin.hashing import workload_chars_per_block
 
-__all__ = ["build_app", "build_backend", "describe", "serve", "serve_forever"]
+__all__ = ["build_app", "build_backend", "describe", "serve", "serve_forever", "twin_backend"]
 
 
 def build_backend(cfg: EmulatorConfig) -> Any:
@@ -35,14 +36,13 @@ def build_backend(cfg: EmulatorConfig) -> Any:
                              itl_s=0 if zero else (10.0 if cfg.itl_ms is None else cfg.itl_ms) / 1000,
                              max_concurrency=cfg.max_concurrency or 256,
                              model_name=cfg.served_model_name or "infermeter-emulator", speedup=cfg.speedup)
-    from infermeter.twin.hashing import workload_chars_per_block
+    return TwinBackend(cfg.twin(), speedup=cfg.speedup, chars_per_block=workload_chars_per_block())
 
-    return twin_backend(cfg.model, cfg.gpu, tp=cfg.tp, pp=cfg.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
-                        gpu_memory_utilization=cfg.gpu_memory_utilization, speedup=cfg.speedup,
-                        served_model_name=cfg.served_model_name, max_num_seqs=cfg.max_num_seqs,
-                        max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=cfg.max_model_len,
-                        num_gpu_blocks_override=cfg.num_gpu_blocks_override,
-                        enable_prefix_caching=cfg.enable_prefix_caching, chars_per_block=workload_chars_per_block())
+
+def twin_backend(model: str = "llama-3.1-8b", gpu: str = "h100-sxm", **options: Any) -> TwinBackend:
+    """The twin backend of ``infermeter emulate MODEL GPU --option ...`` (ConfigError names a bad flag)."""
+    backend: TwinBackend = build_backend(EmulatorConfig.build("emulate", model=model, gpu=gpu, **options))
+    return backend
 
 
 def _token_counter() -> Callable[[str], int]:

@@ -21,32 +21,18 @@ import argparse
 import shlex
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from infermeter.errors import ConfigError
+from infermeter.twin.spec import TwinSpec
 
 SIMPLE_FLAGS = ("ttft_ms", "itl_ms", "max_concurrency")
 
 
-class EmulatorConfig(BaseModel):
-    """The emulated server's settings; see the module docstring (flag = field name, kebab case)."""
+class EmulatorConfig(TwinSpec):
+    """The emulated server's settings: the twin's deployment (:class:`TwinSpec`), then the simple
+    backend, speed and faults; see the module docstring (flag = field name, kebab case)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # the digital twin
-    model: str = Field("llama-3.1-8b", description="catalog model to emulate (or a config.json path)")
-    gpu: str = Field("h100-sxm", description="hardware, e.g. h100-sxm, a100-40gb or 4xa100-80gb:tp4")
-    tp: int | None = Field(None, ge=1, description="tensor-parallel degree")
-    pp: int | None = Field(None, ge=1, description="pipeline-parallel degree")
-    dtype: str = Field("bf16", description="weight dtype (bf16, fp8, int8, int4, ...)")
-    kv_dtype: str | None = Field(None, description="KV-cache dtype (bf16, fp8)")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of GPU memory the engine may use")
-    max_num_seqs: int | None = Field(None, ge=1, description="most sequences per step (vLLM's option)")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="token budget per step (vLLM's option)")
-    max_model_len: int | None = Field(None, ge=1, description="prompt + output tokens per request")
-    num_gpu_blocks_override: int | None = Field(None, ge=1, description="KV blocks (16 tokens each)")
-    enable_prefix_caching: bool = Field(True, description="prefix caching")
-    served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
     # the simple backend
     simple: bool = Field(False, description="fixed timing instead of the twin")
     ttft_ms: float | None = Field(None, ge=0, description="simple backend: time to first token (ms, default 50)")

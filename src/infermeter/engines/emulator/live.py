@@ -220,33 +220,3 @@ class TwinBackend:
             met.generation_tokens.observe(r.outputs)
             if r.tag is not None:
                 r.tag.event.set()
-
-
-def twin_backend(
-    model: str = "llama-3.1-8b",
-    gpu: str = "h100-sxm",
-    *,
-    tp: int | None = None,
-    pp: int | None = None,
-    dtype: str = "bf16",
-    kv_dtype: str | None = None,
-    gpu_memory_utilization: float = 0.9,
-    speedup: float = 1.0,
-    served_model_name: str | None = None,
-    chars_per_block: int = CHARS_PER_BLOCK,
-    **engine_options: Any,
-) -> TwinBackend:
-    """``infermeter emulate``'s flags -> a ready backend (ConfigError names a bad flag).
-
-    ``engine_options``: max_num_seqs, max_num_batched_tokens, max_model_len,
-    num_gpu_blocks_override, enable_prefix_caching, enable_chunked_prefill (None = default).
-    """
-    from infermeter.errors import ConfigError
-    from infermeter.twin.deploy import build_twin, engine_defaults, hardware_config
-
-    if speedup <= 0:
-        raise ConfigError(f"--speedup must be > 0, got {speedup:g}")
-    twin = build_twin(model, hardware_config(gpu, tp, pp), dtype=dtype, kv_dtype=kv_dtype,
-                      engine=engine_defaults(**engine_options), gpu_memory_utilization=gpu_memory_utilization,
-                      served_model_name=served_model_name)
-    return TwinBackend(twin, speedup=speedup, chars_per_block=chars_per_block)

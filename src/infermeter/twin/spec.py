@@ -1,0 +1,61 @@
+"""``TwinSpec``: which deployment the twin emulates, declared once for ``simulate``, ``emulate`` and studies.
+
+A model on a hardware configuration with the engine's knobs, named as vLLM names them::
+
+    >>> spec = TwinSpec(model="llama-3.1-70b", gpu="4xa100-80gb:tp4", max_num_seqs=128)
+    >>> spec.hardware, spec.engine_options()["max_num_seqs"]
+    ('4xa100-80gb:tp4', 128)
+    >>> twin = spec.twin()                     # doctest: +SKIP  (the performance model's deployment)
+
+``None`` knobs keep the engine's defaults (``data/calibration.yaml``). Flags are the field
+names in kebab case (``--max-num-seqs``); ``--tp``/``--pp`` rewrite the configuration's
+parallelism (:func:`~infermeter.twin.deploy.hardware_config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infermeter.twin.deploy import Twin, build_twin, engine_defaults, hardware_config
+
+ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override",
+                "enable_prefix_caching", "enable_chunked_prefill")
+
+
+class TwinSpec(BaseModel):
+    """The twin's deployment; see the module docstring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field("llama-3.1-8b", description="catalog model to emulate (or a config.json path)")
+    gpu: str = Field("h100-sxm", description="hardware configuration, e.g. h100-sxm or 4xa100-80gb:tp4")
+    tp: int | None = Field(None, ge=1, description="tensor-parallel degree (overrides the configuration's)")
+    pp: int | None = Field(None, ge=1, description="pipeline-parallel degree (overrides the configuration's)")
+    dtype: str = Field("bf16", description="weight dtype: bf16, fp16, fp8, int8, int4 ...")
+    kv_dtype: str | None = Field(None, description="KV-cache dtype (default: the engine's for the weight dtype)")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of GPU memory the engine may use")
+    max_num_seqs: int | None = Field(None, ge=1, description="most sequences per step (vLLM's option, default 256)")
+    max_num_batched_tokens: int | None = Field(None, ge=1,
+                                               description="token budget per step (vLLM's option, default 8192)")
+    max_model_len: int | None = Field(None, ge=1, description="prompt + output tokens per request (vLLM's option)")
+    num_gpu_blocks_override: int | None = Field(None, ge=1, description="KV blocks of 16 tokens (replaces the capacity)")
+    enable_prefix_caching: bool = Field(True, description="vLLM's prefix caching")
+    enable_chunked_prefill: bool = Field(True, description="vLLM's chunked prefill")
+    served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
+
+    @property
+    def hardware(self) -> str:
+        """The configuration with --tp/--pp applied, e.g. ``4xa100-80gb:tp4``."""
+        return hardware_config(self.gpu, self.tp, self.pp)
+
+    def engine_options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ENGINE_KNOBS}
+
+    def twin(self) -> Twin:
+        """The performance model's deployment as a twin (ConfigError names a bad model, hardware or knob)."""
+        return build_twin(self.model, self.hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                          engine=engine_defaults(**self.engine_options()),
+                          gpu_memory_utilization=self.gpu_memory_utilization,
+                          served_model_name=self.served_model_name)
