@@ -23,12 +23,14 @@ Rules:
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infermeter.analysis.cost import HOURS_PER_MONTH, CostResult, profile_of
+from infermeter.analysis.cost import HOURS_PER_MONTH, CostResult, cost_for_throughput, profile_of
+from infermeter.analysis.prices import PriceOptions
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.perfmodel.configspec import parse_config
 
@@ -239,3 +241,22 @@ def predicted_throughput(model: str, config: str, input_tokens: int, output_toke
     rps = out / output_tokens
     return {"output_tokens_per_s": out, "input_tokens_per_s": rps * input_tokens, "requests_per_s": rps,
             "total_tokens_per_s": out + rps * input_tokens}
+
+
+def planned_costs(plans: Sequence[str], model: str | None, workloads: Sequence[tuple[str, int, int]],
+                  dtype: str, options: PriceOptions, overhead: float, today: dt.date) -> list[CostResult]:
+    """Predicted costs of configurations nobody measured: each ``plan`` serving ``model`` at its predicted
+    saturation rate for each ``(profile, input tokens, output tokens)`` workload (labelled *predicted*)."""
+    if not plans:
+        return []
+    if not model:
+        raise ConfigError("--plan needs --model (the model the configurations would serve)")
+    out = []
+    for config in plans:
+        for profile, i, o in workloads:
+            rates = predicted_throughput(model, config, i, o, dtype=dtype)
+            out.append(cost_for_throughput(
+                config, rates["output_tokens_per_s"], rates["input_tokens_per_s"], rates["requests_per_s"],
+                options=options, overhead=overhead, source="predicted", label=f"plan {config} {profile}",
+                model=model, profile=profile, today=today))
+    return out

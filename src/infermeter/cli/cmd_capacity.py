@@ -30,19 +30,17 @@ from infermeter.analysis.capacity import (
     break_even,
     candidates_from,
     check_volume_inputs,
-    predicted_throughput,
+    planned_costs,
     size,
 )
 from infermeter.analysis.cost import (
-    CostResult,
     Pick,
     best_by_group,
     check_override_scope,
-    cost_for_throughput,
     cost_runs,
 )
 from infermeter.analysis.prices import PriceOptions, staleness_warnings
-from infermeter.cli.cmd_cost import (
+from infermeter.cli.costview import (
     JsonOut,
     Overhead,
     count,
@@ -73,25 +71,6 @@ def parse_workload(text: str) -> tuple[str, int, int]:
     if not m:
         raise ConfigError(f"--workload {text!r}: expected PROFILE=INPUT:OUTPUT tokens, e.g. chat=512:256")
     return m.group(1), int(m.group(2)), int(m.group(3))
-
-
-def plan_costs(plans: Sequence[str], model: str | None, workloads: Sequence[str], input_tokens: int,
-               output_tokens: int, dtype: str, options: PriceOptions, overhead: float,
-               today: dt.date) -> list[CostResult]:
-    if not plans:
-        return []
-    if not model:
-        raise ConfigError("--plan needs --model (the model the configurations would serve)")
-    shapes = [parse_workload(w) for w in workloads] or [("plan", input_tokens, output_tokens)]
-    out = []
-    for config in plans:
-        for profile, i, o in shapes:
-            rates = predicted_throughput(model, config, i, o, dtype=dtype)
-            out.append(cost_for_throughput(
-                config, rates["output_tokens_per_s"], rates["input_tokens_per_s"], rates["requests_per_s"],
-                options=options, overhead=overhead, source="predicted", label=f"plan {config} {profile}",
-                model=model, profile=profile, today=today))
-    return out
 
 
 def sizing_table(sizings: Sequence[Sizing]) -> Table:
@@ -171,8 +150,8 @@ def register(app: typer.Typer) -> None:
         if not run_dirs and not plan:
             raise ConfigError("capacity: give RUN_DIR... and/or --plan CONFIG")
         costs = cost_runs(run_dirs or [], hardware, price_options, overhead=overhead, today=today)
-        costs += plan_costs(plan or [], model, workload or [], input_tokens, output_tokens, dtype, price_options,
-                            overhead, today)
+        shapes = [parse_workload(w) for w in workload or []] or [("plan", input_tokens, output_tokens)]
+        costs += planned_costs(plan or [], model, shapes, dtype, price_options, overhead, today)
         check_override_scope([parse_config(c.hardware) for c in costs], price_options)
         cands = candidates_from(costs)
         sizings = [size(c, volume, peak_factor, headroom) for c in cands]

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from infermeter.errors import ConfigError, DataError
+from infermeter.errors import ConfigError
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
                   "better, within threshold": "cyan", "no significant change": "", "no data": "dim"}
@@ -37,27 +37,6 @@ def parse_fraction(text: str, flag: str) -> float:
     if not m.group(2) and value >= 1:
         raise ConfigError(f"{flag} {text!r}: a plain number is a fraction (0.05 = 5%); did you mean {text}%?")
     return value
-
-
-def _load(path: Any, role: str) -> tuple[Any, Any]:
-    import pyarrow.parquet as pq
-
-    from infermeter.analysis.compare import READ_COLUMNS, per_request_metrics
-    from infermeter.report.rundir import load_run_dir
-
-    run = load_run_dir(path)
-    if run.steps:
-        raise DataError(f"{role} {path}: a sweep; compare one step with another, e.g. {path}/steps/0")
-    if run.requests_path is None:
-        raise DataError(f"{role} {path}: no requests.parquet; compare needs the per-request records")
-    duration = run.summary.get("duration_s")
-    if not isinstance(duration, (int, float)) or duration <= 0:
-        raise DataError(f"{role} {path}/summary.json: duration_s is {duration!r}; expected a positive number")
-    try:
-        table = pq.read_table(run.requests_path, columns=list(READ_COLUMNS))
-    except Exception as exc:  # pyarrow raises several types for unreadable files
-        raise DataError(f"{run.requests_path}: cannot read the request records ({exc})") from None
-    return run, per_request_metrics(table)
 
 
 def _pct(v: float | None, relative: bool) -> str:
@@ -109,8 +88,10 @@ def register(app: typer.Typer) -> None:
         unknown = [m for m in names if m not in METRICS]
         if unknown:
             raise ConfigError(f"--metric {', '.join(unknown)}: unknown; choose from {', '.join(METRICS)}")
-        base_run, base = _load(baseline, "baseline")
-        cand_run, cand = _load(candidate, "candidate")
+        from infermeter.report.rundir import load_for_compare
+
+        base_run, base = load_for_compare(baseline, "baseline")
+        cand_run, cand = load_for_compare(candidate, "candidate")
         result = compare_runs(base, cand, base_duration_s=float(base_run.summary["duration_s"]),
                               cand_duration_s=float(cand_run.summary["duration_s"]), rng=np.random.default_rng(seed),
                               threshold=thr, error_threshold=err_thr, confidence=confidence, resamples=resamples,

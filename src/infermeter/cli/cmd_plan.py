@@ -151,7 +151,7 @@ def _add_costs(plans: list[dict[str, Any]], input_tokens: int, output_tokens: in
 
 
 def register(app: typer.Typer) -> None:
-    from infermeter.cli.cmd_cost import with_price_flags
+    from infermeter.cli.costview import with_price_flags
 
     @app.command("plan")
     @with_price_flags

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
-from infermeter.cli.cmd_cost import with_price_flags
+from infermeter.cli.costview import with_price_flags
 from infermeter.errors import ConfigError
 
 

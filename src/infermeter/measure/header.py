@@ -23,8 +23,8 @@ import aiohttp
 
 from infermeter import __version__
 from infermeter.errors import UserError
-from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.load.shapes import BaseShape
+from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.measure.config import RunConfig, requested_rate
 from infermeter.records.header import RunHeader
 

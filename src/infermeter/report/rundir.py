@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from infermeter.analysis.compare import READ_COLUMNS, per_request_metrics
 from infermeter.analysis.results import Summary
 from infermeter.errors import DataError
 
@@ -169,3 +172,21 @@ def load_run_dirs(paths: list[str] | list[Path]) -> list[RunDir]:
         load_run_dir(r.path, alias=f"{r.label} ({r.path})") if labels.count(r.label) > 1 else r
         for r in runs
     ]
+
+
+def load_for_compare(path: str | Path, role: str) -> tuple[RunDir, Any]:
+    """A run and its per-request metrics for ``infermeter compare`` (``role``: baseline or candidate);
+    DataError naming the run when it is a sweep, has no records or no duration."""
+    run = load_run_dir(path)
+    if run.steps:
+        raise DataError(f"{role} {path}: a sweep; compare one step with another, e.g. {path}/steps/0")
+    if run.requests_path is None:
+        raise DataError(f"{role} {path}: no requests.parquet; compare needs the per-request records")
+    duration = run.summary.get("duration_s")
+    if not isinstance(duration, (int, float)) or duration <= 0:
+        raise DataError(f"{role} {path}/summary.json: duration_s is {duration!r}; expected a positive number")
+    try:
+        table = pq.read_table(run.requests_path, columns=list(READ_COLUMNS))
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise DataError(f"{run.requests_path}: cannot read the request records ({exc})") from None
+    return run, per_request_metrics(table)

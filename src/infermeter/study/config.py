@@ -33,9 +33,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infermeter.durations import parse_duration
-from infermeter.twin.spec import TwinSpec
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
+from infermeter.twin.spec import TwinSpec
 from infermeter.yamlfile import yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
