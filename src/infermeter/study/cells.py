@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from infermeter.records import store
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.saturation import arrival_throughput, steady_throughput
-from infermeter.study.sweep import StepOutcome, capacity_step, judge, plan_steps, saturation_step
+from infermeter.study.sweep import StepOutcome, capacity_step, judge, knee_bracket, plan_steps, saturation_step
 from infermeter.study.targets import Target
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -88,6 +88,16 @@ def _rates_block(o: StepOutcome) -> dict[str, Any]:
             "window_s": o.throughput.window_s if o.throughput else o.summary.get("duration_s")}
 
 
+def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome]) -> dict[str, Any]:
+    """The capacity step's rates, with the bracket the SLO edge lies in and its relative width."""
+    block = _rates_block(cap)
+    bracket = knee_bracket(outcomes)
+    lo, hi = bracket if bracket else (None, None)
+    block.update(knee_low_rps=lo, knee_high_rps=hi,
+                 knee_precision=(hi / lo - 1) if lo and hi else None)
+    return block
+
+
 def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path, outcomes: list[StepOutcome],
                    target: dict[str, Any]) -> CellResult:
     """The :class:`CellResult` of finished steps (see the module docstring)."""
@@ -114,7 +124,7 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
     return CellResult(
         config=conf.label, hardware=conf.config, profile=profile, source=source,
         model=sat.summary.get("model"), run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
-        saturation=_rates_block(sat), capacity=_rates_block(cap) if cap is not None else None,
+        saturation=_rates_block(sat), capacity=_capacity_block(cap, outcomes) if cap is not None else None,
         latency=latency, server={k: sm.get(k) for k in SERVER_KEYS}, errors=errors,
         tokens={"mean_input": sat.summary.get("mean_input_tokens"), "mean_output": sat.summary.get("mean_output_tokens")},
         target=target)

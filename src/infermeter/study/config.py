@@ -49,10 +49,12 @@ class _Frozen(BaseModel):
 class LoadPlan(_Frozen):
     """How each cell is loaded. ``sweep``: one request at a time, then a closed loop at
     ``concurrency`` (saturation), then open-loop Poisson rates at ``rate_fractions`` of the
-    saturation request rate, then ``refine`` bisection steps toward the SLO edge."""
+    saturation request rate, then up to ``refine`` bisection steps until the SLO edge is
+    bracketed to within ``precision`` (relative). Open-loop steps realize their target rate
+    (``exact_rate``: the schedule of each step is scaled to its exact mean)."""
 
     kind: Literal["sweep", "concurrency", "rate"] = "sweep"
-    sync_requests: int = Field(8, ge=1, description="requests of the one-at-a-time step")
+    sync_requests: int = Field(20, ge=1, description="requests of the one-at-a-time step (20 give a p95)")
     concurrency: int | None = Field(None, ge=1, description="closed-loop streams of the saturation step "
                                     "(default: max_num_seqs x engines when simulated, 16 when measured)")
     saturation_requests: int | None = Field(None, ge=1, description="requests of the saturation step "
@@ -60,8 +62,12 @@ class LoadPlan(_Frozen):
     rate_fractions: tuple[float, ...] = Field((0.3, 0.6, 0.9), description="open-loop rates as fractions "
                                               "of the saturation request rate")
     requests: int = Field(240, ge=1, description="requests per open-loop step")
-    refine: int = Field(1, ge=0, le=8, description="bisection steps between the last rate meeting the SLO "
-                        "and the first missing it")
+    refine: int = Field(6, ge=0, le=12, description="at most this many bisection steps between the last rate "
+                        "meeting the SLO and the first missing it")
+    precision: float = Field(0.05, gt=0, lt=1, description="stop refining when the SLO edge is bracketed to within "
+                             "this share of the rate meeting the SLO")
+    exact_rate: bool = Field(True, description="scale each open-loop step's arrivals to its exact target mean "
+                             "rate (else a short Poisson schedule misses it by about 1/sqrt(requests))")
     rate: float | None = Field(None, gt=0, description="kind=rate: the one open-loop rate (req/s)")
     warmup: int = Field(0, ge=0, description="requests per step sent first and not counted")
     arrival: Literal["poisson", "constant"] = "poisson"
@@ -90,7 +96,8 @@ class LoadPlan(_Frozen):
         fr = ", ".join(f"{f:g}" for f in self.rate_fractions)
         return (f"sweep: {self.sync_requests} requests one at a time; closed loop at concurrency {conc} "
                 f"(saturation); open-loop {self.arrival} rates at {fr} x the saturation rate, "
-                f"{self.requests} requests each; {self.refine} bisection step(s) toward the SLO edge")
+                f"{self.requests} requests each{' at their exact target mean' if self.exact_rate else ''}; "
+                f"bisection (at most {self.refine} steps) until the SLO edge is bracketed within {self.precision:.0%}")
 
 
 class Slo(_Frozen):

@@ -49,7 +49,10 @@ def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile:
     args: dict[str, Any] = {"requests": spec.requests, "warmup": spec.warmup, "seed": study.seed,
                             "profile": profile, "slo": study.slo.limits, "out": str(out_dir), "label": label}
     if spec.kind == "rate":
-        args.update(rate=spec.rate, arrival=plan.arrival)
+        from infermeter.load.shapes import ConstantArrivalRate
+
+        exact = spec.requests + spec.warmup if plan.exact_rate and spec.requests + spec.warmup >= 2 else None
+        args["shape"] = ConstantArrivalRate(rate_per_s=spec.rate, arrival=plan.arrival, exact_over=exact)
     else:
         args["concurrency"] = spec.concurrency
     return args
