@@ -49,7 +49,7 @@ class CellResult:
     config: str  # the configuration's label (its name)
     hardware: str  # the hardware configuration, e.g. 4xa100-80gb:tp4
     profile: str
-    source: str  # measured | simulated
+    source: str  # measured | emulated (an endpoint that reported itself as infermeter's twin) | simulated
     model: str | None
     run_dir: str
     steps: list[dict[str, Any]]
@@ -60,6 +60,7 @@ class CellResult:
     errors: dict[str, Any]
     tokens: dict[str, float | None]
     target: dict[str, Any] = field(default_factory=dict)
+    unavailable: str | None = None  # why the cell has no figures (e.g. "does not fit: ..."); then all blocks are empty
 
     @property
     def key(self) -> tuple[str, str]:
@@ -75,6 +76,14 @@ class CellResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CellResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def unavailable_cell(conf: Configuration, profile: str, source: str, why: str, model: str | None,
+                     run_dir: Path) -> CellResult:
+    """A cell that could not run (the configuration does not fit the model): a row with the reason."""
+    return CellResult(config=conf.label, hardware=conf.config, profile=profile, source=source, model=model,
+                      run_dir=str(run_dir), steps=[], saturation={}, capacity=None, latency={}, server={},
+                      errors={}, tokens={}, unavailable=why)
 
 
 def _pcts(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
@@ -156,9 +165,12 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
             break
     info = target.describe()
     first = cell_dir / "steps" / "0" / store.RUN
+    source = target.source
     if target.source == "measured" and first.is_file():
         info["emulated"] = (store.read_json(first).get("target") or {}).get("emulated")
-    cell = summarize_cell(conf, profile, target.source, cell_dir, outcomes, info)
+        if info["emulated"]:
+            source = "emulated"  # infermeter's own twin behind an endpoint: not a measurement of hardware
+    cell = summarize_cell(conf, profile, source, cell_dir, outcomes, info)
     write_cell(cell, study, plan.describe(), fingerprint(study, conf, profile))
     return cell
 
@@ -167,8 +179,9 @@ def fingerprint(study: StudyConfig, conf: Configuration, profile: str) -> str:
     """What a cell's numbers depend on (model, configuration, load, SLO, workload, seed), hashed."""
     import hashlib
 
-    parts = {"model": study.model, "conf": conf.model_dump(mode="json", exclude={"name", "price_per_hour",
-                                                                                   "price_source", "price_date"}),
+    parts = {"model": study.model_for(conf),
+             "conf": conf.model_dump(mode="json", exclude={"name", "price_per_hour", "price_source", "price_date", "note",
+                                                           "provider", "instance", "commitment"}),
              "profile": profile, "overrides": study.profile_overrides.get(profile), "load": study.load_for(conf).model_dump(),
              "slo": study.slo.model_dump(), "sim": study.sim_for(conf).model_dump(), "seed": study.seed}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

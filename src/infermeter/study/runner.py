@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
-from infermeter.study.cells import CellResult, fingerprint, load_cell, run_cell
+from infermeter.study.cells import CellResult, fingerprint, load_cell, run_cell, unavailable_cell
 from infermeter.study.config import StudyConfig, dump_study
 from infermeter.study.findings import Finding, write_findings
 from infermeter.study.pricing import StudyPrices, price_study
 from infermeter.study.soak import SoakResult, run_soaks
 from infermeter.study.sweep import StepOutcome
-from infermeter.study.targets import open_target
+from infermeter.study.targets import DoesNotFit, open_target
 
 Progress = Callable[[str], None]
 
@@ -104,24 +104,38 @@ def run_cells(study: StudyConfig, out_dir: Path, *, resume: bool = False,
                 todo.append((profile, cell_dir))
         if not todo:
             continue
-        with open_target(study, conf) as target:
-            targets[conf.label] = target.describe()
+        try:
+            with open_target(study, conf) as target:
+                targets[conf.label] = target.describe()
+                n = _run_todo(study, conf, target, todo, cells, n, total, say)
+        except DoesNotFit as exc:
+            why = f"does not fit: {exc}"
+            targets[conf.label] = {"kind": "twin", "model": study.model_for(conf), "unavailable": why}
             for profile, cell_dir in todo:
                 n += 1
-                if cell_dir.exists():
-                    shutil.rmtree(cell_dir)
-                say(f"[{n}/{total}] {conf.label} × {profile} ({target.source})")
-                t0 = time.perf_counter()
-                cell = run_cell(target, study, conf, profile, cell_dir,
-                                on_step=lambda o, c=conf.label, p=profile: say(_step_line(c, p, o)))
-                cap = cell.capacity
-                say(f"    -> saturation {cell.saturation['output_tokens_per_s'] or 0:,.0f} out tok/s; "
-                    + (f"SLO capacity {cap['requests_per_s']:.2f} req/s" if cap else "no step met the SLO")
-                    + f" ({time.perf_counter() - t0:.1f} s)")
-                cells.append(cell)
+                say(f"[{n}/{total}] {conf.label} × {profile}: {why}")
+                cells.append(unavailable_cell(conf, profile, "simulated", why, study.model_for(conf), cell_dir))
     order = {(c.label, p): i for i, c in enumerate(study.configurations) for p in study.profiles}
     cells.sort(key=lambda c: order.get(c.key, 0))
     return cells, targets
+
+
+def _run_todo(study: StudyConfig, conf: Any, target: Any, todo: list[tuple[str, Path]], cells: list[CellResult],
+              n: int, total: int, say: Progress) -> int:
+    for profile, cell_dir in todo:
+        n += 1
+        if cell_dir.exists():
+            shutil.rmtree(cell_dir)
+        say(f"[{n}/{total}] {conf.label} × {profile} ({target.source})")
+        t0 = time.perf_counter()
+        cell = run_cell(target, study, conf, profile, cell_dir,
+                        on_step=lambda o, c=conf.label, p=profile: say(_step_line(c, p, o)))
+        cap = cell.capacity
+        say(f"    -> saturation {cell.saturation['output_tokens_per_s'] or 0:,.0f} out tok/s; "
+            + (f"SLO capacity {cap['requests_per_s']:.2f} req/s" if cap else "no step met the SLO")
+            + f" ({time.perf_counter() - t0:.1f} s)")
+        cells.append(cell)
+    return n
 
 
 def run_study(study: StudyConfig, out_dir: Path, *, resume: bool = False, progress: Progress | None = None,

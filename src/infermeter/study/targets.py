@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from infermeter.errors import ConfigError
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.sweep import StepSpec
+from infermeter.twin.spec import TwinSpec
 
 MEASURED_DEFAULT_CONCURRENCY = 16
 
@@ -58,31 +59,54 @@ def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile:
     return args
 
 
+class DoesNotFit(ConfigError):
+    """The configuration cannot hold the model (weights, or not one KV block left): a row, not a crash."""
+
+
+def twin_spec(study: StudyConfig, conf: Configuration) -> TwinSpec:
+    """The twin's deployment of a simulated configuration: its model, dtype, engine knobs (and its
+    calibration file, where TwinSpec takes one)."""
+    spec = study.sim_for(conf).spec(study.model_for(conf), conf.config)
+    if conf.calibration is not None and "calibration" in TwinSpec.model_fields:
+        spec = spec.model_copy(update={"calibration": str(conf.calibration)})
+    return spec
+
+
 class SimulatedTarget:
-    """The twin of ``study.model`` on the configuration's hardware."""
+    """The twin of the configuration's model on its hardware."""
 
     source = "simulated"
 
     def __init__(self, study: StudyConfig, conf: Configuration) -> None:
         self.study, self.conf = study, conf
-        self.spec = study.sim_for(conf).spec(study.model, conf.config)
+        self.model = study.model_for(conf)
+        self.spec = twin_spec(study, conf)
         try:
             self.twin = self.spec.twin()
         except ConfigError as exc:
+            text = str(exc)
+            if "does not fit" in text or "no room for a single KV block" in text:
+                raise DoesNotFit(text) from None
             raise ConfigError(f"configuration {conf.label}: {exc}") from None
 
     def default_concurrency(self) -> int:
         return self.twin.config.max_num_seqs * self.twin.lanes
 
     def describe(self) -> dict[str, Any]:
-        return {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
-                "model": self.study.model}
+        info = {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
+                "model": self.model}
+        if self.conf.calibration is not None:
+            applied = "calibration" in TwinSpec.model_fields
+            info["calibration"] = {"file": str(self.conf.calibration), "applied": applied,
+                                   "note": None if applied else "kept in the study; this twin has no per-deployment "
+                                   "calibration yet (it uses the shipped one)"}
+        return info
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
         from infermeter.measure.simplan import SimPlan
 
-        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
+        cfg = RunConfig(model=self.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})
         plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
         return plan.run().summary
