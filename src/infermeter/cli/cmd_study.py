@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -62,6 +62,7 @@ def register(app: typer.Typer) -> None:
         from infermeter.study.config import build_study, dump_study
         from infermeter.study.flags import merge_flags, study_source
         from infermeter.study.runner import run_study
+        from infermeter.study.view import print_result, study_progress
 
         # `--example NAME`: the flag takes no value, so the name arrives as the positional argument
         name = (str(study_file) if study_file is not None else "default") if example else None
@@ -79,45 +80,14 @@ def register(app: typer.Typer) -> None:
             return
         folder = out or default_out_dir(f"study-{name}" if name and name != "default" else "study-example" if example else "study")
         err.print(f"[cyan]study[/] {study.describe_title()} -> {folder}", highlight=False)
-        result = run_study(study, folder, resume=resume,
-                           progress=lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
+        with study_progress(err) as (lines, events):
+            result = run_study(study, folder, resume=resume, progress=lines, events=events)
         if as_json:
             print(json.dumps({"files": {k: str(v) for k, v in result.files.items()}, "wall_s": result.wall_s,
+                              "decisions": {p: d.to_json() for p, d in result.decisions.items()},
+                              "claims": [c.to_json() for c in result.claims],
                               "findings": [f.text for f in result.findings],
-                              "best_value": {p: pk.best.cell.config for p, pk in result.prices.picks.items()}},
-                             indent=2))
+                              "best_value": {p: d.best.cell.config for p, d in result.decisions.items() if d.best}},
+                             indent=2, default=str))
             return
-        _print_result(console, result)
-
-
-def _print_result(console: Any, result: Any) -> None:
-    from rich.table import Table
-
-    from infermeter.study.matrix import METRIC, display
-
-    s = result.study
-    t = Table(title=f"Output tokens/s at saturation{' | req/s at SLO capacity' if s.slo.limits else ''}")
-    t.add_column("configuration")
-    for p in s.profiles:
-        t.add_column(p, justify="right")
-    by_key = {c.key: c for c in result.cells}
-    for conf in s.configurations:
-        row = [conf.label]
-        for p in s.profiles:
-            c = by_key.get((conf.label, p))
-            if c is None:
-                row.append("–")
-                continue
-            cc = result.prices.cost.get(c.key)
-            text = display(METRIC["sat_out"], c, cc)[1]
-            if s.slo.limits:
-                text += " | " + display(METRIC["cap_rps"], c, cc)[1].rsplit(" (", 1)[0]
-            row.append(text)
-        t.add_row(*row)
-    console.print(t)
-    console.print("[bold]Findings[/]")
-    for i, f in enumerate(result.findings, 1):
-        console.print(f"{i}. {f.text}", highlight=False, markup=False, soft_wrap=True)
-    files = result.files
-    console.print(f"report: {files['html']}  (also {files['markdown'].name}, {files['json'].name}, "
-                  f"{files['csv'].name}); {len(result.cells)} cells in {result.wall_s:.1f} s", highlight=False)
+        print_result(console, result)

@@ -100,7 +100,8 @@ class StepOutcome:
         return {
             "k": self.spec.k, "dir": f"steps/{self.spec.k}", "step_dir": f"steps/{self.spec.k}", "step": self.spec.kind,
             "kind": self.spec.kind, "describe": self.spec.describe(),
-            "concurrency": self.spec.concurrency, "offered_rate": self.offered_rate, "fraction": self.spec.fraction,
+            "concurrency": self.spec.concurrency, "offered_rate": self.offered_rate, "target_rate": self.spec.rate,
+            "fraction": self.spec.fraction,
             "requests": self.spec.requests, "meets_slo": self.meets_slo, "slo_failures": list(self.slo_failures),
             "slo_reasons": list(self.slo_failures),
             "request_throughput": r["requests_per_s"], "input_token_throughput": r["input_tokens_per_s"],

@@ -52,8 +52,9 @@ def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile:
     if spec.kind == "rate":
         from infermeter.load.shapes import ConstantArrivalRate
 
-        exact = spec.requests + spec.warmup if plan.exact_rate and spec.requests + spec.warmup >= 2 else None
-        args["shape"] = ConstantArrivalRate(rate_per_s=spec.rate, arrival=plan.arrival, exact_over=exact)
+        exact = spec.requests if plan.exact_rate and spec.requests >= 2 else None
+        args["shape"] = ConstantArrivalRate(rate_per_s=spec.rate, arrival=plan.arrival, exact_over=exact,
+                                            exact_after=spec.warmup if exact else 0)
     else:
         args["concurrency"] = spec.concurrency
     return args

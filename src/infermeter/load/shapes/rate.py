@@ -8,8 +8,8 @@ points ``u_n``; the rate maps them to wall time, ``t_n = u_n / rate``::
     >>> [round(next(offsets), 3) for _ in range(3)]
     [0.0, 0.25, 0.5]
 
-``exact_over: N`` rescales the first ``N`` arrivals so that they span exactly ``(N - 1) / rate``
-seconds: a step of ``N`` requests then *realizes* its label (a short Poisson schedule otherwise
+``exact_over: N`` rescales the schedule so that ``N`` arrivals (the first ``N`` after
+``exact_after``, e.g. after the warmup requests) span exactly ``(N - 1) / rate`` seconds: a step of ``N`` requests then *realizes* its label (a short Poisson schedule otherwise
 differs from its mean rate by about ``1/sqrt(N)``, and the same seed gives every step the same
 error). For Poisson arrivals this is the Poisson process conditioned on ``N - 1`` gaps filling
 that span (normalized exponential gaps are uniform order statistics), so the arrivals stay
@@ -42,8 +42,10 @@ class ConstantArrivalRate(BaseShape):
     rate_per_s: float = Field(gt=0, description="mean requests per second")
     arrival: str = "poisson"
     burstiness: float = Field(1.0, gt=0, description="shape k of the arrival process (gamma, weibull)")
-    exact_over: int | None = Field(None, ge=2, description="rescale the first N arrivals so they realize the "
-                                   "mean rate exactly (N = the step's requests)")
+    exact_over: int | None = Field(None, ge=2, description="rescale arrivals so N of them realize the mean rate "
+                                   "exactly (N = the step's measured requests)")
+    exact_after: int = Field(0, ge=0, description="with exact_over: the N arrivals start after this many "
+                             "(the warmup requests)")
 
     @field_validator("arrival")
     @classmethod
@@ -61,9 +63,10 @@ class ConstantArrivalRate(BaseShape):
             for u in points:
                 yield u / self.rate_per_s
             return
-        head = np.fromiter(itertools.islice(points, n), dtype=float, count=n)
-        span = float(head[-1] - head[0])
-        scale = (n - 1) / span if span > 0 else 1.0  # unit mean over the first n points
+        a = self.exact_after
+        head = np.fromiter(itertools.islice(points, a + n), dtype=float, count=a + n)
+        span = float(head[-1] - head[a])
+        scale = (n - 1) / span if span > 0 else 1.0  # unit mean over points a .. a+n-1
         for u in head:
             yield float(u) * scale / self.rate_per_s
         for u in points:  # later points keep their gaps, at the same scale
@@ -75,5 +78,6 @@ class ConstantArrivalRate(BaseShape):
     def describe(self) -> str:
         extra = f", k={self.burstiness:g}" if self.arrival in SHAPED else ""
         if self.exact_over is not None:
-            extra += f", exact mean over {self.exact_over} requests"
+            extra += f", exact mean over {self.exact_over} requests" + (
+                f" after {self.exact_after}" if self.exact_after else "")
         return f"open loop, {self.rate_per_s:g} req/s ({self.arrival}{extra})"
