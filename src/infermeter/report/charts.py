@@ -132,8 +132,8 @@ def timeseries_spec(runs: list[tuple[RunDir, RunAggregates]], colors: Colors | N
             many = len(sig.series) > 1  # several series of one run (sent vs completed, per GPU): their own colours
             ts = [line(s.name, s.t, s.v, PALETTE[i % len(PALETTE)] if many else (colors or Colors())[r.label],
                        dashed=_dashed(r)) for i, s in enumerate(sig.series)]
-            panels.append(panel(sig.title, ts, axis("time from the run start (s)"),
-                                axis(f"{sig.title} ({sig.unit})" if sig.unit else sig.title), height=300,
+            panels.append(panel(sig.title, ts, axis("time from the run start (s)"), axis(sig.unit or sig.title),
+                                height=300,
                                 legend=len(ts) > 1))
         views.append({"name": r.label, "panels": panels})
     return chart("timeseries", "Time series", views,

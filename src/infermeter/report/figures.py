@@ -83,7 +83,7 @@ def wrap(text: Any, width: int = 22) -> str:
 
 def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     """An axis with its title (say the unit) that makes room for its labels rather than clipping them."""
-    return {"title": {"text": label(title)}, "type": "log" if log else "linear", "automargin": True,
+    return {"title": {"text": wrap(title, 40)}, "type": "log" if log else "linear", "automargin": True,
             "zeroline": False, "gridcolor": "#eceff2", "linecolor": "#b8c0c8", **extra}
 
 
@@ -141,23 +141,35 @@ def threshold(value: float, text: str, along: str = "y") -> tuple[dict[str, Any]
     else:
         shape = {"type": "line", "yref": "paper", "y0": 0, "y1": 1, "xref": "x", "x0": value, "x1": value,
                  "line": {"color": "#b3261e", "width": 1.5, "dash": "dash"}}
-        note = {"yref": "paper", "y": 1, "yanchor": "bottom", "xref": "x", "x": value, "xanchor": "left",
-                "text": label(text), "showarrow": False, "font": {"color": "#b3261e", "size": 11}}
+        note = {"yref": "paper", "y": 0, "yanchor": "bottom", "xref": "x", "x": value, "xanchor": "right",
+                "text": label(text) + " ", "showarrow": False, "font": {"color": "#b3261e", "size": 11}}
     return shape, note
 
 
 def panel(title: str, data: list[dict[str, Any]], x: dict[str, Any], y: dict[str, Any], *,
           shapes: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (), height: int = 380,
           barmode: str | None = None, legend: bool = True) -> dict[str, Any]:
-    """One plot: traces, axes and limit lines; the legend sits under the plot so it never covers data."""
+    """One plot: traces, axes and limit lines. The legend sits at the bottom of the figure, under the axis title
+    (it never covers data or labels); the page prints ``title`` above the plot as text. A limit line on a linear axis widens that axis's
+    range to include it, so the line is always drawn."""
     layout: dict[str, Any] = {
         "xaxis": x, "yaxis": y, "height": height, "font": FONT, "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff", "margin": {"l": 10, "r": 16, "t": 36, "b": 10}, "hovermode": "closest",
-        "showlegend": legend, "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.22, "yanchor": "top"},
-        "title": {"text": label(title), "x": 0, "xanchor": "left", "font": {"size": 13}},
+        "plot_bgcolor": "#ffffff", "margin": {"l": 10, "r": 24, "t": 24, "b": 10}, "hovermode": "closest",
+        "showlegend": legend, "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0,
+                                          "yanchor": "bottom"},
         "shapes": [s for s, _ in shapes], "annotations": [a for _, a in shapes]}
     if barmode:
         layout["barmode"] = barmode
+    for shape, _ in shapes:
+        along = "x" if shape.get("xref") == "x" else "y"
+        ax = layout[f"{along}axis"]
+        if ax.get("type") == "log" or "range" in ax:
+            continue
+        vals = [v for t in data for v in (num(u) for u in (t.get(along) or [])) if v is not None]
+        err = [num(v) for t in data for v in ((t.get("error_y") or {}).get("array") or [])] if along == "y" else []
+        top = max([shape[f"{along}0"], *vals]) + max([e for e in err if e is not None], default=0.0)
+        bottom = min([0.0, *vals])
+        ax["range"] = [bottom, top * 1.08]
     return {"title": title, "data": data, "layout": layout}
 
 

@@ -29,7 +29,8 @@ def _interval_text(o: Option) -> str:
     if o.model is not None:
         parts.append(f"{fmt_sig_usd(o.model.lo)}–{fmt_sig_usd(o.model.hi)} ({o.model.basis})")
     else:
-        parts.append(o.model_note or "model interval: not available")
+        parts.append("model " + (o.model_note or "interval: not available").removeprefix("measured: ").replace(
+            "interval: not available", "interval: not available", 1))
     return "; ".join(parts)
 
 
@@ -54,7 +55,7 @@ def decision_cards(study: StudyConfig, decisions: dict[str, Decision], prices: S
         if d is None:
             continue
         if d.best is None:
-            out.append(Card(f"{profile}", decision_line(d), [("left out", "; ".join(d.excluded) or "–")],
+            out.append(Card(f"{profile}", decision_line(d).split(": ", 1)[1], [("left out", "; ".join(d.excluded) or "–")],
                             d.caveats, tone="warning"))
             continue
         rows = [("recommended", _option_text(d.best, study, prices)), ("its interval", _interval_text(d.best))]
@@ -69,7 +70,8 @@ def decision_cards(study: StudyConfig, decisions: dict[str, Decision], prices: S
             rows.append(("holds", d.holds_text))
         if d.excluded:
             rows.append(("left out", "; ".join(d.excluded)))
-        out.append(Card(profile, decision_line(d), rows, d.caveats, tone="warning" if d.too_close else "decision"))
+        out.append(Card(profile, decision_line(d).split(": ", 1)[1], rows, d.caveats,
+                        tone="warning" if d.too_close else "decision"))
     return out
 
 

@@ -4,7 +4,7 @@
    use textContent only. Sets body[data-charts-ready] to the number of panels drawn. */
 (function () {
   "use strict";
-  var CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"],
+  var CONFIG = {responsive: true, displaylogo: false, displayModeBar: "hover", modeBarButtonsToRemove: ["select2d", "lasso2d"],
                 toImageButtonOptions: {format: "png", scale: 2}};
 
   function el(tag, attrs, text) {
@@ -32,11 +32,18 @@
 
     function draw() {
       var view = spec.views[state.view], jobs = [];
-      while (grid.firstChild) { if (grid.firstChild.data) Plotly.purge(grid.firstChild); grid.removeChild(grid.firstChild); }
+      Array.prototype.forEach.call(grid.querySelectorAll(".js-plotly-plot"), function (gd) { Plotly.purge(gd); });
+      while (grid.firstChild) grid.removeChild(grid.firstChild);
       grid.className = "panels n" + Math.min(view.panels.length, 3);
+      var divs = view.panels.map(function (p, i) {  /* lay every panel out first, so each is drawn at its width */
+        var cell = el("div", {"class": "panel"}), div = el("div", {"class": "plot", "data-panel": String(i)});
+        if (p.title) cell.appendChild(el("div", {"class": "panel-title"}, p.title));
+        cell.appendChild(div);
+        grid.appendChild(cell);
+        return div;
+      });
       view.panels.forEach(function (p, i) {
-        var div = el("div", {"class": "panel", "data-panel": String(i)});
-        grid.appendChild(div);
+        var div = divs[i];
         var cfg = Object.assign({}, CONFIG, {modeBarButtonsToAdd: [svgButton(spec.id + "-" + i)],
                                              toImageButtonOptions: Object.assign({}, CONFIG.toImageButtonOptions,
                                                                                  {filename: spec.id + "-" + i})});
