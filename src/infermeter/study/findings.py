@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infermeter.perfmodel.configspec import parse_config
-from infermeter.report.table import fmt_pct, fmt_usd
+from infermeter.report.table import fmt_num, fmt_pct, fmt_usd
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
 from infermeter.study.decision import Decision, same_shown
@@ -414,8 +414,8 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
         hi = max(ws, key=lambda x: x["ttft_ms"][pk])
         key = windows_key(s.config)
         name = f"TTFT {pk} (ms)"
-        rl = Ref(key, window_label(lo), name, lo["ttft_ms"][pk], fmt_sig(lo["ttft_ms"][pk]))
-        rh = Ref(key, window_label(hi), name, hi["ttft_ms"][pk], fmt_sig(hi["ttft_ms"][pk]))
+        rl = Ref(key, window_label(lo), name, lo["ttft_ms"][pk], fmt_num(lo["ttft_ms"][pk]))
+        rh = Ref(key, window_label(hi), name, hi["ttft_ms"][pk], fmt_num(hi["ttft_ms"][pk]))
         b = s.budget
         totals: dict[str, int] = {}
         for x in s.windows:

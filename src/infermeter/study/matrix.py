@@ -91,8 +91,7 @@ def _int(v: float | None) -> str:
     return MISSING if v is None else f"{v:,.0f}"
 
 
-def _ms(v: float | None) -> str:
-    return fmt_num(v)
+_ms = fmt_num  # latencies (ms): the usual format, 3 significant figures when simulated
 
 
 METRICS: list[Metric] = [

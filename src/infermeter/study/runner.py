@@ -126,9 +126,9 @@ class _Cells:
         self.cells.append(cell)
         order = {(c.label, p): i for i, c in enumerate(self.study.configurations) for p in self.study.profiles}
         self.cells.sort(key=lambda c: order.get(c.key, 0))
-        self.event("done", text)
-        if self.on_cell is not None:
+        if self.on_cell is not None:  # the partial report first: a study stopped right after keeps it
             self.on_cell(self.cells, self.targets, [f"{a} × {b}" for a, b in self.todo])
+        self.event("done", text)
 
 
 def run_cells(study: StudyConfig, out_dir: Path, *, resume: bool = False, progress: Progress | None = None,
