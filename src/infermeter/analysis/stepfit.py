@@ -158,22 +158,21 @@ def fit_linear(steps: Steps) -> StepFit:
     return fit
 
 
-def frontend_overhead(table: pa.Table, fit: StepFit) -> float:
-    """Median TTFT minus the predicted prefill step, over requests that found the engine idle (none in
-    flight when they were sent): what the request cost before and after the engine (seconds, >= 0)."""
-    ok = _measured_ok(table)
-    sent = np.asarray(ok.column("sent_at").to_numpy(zero_copy_only=False), dtype=float)
-    first = np.asarray(pc.fill_null(ok.column("first_token_at").cast(pa.float64()), np.nan).to_numpy(), dtype=float)
-    ended = np.asarray(ok.column("ended_at").to_numpy(zero_copy_only=False), dtype=float)
-    prompt = np.nan_to_num(np.asarray(ok.column("prompt_tokens").to_numpy(zero_copy_only=False), dtype=float))
-    cached = np.nan_to_num(np.asarray(pc.fill_null(ok.column("cached_tokens").cast(pa.float64()), 0.0).to_numpy(),
-                                      dtype=float))
-    order = np.argsort(sent)
-    idle = []
-    for i in order:
-        busy = np.any((sent < sent[i]) & (ended > sent[i]))
-        if not busy and np.isfinite(first[i]):
-            idle.append(first[i] - sent[i] - float(fit.predict(prompt[i] - cached[i], 1)))
-    if not idle:
-        return 0.0
-    return max(0.0, float(np.median(idle)))
+def frontend_overhead(tables: pa.Table | Sequence[pa.Table], fit: StepFit) -> float:
+    """Median TTFT minus the predicted prefill step, pooled over the requests that found the engine
+    idle (none in flight when they were sent): what a request cost before and after the engine
+    (seconds, >= 0; 0 when no request found it idle)."""
+    idle: list[float] = []
+    for table in [tables] if isinstance(tables, pa.Table) else tables:
+        ok = _measured_ok(table)
+        sent = np.asarray(ok.column("sent_at").to_numpy(zero_copy_only=False), dtype=float)
+        first = np.asarray(pc.fill_null(ok.column("first_token_at").cast(pa.float64()), np.nan).to_numpy(), dtype=float)
+        ended = np.asarray(ok.column("ended_at").to_numpy(zero_copy_only=False), dtype=float)
+        prompt = np.nan_to_num(np.asarray(ok.column("prompt_tokens").to_numpy(zero_copy_only=False), dtype=float))
+        cached = np.nan_to_num(np.asarray(pc.fill_null(ok.column("cached_tokens").cast(pa.float64()), 0.0).to_numpy(),
+                                          dtype=float))
+        for i in range(sent.size):
+            busy = np.any((sent < sent[i]) & (ended > sent[i]))
+            if not busy and np.isfinite(first[i]):
+                idle.append(first[i] - sent[i] - float(fit.predict(prompt[i] - cached[i], 1)))
+    return max(0.0, float(np.median(idle))) if idle else 0.0
