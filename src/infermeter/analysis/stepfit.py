@@ -89,25 +89,27 @@ def _run_steps(table: pa.Table, eps_s: float) -> Steps:
     prompt = np.nan_to_num(np.asarray(ok.column("prompt_tokens").to_numpy(zero_copy_only=False), dtype=float))
     cached = np.nan_to_num(np.asarray(pc.fill_null(ok.column("cached_tokens").cast(pa.float64()), 0.0).to_numpy(),
                                       dtype=float))
-    ev_t, ev_r, ev_j = [], [], []
+    ev_t: list[float] = []
+    ev_r: list[int] = []
+    ev_j: list[int] = []
     for r, ts in enumerate(times):
-        for j, t in enumerate(ts or ()):
-            ev_t.append(t)
+        for k, at in enumerate(ts or ()):
+            ev_t.append(at)
             ev_r.append(r)
-            ev_j.append(j)
+            ev_j.append(k)
     if len(ev_t) < 3:
         raise DataError("no per-token times in these records (streamed runs with chunk_times are needed)")
     order = np.argsort(np.asarray(ev_t), kind="stable")
     t = np.asarray(ev_t)[order]
     rid = np.asarray(ev_r)[order]
-    j = np.asarray(ev_j)[order]
-    step_of = np.concatenate([[0], np.cumsum(np.diff(t) > eps_s)])
+    pos = np.asarray(ev_j)[order]
+    step_of: np.ndarray = np.concatenate([[0], np.cumsum(np.diff(t) > eps_s)])
     n_steps = int(step_of[-1]) + 1
     step_t = np.full(n_steps, np.inf)
     np.minimum.at(step_t, step_of, t)
     members: list[set[int]] = [set() for _ in range(n_steps)]
     first: list[set[int]] = [set() for _ in range(n_steps)]
-    for s, r, k in zip(step_of.tolist(), rid.tolist(), j.tolist()):
+    for s, r, k in zip(step_of.tolist(), rid.tolist(), pos.tolist()):
         (first if k == 0 else members)[s].add(r)
     dur, tok, seq, pre = [], [], [], []
     for s in range(1, n_steps):

@@ -90,7 +90,7 @@ class FitReport(_Frozen):
 class DeploymentCalibration(_Frozen):
     """The calibration file; see the module docstring."""
 
-    kind: Literal["infermeter-calibration"] = KIND
+    kind: Literal["infermeter-calibration"] = "infermeter-calibration"
     schema_version: Literal[1] = 1
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
     tool: str = "infermeter"
