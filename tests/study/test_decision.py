@@ -156,3 +156,28 @@ def test_the_study_page_draws_every_chart_with_nothing_clipped(result: Any) -> N
     ids = {c["id"] for c in page.charts}
     assert {"chart-decision", "chart-study-throughput", "chart-study-load", "chart-study-break-even"} <= ids
     assert all(c["std"] > 8 and c["colored"] > 40 for c in page.charts), page.charts
+
+
+def test_a_configuration_with_a_calibration_file_runs_on_its_fitted_twin(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_calfile", Path(__file__).parents[1] / "analysis" /
+                                                  "test_calibration_file.py")
+    assert spec is not None and spec.loader is not None
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    from infermeter.measure.calibrate import calibrate
+
+    cal = calibrate([helper.measured_like(tmp_path, 1, 20, "c1"), helper.measured_like(tmp_path, 4, 40, "c4")],
+                    engine="vllm-cpu", hardware="test-cpu")
+    path = cal.write(tmp_path / "cal.yaml")
+    study = build_study({"model": "llama-3.1-8b", "profiles": ["code"], "profile_overrides": {"code": {"output_tokens": "64"}},
+                         "configurations": [{"config": "h100-sxm", "name": "ours", "calibration": str(path)}, "h100-sxm"],
+                         "load": {"kind": "concurrency", "concurrency": 1, "saturation_requests": 20}}, "test")
+    res = run_study(study, tmp_path / "s", today=TODAY, now=NOW)
+    ours, shipped = res.cell("ours", "code"), res.cell("h100-sxm", "code")
+    assert ours.target["calibration"]["applied"] is True
+    # one stream: a step is base + one token + one sequence = 14.3 ms on the fitted engine, ~6 ms on the model's H100
+    tpot = ours.latency["saturation"]["tpot_ms"]["p50"]
+    assert tpot == pytest.approx(1000 * (0.013 + 0.0005 + 0.0008), rel=0.15)
+    assert shipped.latency["saturation"]["tpot_ms"]["p50"] < 0.7 * tpot

@@ -137,7 +137,8 @@ def test_report_renders_in_a_browser(result: Any, tmp_path: Path) -> None:
     path, why = cdp.ensure_chromium()
     if path is None:
         pytest.skip(why)
-    page = cdp.inspect_page(path, result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"})
+    page = cdp.inspect_page(path, result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"},
+                            before=cdp.OPEN_ALL)
     assert (page.console_errors, page.exceptions, page.log_errors) == ([], [], [])
     assert int(page.values["charts"]) >= 4
     assert all(c["std"] > 0 for c in page.charts)

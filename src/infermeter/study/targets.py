@@ -65,12 +65,20 @@ class DoesNotFit(ConfigError):
 
 
 def twin_spec(study: StudyConfig, conf: Configuration) -> TwinSpec:
-    """The twin's deployment of a simulated configuration: its model, dtype, engine knobs (and its
-    calibration file, where TwinSpec takes one)."""
-    spec = study.sim_for(conf).spec(study.model_for(conf), conf.config)
-    if conf.calibration is not None and "calibration" in TwinSpec.model_fields:
-        spec = spec.model_copy(update={"calibration": str(conf.calibration)})
-    return spec
+    """The twin's deployment of a simulated configuration: its model, dtype and engine knobs."""
+    return study.sim_for(conf).spec(study.model_for(conf), conf.config)
+
+
+def _calibrated(study: StudyConfig, conf: Configuration) -> Any:
+    """The twin of a configuration with a ``calibration`` file (``infermeter calibrate``'s): its fitted step time,
+    scheduler and KV capacity, with the study's engine knobs on top."""
+    from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
+
+    sim = study.sim_for(conf)
+    cal = DeploymentCalibration.read(Path(conf.calibration))  # type: ignore[arg-type]
+    return calibrated_twin(cal, served_model_name=study.model_for(conf), max_num_seqs=sim.max_num_seqs,
+                           max_num_batched_tokens=sim.max_num_batched_tokens,
+                           enable_prefix_caching=sim.enable_prefix_caching)
 
 
 class SimulatedTarget:
@@ -83,7 +91,7 @@ class SimulatedTarget:
         self.model = study.model_for(conf)
         self.spec = twin_spec(study, conf)
         try:
-            self.twin = self.spec.twin()
+            self.twin = _calibrated(study, conf) if conf.calibration is not None else self.spec.twin()
         except ConfigError as exc:
             text = str(exc)
             if "does not fit" in text or "no room for a single KV block" in text:
@@ -97,10 +105,8 @@ class SimulatedTarget:
         info = {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
                 "model": self.model}
         if self.conf.calibration is not None:
-            applied = "calibration" in TwinSpec.model_fields
-            info["calibration"] = {"file": str(self.conf.calibration), "applied": applied,
-                                   "note": None if applied else "kept in the study; this twin has no per-deployment "
-                                   "calibration yet (it uses the shipped one)"}
+            info["calibration"] = {"file": str(self.conf.calibration), "applied": True,
+                                   "note": "the twin's step time, scheduler and KV capacity come from this file"}
         return info
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
