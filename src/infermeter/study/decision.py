@@ -201,6 +201,14 @@ def _holds(study: StudyConfig, prices: StudyPrices, profile: str, best: str) -> 
     return mine, f"at {spans} requests/day; {last.winner} is cheapest above {fmt_sig(last.low)}"
 
 
+def short_reason(reason: str) -> str:
+    """A left-out configuration's reason without the catalog's advice (which providers have it, which flag to pass):
+    the prices table keeps the full text."""
+    for cut in ("; providers with", "; known:", "; or pass", " (in a study:"):
+        reason = reason.split(cut, 1)[0]
+    return reason
+
+
 def _price_caveat(cc: CellCost) -> str | None:
     r = cc.result
     if r is None:
@@ -223,7 +231,7 @@ def decide(study: StudyConfig, cells: list[CellResult], prices: StudyPrices) -> 
             mi, note = model_interval(cc.cell, metric)
             options.append(Option(cc, v, _search_interval(cc.cell, v, cc.basis), mi, note))
         d = Decision(profile, metric, options)
-        d.excluded = [f"{cc.cell.config}: {cc.reason}" for cc in ccs
+        d.excluded = [f"{cc.cell.config}: {short_reason(cc.reason)}" for cc in ccs
                       if cc not in ranked and cc.reason] + [f"{cc.cell.config}: no price at its cost basis"
                                                             for cc in ccs if cc not in ranked and not cc.reason]
         if d.best is not None:

@@ -33,7 +33,7 @@ from infermeter.perfmodel.configspec import parse_config
 from infermeter.report.table import fmt_num, fmt_pct, fmt_usd
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
-from infermeter.study.decision import Decision, same_shown
+from infermeter.study.decision import Decision, same_shown, short_reason
 from infermeter.study.matrix import METRIC, VALUE_METRIC, Ref, fmt_sig, ref, value
 from infermeter.study.pricing import StudyPrices
 
@@ -171,7 +171,7 @@ def _excluded(w: _Writer, profile: str) -> None:
                                                                        if sync and why else "") + ")")
             refs.append(w.r("cap_rps", c))
         elif cc.comparable and cc.result is None and cc.reason:
-            parts.append(f"{c.config} ({cc.reason})")
+            parts.append(f"{c.config} ({short_reason(cc.reason)})")
     if parts:
         w.add("excluded", f"{profile}: left out of the decision: " + "; ".join(parts) + ".", refs)
 

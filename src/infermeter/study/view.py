@@ -70,7 +70,7 @@ def print_result(console: Any, result: Any) -> None:
         if b is not None:
             iv = b.interval
             console.print("    interval: " + (f"${iv.lo:,.3g}–${iv.hi:,.3g} ({iv.basis})" if iv else "not available")
-                          + ("" if b.model else f"; {b.model_note}"), highlight=False, markup=False, soft_wrap=True)
+                          + ("" if b.model else "; model " + b.model_note), highlight=False, markup=False, soft_wrap=True)
         if d.holds_text:
             console.print(f"    holds {d.holds_text}", highlight=False, markup=False, soft_wrap=True)
         for x in d.excluded:
