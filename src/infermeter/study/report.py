@@ -153,7 +153,7 @@ def cell_rows(result: Any) -> list[dict[str, Any]]:
     for c in result.cells:
         cc = result.prices.cost[c.key]
         row: dict[str, Any] = {"configuration": c.config, "hardware": c.hardware, "profile": c.profile,
-                               "source": c.source, "model": c.model}
+                               "source": c.source, "model": c.model, "unavailable": c.unavailable}
         row.update({f"saturation_{k}": c.saturation.get(k) for k in ("requests_per_s", "input_tokens_per_s",
                                                                      "output_tokens_per_s", "concurrency")})
         row.update({f"capacity_{k}": (c.capacity or {}).get(k) for k in ("requests_per_s", "input_tokens_per_s",
