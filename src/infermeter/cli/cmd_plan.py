@@ -162,7 +162,7 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (default: --gpus when neither --tp nor --pp is given).")] = None,
         pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")] = None,
         dtype: Annotated[str, typer.Option("--dtype", help="Weights: bf16, fp16, fp8, int8, int4/awq/gptq, fp4, or a GGUF type (q4_k_m, q8_0...).")] = "bf16",
-        kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: 16-bit).")] = None,
+        kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: the engine's rule, FP8 for TensorRT-LLM FP8/FP4 checkpoints, else 16-bit).")] = None,
         input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt tokens per request.")] = 1000,
         output_tokens: Annotated[int, typer.Option("--output-tokens", help="Generated tokens per request.")] = 200,
         concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent users (closed loop) over the whole configuration.")] = 1,

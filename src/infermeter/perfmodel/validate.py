@@ -12,8 +12,9 @@ leave-one-source-out)::
     >>> report.median_abs_error_loo < 0.15
     True
 
-Conditions assumed for every row (stated in docs/performance-model.md): FP8 checkpoints also
-quantise the KV cache to FP8; TensorRT-LLM rows use 0.95 of free memory for KV (NVIDIA's
+Conditions assumed for every row (stated in docs/performance-model.md): the KV cache dtype is
+the engine's rule (:func:`precision.default_kv_dtype`: TensorRT-LLM FP8/FP4 checkpoints carry an
+FP8 cache); TensorRT-LLM rows use 0.95 of free memory for KV (NVIDIA's
 perf-overview setting); saturated rows are steady-state continuous batching at the engine's
 batch or KV-capacity limit.
 """
@@ -89,7 +90,7 @@ def load_rows(path: str | Path) -> list[Row]:
 
 
 def deployment_for(row: Row, cal: Calibration):  # noqa: ANN201 - returns api.Deployment
-    kv = "fp8" if row.weight_dtype == "fp8" else None
+    kv = None  # the engine's own rule (precision.default_kv_dtype): TensorRT-LLM FP8/FP4 checkpoints -> FP8 KV
     util = 0.95 if row.engine == "trtllm" else 0.9
     try:
         d = build_deployment(row.model, row.config, dtype=row.weight_dtype, kv_dtype=kv, engine=row.engine,
