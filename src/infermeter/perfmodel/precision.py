@@ -13,7 +13,9 @@ combination cannot run::
 Rules: bf16/fp16 run natively; fp8 runs W8A8 at the FP8 rate where FP8 tensor cores exist and
 weight-only at the BF16 rate elsewhere; int8 runs W8A8 at the INT8 rate; int4 (AWQ/GPTQ, group
 128 with FP16 scale and 4-bit zero) and GGUF types are weight-only at the FP16 rate; fp4
-(NVFP4: 4 bits + FP8 scale per 16) needs FP4 tensor cores and is refused elsewhere.
+(NVFP4: 4 bits + FP8 scale per 16) needs FP4 tensor cores and is refused elsewhere. llama.cpp
+on a GPU runs its 16-bit and dequantised GEMMs with FP16 accumulation (``fp16_acc16``: twice the
+FP32-accumulate rate on GeForce cards, the same elsewhere).
 
 KV cache dtype when none is asked for (``None`` or ``"auto"``): :func:`default_kv_dtype`, the
 engine's own rule. TensorRT-LLM inherits the KV-cache scheme of the checkpoint, and NVIDIA's FP8
@@ -107,6 +109,8 @@ def resolve_precision(hw: Hardware, dtype: str = "bf16", kv_dtype: str | None = 
     else:  # int4/awq/gptq and GGUF quants: weight-only
         weight_only = True
         notes.append(f"{d} weights are weight-only: dequantised in the kernel, GEMMs at the {half.upper()} rate")
+    if engine == "llamacpp" and hw.type == "gpu" and compute in ("bf16", "fp16"):
+        compute = "fp16_acc16"  # ggml-cuda runs its dequantised/F16 GEMMs in cuBLAS with FP16 accumulation
     kv = _ALIASES.get((kv_dtype or "").strip().lower(), (kv_dtype or "").strip().lower()) if kv_dtype else None
     if kv is None or kv == "auto":
         kv, why = default_kv_dtype(engine, d, hw)
