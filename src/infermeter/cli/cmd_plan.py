@@ -96,8 +96,8 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             con.print(f"[yellow]{p['config']}: note[/]: {note}", highlight=False)
 
 
-_METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "dec tok/s",
-                 "prefill_tokens_per_s": "pp tok/s"}
+_METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
+                 "prefill_tokens_per_s": "prompt tok/s"}
 _KIND_LABEL = {"in": "in-sample", "loo": "leave-one-out", "lopo": "leave-one-publication-out"}
 TARGETS = {"median": 0.10, "max": 0.35}  # issue 14: out of sample (leave-one-publication-out)
 
@@ -147,6 +147,7 @@ def _print_validation(report: Any, path: str) -> None:
     from rich.table import Table
 
     con = Console()
+    con = Console(width=max(con.width, 120))  # the per-row table has up to 7 columns: keep it unwrapped when piped
     kinds = report.kinds
     con.print(f"validation against {path}: {len(report.results)} published measurements\n(err = predicted / measured - 1; "
               "LOO = predicted by a fit without the row, LOPO = by a fit without the row's publication, both from the priors)",

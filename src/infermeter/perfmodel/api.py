@@ -15,13 +15,18 @@ twin can call it for every engine iteration::
 Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
-      + smax(4 L H d_h A / t_p / (P_16 * MFU), K * kvb / (BW * MBU))           attention
+      + smax(4 L H d_h A / t_p / (P_16 * MFU), r K * kvb / (BW * MBU))         attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
-      + overhead + per_seq * n                                                    engine CPU cost
+      + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
 
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
-smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp.
+smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
+``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
+whose decode attention is not group-aware). Efficiencies and engine costs come from the
+calibration (the shipped table, or a per-deployment file overlaid on it); ``engine`` may name a
+version (``trtllm@0.6.1``). :meth:`Deployment.with_values` rescales a built replica to other
+calibrated values (the fit's fast path).
 For pure decode A = K, so a step is ``C0(n) + D K``; :meth:`decode_span` and
 :meth:`steps_within` use that closed form. With ``pp > 1`` up to ``pipeline_depth`` micro-batches
 are in flight (vLLM's virtual engines): a twin may run that many batches concurrently.
