@@ -129,3 +129,14 @@ def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
     assert isinstance(res.exception, ConfigError)
     assert match in str(res.exception)
+
+
+def test_costs_carry_the_inverted_throughput_interval(app):
+    out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost", "--json").stdout)
+    lo_tps, hi_tps = out["intervals"]["saturation_output_tokens_per_s"]
+    cost, (lo, hi) = out["cost"]["usd_per_1m_output_tokens"], out["cost"]["intervals"]["usd_per_1m_output_tokens"]
+    assert lo < cost < hi
+    # dollars per token move against tokens per second: the same relative spread, the cheap end at the fast end
+    assert hi / lo == pytest.approx(hi_tps / lo_tps, rel=1e-3)
+    table = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost").output
+    assert f"(${lo:,.3f}–${hi:,.3f})" in table

@@ -77,7 +77,8 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
         table.add_row(label, *[_cell(fmt, p.get(key), key, p.get("intervals")) for p in plans])
     if any("cost" in p for p in plans):
         for label, key, fmt in _COST_ROWS:
-            table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key)) for p in plans])
+            table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key), key, (p.get("cost") or {}).get("intervals"))
+                                   for p in plans])
     con.print(table)
     for p in plans:
         c = p.get("cost")
@@ -184,6 +185,10 @@ def _print_validation(report: Any, path: str) -> None:
         con.print(f"80% prediction intervals built without each row's publication hold {frac:.1%} of {n} rows", highlight=False)
 
 
+_PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests")
+_NUM.update({"usd_per_1m_output_tokens": lambda v: f"${v:,.3f}", "usd_per_1m_total_tokens": lambda v: f"${v:,.3f}",
+             "usd_per_1m_requests": lambda v: f"${v:,.2f}"})
+
 _COST_ROWS = [
     ("$/hour", "usd_per_hour", lambda v: f"${v:,.2f}"),
     ("$/1M output tokens", "usd_per_1m_output_tokens", lambda v: f"${v:,.3f}"),
@@ -216,6 +221,11 @@ def _add_costs(plans: list[dict[str, Any]], input_tokens: int, output_tokens: in
                                        "price_source", "price_date")}
         p["cost"]["price"] = c.price.describe()
         p["cost"]["basis"] = "predicted saturation throughput"
+        iv = (p.get("intervals") or {}).get("saturation_output_tokens_per_s")
+        if iv:  # a cost per unit of work scales with 1/throughput: the throughput's interval, inverted
+            p["cost"]["intervals"] = {k: [round(p["cost"][k] * out_tps / iv[1], 4), round(p["cost"][k] * out_tps / iv[0], 4)]
+                                      for k in _PER_WORK if p["cost"].get(k) is not None}
+            p["cost"]["basis"] = "predicted saturation throughput; intervals: its 80% interval"
 
 
 def register(app: typer.Typer) -> None:
