@@ -225,7 +225,7 @@ def _add_costs(plans: list[dict[str, Any]], input_tokens: int, output_tokens: in
         if iv:  # a cost per unit of work scales with 1/throughput: the throughput's interval, inverted
             p["cost"]["intervals"] = {k: [round(p["cost"][k] * out_tps / iv[1], 4), round(p["cost"][k] * out_tps / iv[0], 4)]
                                       for k in _PER_WORK if p["cost"].get(k) is not None}
-            p["cost"]["basis"] = "predicted saturation throughput; intervals: its 80% interval"
+            p["cost"]["intervals_basis"] = "the 80% interval of the predicted saturation throughput, inverted"
 
 
 def register(app: typer.Typer) -> None:
