@@ -37,9 +37,17 @@ def test_the_decision_is_the_cheapest_comparable_cell_and_its_margin(result: Any
     assert d.best.cell.config == ranked[0][1] and d.runner_up.cell.config == ranked[1][1]
     assert d.margin == pytest.approx(ranked[1][0] / ranked[0][0] - 1)
     # the search bracket bounds the cost from below by the bracket's width
-    iv = d.best.interval
-    assert iv is not None and iv.hi == pytest.approx(d.best.value) and iv.lo < iv.hi
-    assert d.best.model is None and "not available" in d.best.model_note  # no model interval yet: none invented
+    search = d.best.search
+    assert search is not None and search.hi == pytest.approx(d.best.value) and search.lo < search.hi
+    # the performance model's 80% interval on the throughput, inverted onto the cost
+    model = d.best.model
+    assert model is not None and model.lo < d.best.value < model.hi and "80%" in model.basis
+    from infermeter.perfmodel.uncertainty import interval, regime_of
+
+    assert d.best.interval.lo == min(search.lo, model.lo) and d.best.interval.hi == max(search.hi, model.hi)
+    assert interval and regime_of  # the API it comes from
+    # too close to call exactly when the two intervals overlap
+    assert d.too_close == d.best.interval.overlaps(d.runner_up.interval)
     data = json.loads(result.files["json"].read_text())
     assert data["decisions"]["code"]["best"]["config"] == d.best.cell.config
 

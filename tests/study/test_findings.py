@@ -14,13 +14,15 @@ from infermeter.study.pricing import price_study
 TODAY = dt.date(2026, 11, 30)
 
 
-def _priced(kit: Any, h100: float, a100: float):
+def _priced(kit: Any, h100: float, a100: float, source: str = "simulated"):
+    """Two configurations priced per hour; ``source="measured"`` cells carry no model interval (a sharper call)."""
     make_cell, study_of = kit.make_cell, kit.study_of
     study = study_of([{"config": "h100-sxm", "price_per_hour": h100, "price_source": "test", "price_date": "2026-11-01"},
                       {"config": "a100-80gb", "price_per_hour": a100, "price_source": "test",
                        "price_date": "2026-11-01"}], ["chat"], slo={"ttft_ms": 2000})
     # h100: 4 req/s under the SLO, a100: 2 req/s; at $4 vs $2/h they cost the same per request.
-    cells = [make_cell("h100-sxm", "chat", 4000, cap_rps=4.0), make_cell("a100-80gb", "chat", 2000, cap_rps=2.0)]
+    cells = [make_cell("h100-sxm", "chat", 4000, cap_rps=4.0, source=source),
+             make_cell("a100-80gb", "chat", 2000, cap_rps=2.0, source=source)]
     return study, cells, price_study(study, cells, TODAY)
 
 
@@ -39,7 +41,9 @@ def test_swapping_prices_swaps_the_best_value(kit: Any) -> None:
     assert fs[0].topic == "value"
     assert text.startswith("chat: best value is a100-80gb at $278 per 1M requests (SLO capacity, simulated; "
                            "price $2.00/h, study file, 2026-11-01)")
-    assert "20.0% cheaper than h100-sxm ($347); h100-sxm has the highest throughput" in text
+    # simulated figures carry the model's 80% interval: 20% apart, the two overlap
+    assert "20.0% cheaper than h100-sxm ($347); too close to call: their intervals overlap; h100-sxm has the highest " \
+           "throughput" in text
 
     study, cells, prices = _priced(kit, h100=2.0, a100=5.0)  # the same cells, prices swapped
     text = _topic(write_findings(study, cells, prices), "value")[0].text
@@ -61,10 +65,16 @@ def test_equal_costs_are_a_tie_not_a_lead(kit: Any) -> None:
     value = _topic(fs, "value")[0].text
     assert "tied with" in value and "too close to call" in value and "0% cheaper" not in value
     assert not _topic(fs, "change")  # nothing to flip
+    _, _, prices = _priced(kit, h100=5.0, a100=2.0)
+    from infermeter.study.decision import decide
+
+    d = decide(study, cells, prices)["chat"]  # simulated: the model's interval makes a 25% margin too close to call
+    assert d.too_close and d.best.model is not None and d.best.interval.overlaps(d.runner_up.interval)
+    assert not _topic(write_findings(study, cells, prices), "change")
 
 
 def test_what_would_change_the_decision(kit: Any) -> None:
-    study, cells, prices = _priced(kit, h100=5.0, a100=2.0)
+    study, cells, prices = _priced(kit, h100=5.0, a100=2.0, source="measured")
     (f,) = _topic(write_findings(study, cells, prices), "change")
     # the runner-up (h100, $5/h, $347/1M) would match $278/1M at $4.00/h, or with 25% more capacity
     assert f.text == ("chat: h100-sxm would match a100-80gb at $4.00/h instead of $5.00/h (20.0% cheaper), or with "
@@ -72,7 +82,7 @@ def test_what_would_change_the_decision(kit: Any) -> None:
 
 
 def test_findings_are_ranked_by_what_they_change_in_the_decision(kit: Any) -> None:
-    study, cells, prices = _priced(kit, h100=5.0, a100=2.0)
+    study, cells, prices = _priced(kit, h100=5.0, a100=2.0, source="measured")
     fs = write_findings(study, cells, prices)
     topics = [f.topic for f in fs]
     assert topics[:2] == ["value", "change"]

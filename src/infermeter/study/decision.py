@@ -7,9 +7,10 @@ only from figures the tables show:
   comparable priced cells (those serving the study's model and meeting the SLO); **runner-up** the
   next; **margin** = runner-up / recommended - 1;
 - **intervals**: each value's interval, from two sources that are both real or absent — the
-  performance model's prediction interval where simulated summaries carry one
-  (``prediction_intervals``, read by :func:`model_interval`; "not available" otherwise, never
-  invented), and the SLO-capacity search's own precision: the true SLO edge lies between the
+  performance model's 80 % prediction interval for a simulated cell's throughput at its cost basis
+  (:func:`model_interval`: the summary's ``prediction_intervals`` when the simulation wrote them,
+  else :mod:`infermeter.perfmodel.uncertainty` in the figure's regime; "not available" for
+  measured or calibrated cells, never invented), and the SLO-capacity search's own precision: the true SLO edge lies between the
   capacity step and the next rate that missed, so the cost per unit lies in
   ``[cost x low / high, cost]``. The call is **too close to call** when the two configurations'
   intervals overlap;
@@ -135,38 +136,53 @@ def same_shown(a: float, b: float) -> bool:
     return sig3(a) == sig3(b)
 
 
-def model_interval(cell: CellResult, metric: str) -> tuple[Interval | None, str]:
-    """The performance model's interval for a cell's cost basis, from ``prediction_intervals`` in its
-    capacity (else saturation) step summary; (None, why) when there is none."""
+def model_interval(cell: CellResult, metric: str, study: StudyConfig | None = None,
+                   basis: str = "SLO capacity") -> tuple[Interval | None, str]:
+    """The performance model's 80% prediction interval on a simulated cell's cost basis, as an interval of its
+    cost; (None, why) when there is none. Read from ``prediction_intervals`` in the basis step's summary when the
+    simulation wrote one, else from :func:`infermeter.perfmodel.uncertainty.interval` for the throughput at the
+    basis, in its regime (the batch: the closed loop's streams at saturation; requests/s x E2E p50 at SLO
+    capacity, by Little's law). Returned as multipliers of the cost (cost is inversely proportional to
+    throughput, so the bounds swap): ``Interval(rate / high, rate / low)``."""
     if cell.source != "simulated":
         return None, "measured: one run, no model interval"
-    block = cell.capacity or cell.saturation or {}
+    block = (cell.capacity if basis == "SLO capacity" else cell.saturation) or {}
+    rate = block.get("output_tokens_per_s")
     step = block.get("step")
     s = next((x for x in cell.steps if x.get("k") == step), None) or {}
-    pis = s.get("prediction_intervals") or {}
-    if not pis:
-        from pathlib import Path
+    raw = (s.get("prediction_intervals") or {}).get("output_token_throughput")
+    if raw is not None and rate:
+        lo, hi, why = (raw["lo"], raw["hi"], str(raw.get("basis") or "performance model")) if isinstance(raw, dict) \
+            else (raw[0], raw[1], str(raw[2]) if len(raw) > 2 else "performance model")
+        return Interval(float(rate) / float(hi), float(rate) / float(lo), why), ""
+    if study is None or not rate:
+        return None, "interval: not available (no prediction interval for this cell)"
+    conf = study.configuration(cell.config)
+    if conf.calibration is not None:
+        return None, "interval: not available (a calibrated deployment: its own fit, not the model's table)"
+    try:
+        from infermeter.perfmodel import build_deployment
+        from infermeter.perfmodel.uncertainty import interval, regime_of
 
-        from infermeter.records import store
+        sim = study.sim_for(conf)
+        d = build_deployment(study.model_for(conf), cell.hardware, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
+                             gpu_memory_utilization=sim.gpu_memory_utilization)
+        mi = max(1, round(cell.tokens.get("mean_input") or 1))
+        mo = max(1, round(cell.tokens.get("mean_output") or 1))
+        if basis == "SLO capacity":
+            e2e = ((cell.latency.get("capacity") or {}).get("e2e_ms") or {}).get("p50") or 0.0
+            batch, which = max(1, round((block.get("requests_per_s") or 0.0) * e2e / 1000)), "output_tokens_per_s"
+        else:
+            batch, which = max(1, int(block.get("concurrency") or 1)), "saturation_output_tokens_per_s"
+        lo, hi, why = interval(which, float(rate), regime_of(d, which, mi, mo, batch))
+    except Exception as exc:  # the model cannot place this deployment: say so, invent nothing
+        return None, f"interval: not available ({exc})"
+    import re
 
-        p = Path(cell.run_dir) / "steps" / str(step) / store.SUMMARY
-        if p.is_file():
-            pis = (store.read_json(p).get("prediction_intervals") or {})
-    key = {"usd_per_1m_requests": "request_throughput", "usd_per_1m_output_tokens": "output_token_throughput",
-           "usd_per_1m_total_tokens": "total_token_throughput"}[metric]
-    raw = pis.get(key) if isinstance(pis, dict) else None
-    if raw is None:
-        return None, "interval: not available (the performance model gives no prediction interval yet)"
-    if isinstance(raw, dict):
-        lo, hi, basis = raw.get("lo"), raw.get("hi"), str(raw.get("basis") or "performance model")
-    else:
-        lo, hi, basis = raw[0], raw[1], str(raw[2]) if len(raw) > 2 else "performance model"
-    rate = block.get({"request_throughput": "requests_per_s", "output_token_throughput": "output_tokens_per_s",
-                      "total_token_throughput": "total_tokens_per_s"}[key])
-    if not (lo and hi and rate):
-        return None, "interval: not available (incomplete prediction interval)"
-    # cost is inversely proportional to throughput; the interval is given on the summary's throughput
-    return Interval(float(rate) / float(hi), float(rate) / float(lo), basis), ""
+    reg, n = re.search(r"regime (\S+?),", why), re.search(r"\(n=(\d+)\)", why)
+    short = "performance model's 80% interval" + (f" ({reg.group(1)}" if reg else "") + (
+        f", {n.group(1)} out-of-sample rows)" if n and reg else ")" if reg else "")
+    return Interval(float(rate) / hi, float(rate) / lo, short), ""
 
 
 def _search_interval(cell: CellResult, value: float, basis: str) -> Interval | None:
@@ -228,7 +244,9 @@ def decide(study: StudyConfig, cells: list[CellResult], prices: StudyPrices) -> 
         options = []
         for cc in ranked:
             v = float(cc.value(metric) or 0.0)
-            mi, note = model_interval(cc.cell, metric)
+            mi, note = model_interval(cc.cell, metric, study, cc.basis)
+            if mi is not None:  # the interval is on throughput's scale (1/cost): put it on the cost's
+                mi = Interval(v * mi.lo, v * mi.hi, mi.basis)
             options.append(Option(cc, v, _search_interval(cc.cell, v, cc.basis), mi, note))
         d = Decision(profile, metric, options)
         d.excluded = [f"{cc.cell.config}: {short_reason(cc.reason)}" for cc in ccs
