@@ -17,7 +17,7 @@ from infermeter.report.content import Card
 from infermeter.report.table import Cell, Table, fmt_usd
 from infermeter.study.claims import ClaimCheck
 from infermeter.study.config import StudyConfig
-from infermeter.study.decision import UNIT, Decision, Option, decision_line
+from infermeter.study.decision import UNIT, Decision, Option, decision_line, same_shown
 from infermeter.study.matrix import METRIC, VALUE_METRIC, display, fmt_sig, fmt_sig_usd
 from infermeter.study.pricing import StudyPrices
 
@@ -64,7 +64,8 @@ def decision_cards(study: StudyConfig, decisions: dict[str, Decision], prices: S
             rows += [("runner-up", _option_text(d.runner_up, study, prices)),
                      ("its interval", _interval_text(d.runner_up)),
                      ("margin", (f"{m:.1%}" if m >= 0.0005 else "none") + (
-                         ": too close to call (the intervals overlap or the figures tie)" if d.too_close
+                         (": a tie" if same_shown(d.best.value, d.runner_up.value) else
+                          ": too close to call (the intervals overlap)") if d.too_close
                          else ": the intervals do not overlap"))]
         if d.holds_text:
             rows.append(("holds", d.holds_text))
