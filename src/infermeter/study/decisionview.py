@@ -95,7 +95,7 @@ def decision_table(study: StudyConfig, decisions: dict[str, Decision]) -> Table:
                  note="Margin = runner-up / recommended - 1. Too close to call: the two figures' intervals overlap.")
 
 
-VERDICT_TEXT = {"impossible": "IMPOSSIBLE: beyond the physical ceiling", "implausible": "implausible: above 90% of it",
+VERDICT_TEXT = {"impossible": "IMPOSSIBLE (beyond the ceiling)", "implausible": "implausible (above 90% of it)",
                 "possible": "possible", "not checked": "not checked"}
 
 
@@ -103,17 +103,17 @@ def claims_table(checks: list[ClaimCheck]) -> Table:
     rows = []
     for c in checks:
         flag = "bad" if c.verdict == "impossible" else None
-        rows.append([Cell.text(c.claim.text), Cell.text(f"{c.model} ({c.dtype}) on {c.hardware}"),
+        rows.append([Cell.text(c.claim.text), Cell.text(VERDICT_TEXT.get(c.verdict, c.verdict), flag=flag),
+                     Cell.text(f"{c.model} ({c.dtype}) on {c.hardware}"),
                      Cell.text(c.claim.canonical_metric), Cell(fmt_sig(c.claim.value) + " " + c.unit, c.claim.value),
                      Cell((fmt_sig(c.ceiling) + " " + c.unit) if c.ceiling else "–", c.ceiling),
                      Cell(f"{c.ratio_to_ceiling:.2f}x" if c.ratio_to_ceiling else "–", c.ratio_to_ceiling),
                      Cell((fmt_sig(c.predicted) + " " + c.unit) if c.predicted else "–", c.predicted),
                      Cell((fmt_sig(c.study_value) + " " + c.unit) if c.study_value else "–", c.study_value),
-                     Cell.text(VERDICT_TEXT.get(c.verdict, c.verdict), flag=flag),
                      Cell.text(c.study_source or c.claim.source)])
     return Table("claims", "Published claims against the physical ceiling", [
-        "claim", "where", "metric", "claimed", "physical ceiling", "claim / ceiling", "calibrated model",
-        "this study", "verdict", "source"], rows, section="decision",
+        "claim", "verdict", "where", "metric", "claimed", "physical ceiling", "claim / ceiling", "calibrated model",
+        "this study", "source"], rows, section="decision",
         note="Ceiling: the same model on ideal hardware (100% of datasheet bandwidth and compute, no overheads), as "
              "`infermeter plan --check`; a claim above it cannot be true as stated. 'This study' is its own figure "
              "for that configuration one request at a time (simulated unless measured).")
