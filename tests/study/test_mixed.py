@@ -41,7 +41,7 @@ def test_each_cell_is_measured_or_simulated_as_configured(mixed: Any) -> None:
     assert m.target["url"].startswith("http://127.0.0.1:") and s.target["kind"] == "twin"
     assert m.saturation["output_tokens_per_s"] > 0 and m.saturation["concurrency"] == 8
     step0 = json.loads((Path(m.run_dir) / "steps" / "0" / "run.json").read_text())
-    assert (step0["source"], step0["hardware"], step0["profile"]) == ("measured", "a10g", "chat")
+    assert (step0["source"], step0["hardware"], step0["profile"]) == ("emulated", "a10g", "chat")
 
 
 def test_every_figure_says_where_it_came_from(mixed: Any) -> None:

@@ -232,7 +232,7 @@ def completeness(run: dict[str, Any], records: int) -> list[Finding]:
     planned = (load.get("limits") or {}).get("requests") if isinstance(load, dict) else None
     of = f"; {records} of {planned} requests" if planned else ""
     runtime = run.get("runtime")
-    if not runtime and run.get("source", "measured") == "measured" and "load" in run:
+    if not runtime and run.get("source", "measured") in ("measured", "emulated") and "load" in run:
         return [Finding(code="incomplete", severity="warning",
                         message="the run did not finish (killed?); this summary covers the records on disk" + of)]
     if isinstance(runtime, dict) and runtime.get("interrupted"):

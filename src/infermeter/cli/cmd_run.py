@@ -71,8 +71,7 @@ def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignor
             out_console.print(f"[cyan]target: embedded emulator[/] — {target_line(emu)}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
-        out_console.print(summary_table({**s, "source": "emulated"} if emu and s.get("source") == "measured" else s,
-                                        None))  # the emulator is infermeter's twin, not a measured GPU
+        out_console.print(summary_table(s, None))
         out_console.print(f"results: {result.run_dir}")
     if s["completed"] == 0 and s["failed"]:
         top = max(s["errors"].items(), key=lambda kv: kv[1])[0]

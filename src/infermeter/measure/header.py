@@ -67,7 +67,7 @@ def build_header(cfg: RunConfig, shape: BaseShape, workload_info: dict[str, Any]
     load = {**shape.header(), "limits": {
         "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
         "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None}}
-    if source == "measured":
+    if source != "simulated":
         load.update(workers=cfg.workers, backend="ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local"))
     config = cfg.public()
     if config_extra:
@@ -83,7 +83,9 @@ def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulate
                calibration: dict[str, Any] | None) -> dict[str, Any]:
     """A measured run's ``run.json`` before it runs."""
     cfg = m.cfg
-    run = build_header(cfg, m.shape, m.workload.describe(), source="measured", label=label, model=model,
+    # a run against infermeter's own emulator measured a digital twin, not the hardware it models
+    run = build_header(cfg, m.shape, m.workload.describe(), source="emulated" if emulated else "measured",
+                       label=label, model=model,
                        hardware=cfg.hardware or ((emulated or {}).get("hardware")),
                        target={"url": url, "embedded": embedded,
                                "engine": (emulated and "infermeter-emulator") or None, "emulated": emulated})

@@ -57,7 +57,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
-    header = {"schema_version": 1, "tool": "infermeter", "source": "measured", "label": label, "model": model,
+    header = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",
+              "label": label, "model": model,
               "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
@@ -76,7 +77,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     result = await run_plan(plan, measure_step, judge, should_stop=lambda: m.stopped)
     first = store.read_json(run_dir / "steps" / "0" / store.RUN)
     run = {k: v for k, v in first.items() if k not in ("runtime", "server_metrics", "calibration", "notices")}
-    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at")})
+    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at"),
+                "source": first.get("source", header["source"])})
     if calibration.get("value"):
         run["calibration"] = calibration["value"]
     summary = _write(run_dir, run, result, judge, plan)
@@ -95,7 +97,7 @@ def _plan_load(plan: Any, steps: int | None) -> dict[str, Any]:
 
 def _write(run_dir: Path, run: dict[str, Any], result: Any, judge: SloJudge, plan: Any) -> dict[str, Any]:
     summary = plan_summary(result, judge, plan)
-    summary.update({"label": run.get("label"), "source": "measured", "model": run.get("model"),
+    summary.update({"label": run.get("label"), "source": run.get("source", "measured"), "model": run.get("model"),
                     "run_dir": str(run_dir)})
     # An alert that fired in any step fires for the plan (exit code 3), named with its step.
     fired = []
