@@ -16,9 +16,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from infermeter.cli.help import App
+
 
 def register(app: typer.Typer) -> None:
-    engine_app = typer.Typer(help="Install, start and stop a real inference engine on 127.0.0.1.", no_args_is_help=True)
+    engine_app = App(help="Install, start and stop a real inference engine on 127.0.0.1.", no_args_is_help=True)
     app.add_typer(engine_app, name="engine")
 
     @engine_app.command("install")

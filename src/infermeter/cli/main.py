@@ -16,9 +16,10 @@ import typer
 from rich.console import Console
 
 from infermeter import __version__
+from infermeter.cli.help import App
 from infermeter.errors import UserError
 
-app = typer.Typer(
+app = App(
     name="infermeter",
     help="Measure, model and price LLM serving.",
     no_args_is_help=True,
@@ -35,7 +36,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Measure, model and price LLM serving."""
 
