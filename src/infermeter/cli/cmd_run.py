@@ -66,9 +66,11 @@ def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignor
     if as_json:
         print(json.dumps(s, indent=2))
     else:
-        emu = (result.run.get("target") or {}).get("emulated")
+        target = result.run.get("target") or {}
+        emu = target.get("emulated")
         if emu:
-            out_console.print(f"[cyan]target: embedded emulator[/] — {target_line(emu)}", highlight=False)
+            what = "embedded emulator" if target.get("embedded") else f"infermeter emulator at {target.get('url')}"
+            out_console.print(f"[cyan]target: {what}[/] — {target_line(emu)}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
         out_console.print(summary_table(s, None))

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
 from infermeter.cli.fit import Fit, make_table
+from infermeter.client.errors import status_of
 
 
 def _f(v: Any, fmt: str = ".1f") -> str:
@@ -106,16 +107,16 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     return Group(*parts)
 
 
-def error_table(s: dict[str, Any]) -> Table:
-    """Failed requests by class, with the most common message of each."""
-    t = Table(title="Errors", title_justify="left", show_edge=False)
-    t.add_column("class", style="red")
-    t.add_column("count", justify="right")
-    t.add_column("most common message", overflow="fold")
+def error_table(s: dict[str, Any]) -> Fit:
+    """Failed requests by class, with the HTTP status and the message most common in each."""
+    t = make_table("Errors", [("class", "name"), ("count", "num"), ("status", "num"), ("most common message", "text")],
+                   title_justify="left")
     msgs = s.get("error_messages") or {}
     for cls, n in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1]):
-        t.add_row(cls, str(n), str(msgs.get(cls) or ""))
-    return t
+        msg = str(msgs.get(cls) or "")
+        status = status_of(msg)
+        t.add_row(Text(cls, style="red"), str(n), "–" if status is None else str(status), Text(msg))
+    return Fit(t)
 
 
 def verdict_lines(s: dict[str, Any]) -> list[Text]:

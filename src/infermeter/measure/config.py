@@ -155,8 +155,16 @@ class RunConfig(BaseModel):
         return float(v)
 
     def public(self) -> dict[str, Any]:
+        """The config as run.json records it: no secret (the API key, an emulator's --api-key) is written."""
         d = self.model_dump(mode="json")
         d["api_key"] = "***" if self.api_key else None
+        args = list(d.get("emulator_args") or [])
+        for i, a in enumerate(args):
+            if a == "--api-key" and i + 1 < len(args):
+                args[i + 1] = "***"
+            elif a.startswith("--api-key="):
+                args[i] = "--api-key=***"
+        d["emulator_args"] = args
         return d
 
 

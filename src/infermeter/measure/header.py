@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from infermeter import __version__
+from infermeter.client.errors import AUTH_STATUSES, auth_hint, http_detail
 from infermeter.errors import UserError
 from infermeter.load.shapes import BaseShape
 from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
@@ -44,9 +45,15 @@ def host_info() -> dict[str, Any]:
 
 
 async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """First model id from /v1/models (None when the server has no such endpoint)."""
+    """First model id from /v1/models (None when the server has no such endpoint).
+
+    A 401/403 there is a UserError naming the status and what to pass: every request would fail."""
     try:
         async with session.get(url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status in AUTH_STATUSES:
+                body = (await r.content.read(512)).decode("utf-8", "replace")
+                raise UserError(f"{url}/v1/models: {http_detail(r.status, body)}; "
+                                f"{auth_hint(r.status, 'Authorization' in headers)}")
             if r.status != 200:
                 return None, {}
             body = await r.json(content_type=None)
@@ -106,6 +113,9 @@ def runtime(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "max_in_flight": sum(s.get("max_in_flight", 0) for s in ok), "client_cpu": max(cpu) if cpu else None,
         "wall_s": max((s.get("wall_s", 0.0) for s in ok), default=0.0),
         "interrupted": any(s.get("interrupted") for s in ok) or len(ok) < len(stats)}
+    halted = next((s["halted"] for s in ok if s.get("halted")), None)
+    if halted:
+        out["halted"] = halted
     if len(stats) > 1 or any("clock_offset_s" in s for s in stats):
         out["workers"] = stats
     return out

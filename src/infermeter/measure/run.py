@@ -29,6 +29,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.analysis.accumulator import Accumulator, build_summary
+from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
@@ -71,6 +72,7 @@ class Measurement:
         self.notify = notify or (lambda msg: None)
         self.resume_dir = resume_dir
         self.stopped = False
+        self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
         self.plan = build_plan(cfg)
@@ -179,6 +181,11 @@ class Measurement:
             apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
+        if self.auth_failure:
+            fail = self.auth_failure
+            raise UserError(f"{url}: {fail.get('detail') or 'HTTP ' + str(fail.get('status'))} on the first requests; "
+                            f"{auth_hint(int(fail.get('status') or 401), bool(cfg.api_key))} "
+                            f"(run stopped; {summary['failed']} failed requests recorded in {run_dir})")
         if cfg.history:
             self._index(run_dir)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
@@ -229,12 +236,17 @@ class Measurement:
             on_start(t0)
             if self.stopped:
                 work.stop()
-            return [await work.run(t0)]
+            return self._note_halts([await work.run(t0)])
         self._active = pool
         self.live = pool.live
         if self.stopped:
             pool.stop()
-        return list(await pool.run(on_start=on_start))
+        return self._note_halts(list(await pool.run(on_start=on_start)))
+
+    def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
+        self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
+        return stats
 
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
         """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""

@@ -2,7 +2,8 @@
 
 Serves ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming with
 usage, or not), ``GET /v1/models``, ``/health`` and, when the backend has one,
-``/metrics``. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
+``/metrics``. With ``api_key`` the ``/v1`` routes answer 401 without
+``Authorization: Bearer KEY``, as vLLM's ``--api-key`` does. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
 faults from a :class:`~infermeter.engines.emulator.faults.FaultPlan`::
 
     app = make_app(SimpleBackend(ttft_s=0.05, itl_s=0.01))
@@ -184,10 +185,24 @@ class EmulatorServer:
 EMULATOR_KEY = web.AppKey("emulator", EmulatorServer)
 
 
+def require_key(api_key: str) -> Any:
+    """Middleware: /v1 routes need ``Authorization: Bearer KEY`` (vLLM's --api-key: 401 otherwise)."""
+    expected = f"Bearer {api_key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/v1") and request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
 def make_app(backend: Backend, *, faults: FaultPlan | None = None,
-             count_tokens: Callable[[str], int] | None = None) -> web.Application:
+             count_tokens: Callable[[str], int] | None = None, api_key: str | None = None) -> web.Application:
     srv = EmulatorServer(backend, faults=faults, count_tokens=count_tokens)
-    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app = web.Application(client_max_size=256 * 1024 * 1024,
+                          middlewares=[require_key(api_key)] if api_key else [])
     app[EMULATOR_KEY] = srv
     app.router.add_get("/v1/models", srv.models)
     app.router.add_get("/health", srv.health)
