@@ -1,8 +1,8 @@
 """Help is readable at 80 and 120 columns: every flag whole, no line past the width, nothing cut."""
 
-import click
 import pytest
 import typer
+from typer.core import TyperGroup
 from typer.testing import CliRunner
 
 from infermeter.cli.main import app
@@ -13,7 +13,7 @@ def _commands():
     out = [((), root)]
     for name, cmd in root.commands.items():
         out.append(((name,), cmd))
-        if isinstance(cmd, click.Group):
+        if isinstance(cmd, TyperGroup):
             out += [((name, sub), c) for sub, c in cmd.commands.items()]
     return out
 
@@ -35,7 +35,7 @@ def test_help_shows_every_flag_whole_within_the_width(path, cmd, width):
         for opt in (*param.opts, *param.secondary_opts):
             if opt.startswith("-"):
                 assert opt in words, f"{opt} missing or cut in `{' '.join(path)} --help` at {width} columns"
-    if isinstance(cmd, click.Group):
+    if isinstance(cmd, TyperGroup):
         for name, sub in cmd.commands.items():
             assert name in words
             # the whole first paragraph of each command's help is there, wrapped but not cut

@@ -45,10 +45,12 @@ class CampaignRunner:
         self.notify = notify
         self.restart = restart
         self.stopping = False
+        self.signal: int | None = None  # the signal that stopped it (SIGINT, SIGTERM)
         self._current: Measurement | None = None
 
-    def stop(self) -> None:
+    def stop(self, signum: int | None = None) -> None:
         self.stopping = True
+        self.signal = self.signal or signum
         if self._current is not None:
             self._current.stop()
 
@@ -121,7 +123,7 @@ class CampaignRunner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, self.stop, sig)
             except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not the main thread
                 pass
         if self.stopping:

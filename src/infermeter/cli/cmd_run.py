@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infermeter.cli.flags import GRACE, LOAD, OUTPUT, PLANS, SCALE, SLO, SOAK, TARGET, TELEMETRY, TIMEOUTS, WORKLOAD
+from infermeter.cli.interrupt import interrupted
 from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.errors import ConfigError, UserError
@@ -49,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json)
+            _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json, measurement, console)
             return
         try:
             cfg = RunConfig(**values)
@@ -58,10 +59,10 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json)
+        _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json, measurement, console)
 
 
-def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _finish(result, out_console: Console, as_json: bool, measurement=None, console=None) -> None:  # type: ignore[no-untyped-def]
     s = result.summary
     if as_json:
         print(json.dumps(s, indent=2))
@@ -75,6 +76,9 @@ def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignor
             out_console.print(steps_table(s))
         out_console.print(summary_table(s, None))
         out_console.print(f"results: {result.run_dir}")
+    if measurement is not None and measurement.stopped:
+        interrupted(console or out_console, f"the summary covers the requests that finished; results in {result.run_dir}",
+                    getattr(measurement, "signal", None))
     if s["completed"] == 0 and s["failed"]:
         top = max(s["errors"].items(), key=lambda kv: kv[1])[0]
         raise UserError(f"every request failed ({s['failed']}; mostly {top}); results kept in {result.run_dir}")
@@ -116,9 +120,14 @@ def _num(v, fmt: str) -> str:  # type: ignore[no-untyped-def]
 
 async def _run_with_progress(measurement, console: Console):  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        measurement.signal = getattr(measurement, "signal", None) or signum
+        measurement.stop()
+
     try:
-        loop.add_signal_handler(signal.SIGINT, measurement.stop)
-        loop.add_signal_handler(signal.SIGTERM, measurement.stop)
+        loop.add_signal_handler(signal.SIGINT, on_signal, signal.SIGINT)
+        loop.add_signal_handler(signal.SIGTERM, on_signal, signal.SIGTERM)
     except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
         pass
     task = asyncio.create_task(measurement.run())
@@ -132,6 +141,4 @@ async def _run_with_progress(measurement, console: Console):  # type: ignore[no-
                 await asyncio.wait({task}, timeout=0.25)
     else:
         await asyncio.wait({task})
-    if measurement.stopped:
-        console.print("[yellow]stopped: summary covers the requests that finished[/]")
     return task.result()

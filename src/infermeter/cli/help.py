@@ -14,12 +14,14 @@ so ``COLUMNS=80 infermeter run --help`` shows every flag and every word::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 from pydantic import BaseModel
 from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:  # typer's click (vendored in recent typer)
+    from typer.core import _click as click
 
 MAX_HELP_WIDTH = 100  # help wraps at the terminal width, up to this many columns
 
