@@ -22,7 +22,7 @@ from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
 from infermeter.measure.config import RunConfig, build_plan
-from infermeter.measure.header import default_out_dir, discover_model
+from infermeter.measure.header import default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
 
@@ -49,7 +49,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         model = cfg.model or (await discover_model(session, url, headers))[0]
     if not model:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
-    label = cfg.label or f"{model}-{plan.kind}"
+    label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())
     run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--out {run_dir}: is a file, not a directory")

@@ -45,7 +45,14 @@ from infermeter.measure.config import (
     soak_settings,
     specs_for,
 )
-from infermeter.measure.header import check_capacity, default_out_dir, discover_model, run_header, runtime
+from infermeter.measure.header import (
+    check_capacity,
+    default_label,
+    default_out_dir,
+    discover_model,
+    run_header,
+    runtime,
+)
 from infermeter.records import store
 
 
@@ -127,7 +134,7 @@ class Measurement:
             if not model:
                 raise UserError(f"{url}/v1/models gave no model id; pass --model")
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
-            label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
+            label = cfg.label or default_label(model, url, embedded, self.shape, self.workload.describe())
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
             if run_dir.exists() and not run_dir.is_dir():
                 raise ConfigError(f"--out {run_dir}: is a file, not a directory")
