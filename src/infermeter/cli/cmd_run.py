@@ -16,7 +16,20 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from infermeter.cli.flags import GRACE, LOAD, OUTPUT, PLANS, SCALE, SLO, SOAK, TARGET, TELEMETRY, TIMEOUTS, WORKLOAD
+from infermeter.cli.flags import (
+    GRACE,
+    LOAD,
+    OUTPUT,
+    PLANS,
+    SALT,
+    SCALE,
+    SLO,
+    SOAK,
+    TARGET,
+    TELEMETRY,
+    TIMEOUTS,
+    WORKLOAD,
+)
 from infermeter.cli.interrupt import interrupted
 from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
@@ -33,7 +46,7 @@ def _config_error(exc: ValidationError) -> ConfigError:
 
 def register(app: typer.Typer) -> None:
     @app.command("run", no_args_is_help=False)
-    @with_flags(TARGET, LOAD, GRACE, PLANS, SCALE, SOAK, WORKLOAD, TIMEOUTS, SLO, OUTPUT, TELEMETRY)
+    @with_flags(TARGET, LOAD, GRACE, PLANS, SCALE, SOAK, WORKLOAD, SALT, TIMEOUTS, SLO, OUTPUT, TELEMETRY)
     def run(
         values: dict[str, Any],
         resume: Optional[Path] = typer.Option(None, help="Continue the killed soak run in this directory (other flags come from its run.json)."),

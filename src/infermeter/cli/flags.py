@@ -112,6 +112,7 @@ WORKLOAD = _run({
     "profile_overrides": FlagSpec(flag="--set", annotation=Optional[list[str]], convert=_pairs, show_default=False,
                                   metavar="KEY=VALUE"),
 }, "Workload")
+SALT = _run({"prompt_salt": None}, "Workload")  # run only: simulated runs have no cache to carry over
 TIMEOUTS = _run({
     "connect_timeout_s": FlagSpec(flag="--connect-timeout", annotation=Optional[str], convert=_duration,
                                   metavar="DURATION", show_default="10s"),

@@ -28,10 +28,15 @@ from infermeter.records import store
 
 
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
-    """The RunConfig of step ``k``: the step's shape itself, everything else from the plan's config."""
+    """The RunConfig of step ``k``: the step's shape itself, everything else from the plan's config.
+
+    Each step sends its own prompt text (salt = the plan's + k), so a step never finds the previous
+    steps' prompts in the server's prefix cache; ``--prompt-salt 0`` sends the seed's own text every time."""
+    salt = cfg.prompt_salt + k if cfg.prompt_salt else cfg.prompt_salt
     return cfg.model_copy(update={"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
                                   "shape": step.shape, "out": str(run_dir / "steps" / str(k)), "history": False,
-                                  "label": f"{label} step {k} ({step.name}, {step_load(step)})"})
+                                  "label": f"{label} step {k} ({step.name}, {step_load(step)})",
+                                  "prompt_salt": salt})
 
 
 def step_load(step: Step) -> str:

@@ -44,6 +44,7 @@ from infermeter.measure.config import (
     resume_config,
     soak_settings,
     specs_for,
+    with_prompt_salt,
 )
 from infermeter.measure.header import (
     check_capacity,
@@ -74,6 +75,7 @@ class Measurement:
 
     def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
                  notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
+        cfg = with_prompt_salt(cfg)  # new prompt text per run unless --prompt-salt says otherwise
         self.cfg = cfg
         self.live: Any = live or LiveStats()
         self.notify = notify or (lambda msg: None)
@@ -182,6 +184,10 @@ class Measurement:
         else:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
+        warm = warm_cache_warning(summary, self.workload.describe(), cfg.prompt_salt)
+        if warm:
+            summary.setdefault("warnings", []).append(warm)
+            self.notify(warm)
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
@@ -288,6 +294,23 @@ class Measurement:
         await scraper.stop()
         scraper.write(run_dir)
         return scraper.summary()  # type: ignore[no-any-return]
+
+
+WARM_CACHE_HIT_RATE = 0.10  # a workload that shares no prefixes should see (almost) no prefix-cache hits
+
+
+def warm_cache_warning(summary: dict[str, Any], workload: dict[str, Any], prompt_salt: int | None) -> str | None:
+    """A warning when the server's prefix-cache hit rate is high on a workload that shares no prefixes:
+    the cache held these prompts before the run (an earlier run with the same seed and salt)."""
+    hit = (summary.get("server_metrics") or {}).get("prefix_cache_hit_rate")
+    if workload.get("shares_prefixes") is not False or not isinstance(hit, (int, float)) or hit <= WARM_CACHE_HIT_RATE:
+        return None
+    why = ("the same --seed with --prompt-salt 0 sends the same text every run" if not prompt_salt else
+           f"an earlier run sent these prompts (--prompt-salt {prompt_salt})")
+    return (f"prefix_cache_warm: the server's prefix-cache hit rate was {hit:.0%} on a workload whose prompts share "
+            f"no prefix, so its cache was warm ({why}); latencies are too low. Reset the cache between runs (vLLM "
+            "and the emulator: POST /reset_prefix_cache, vLLM with VLLM_SERVER_DEV_MODE=1) or leave --prompt-salt "
+            "unset for new text each run")
 
 
 def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: dict[str, Any],

@@ -1,8 +1,8 @@
 """The emulated OpenAI-compatible server (aiohttp), driven by a timing backend.
 
 Serves ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming with
-usage, or not), ``GET /v1/models``, ``/health`` and, when the backend has one,
-``/metrics``. With ``api_key`` the ``/v1`` routes answer 401 without
+usage, or not), ``GET /v1/models``, ``/health``, ``POST /reset_prefix_cache`` (vLLM's dev
+endpoint) and, when the backend has one, ``/metrics``. With ``api_key`` the ``/v1`` routes answer 401 without
 ``Authorization: Bearer KEY``, as vLLM's ``--api-key`` does. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
 faults from a :class:`~infermeter.engines.emulator.faults.FaultPlan`::
 
@@ -86,6 +86,16 @@ class EmulatorServer:
         if text is None:
             raise web.HTTPNotFound(text="this backend exports no metrics")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """``POST /reset_prefix_cache`` as vLLM's dev endpoint (campaigns call it between runs); 409 while
+        requests hold cache blocks (vLLM logs that and leaves the cache as it is)."""
+        reset = getattr(self.backend, "reset_prefix_cache", None)
+        if reset is None:
+            raise web.HTTPNotFound(text="this backend has no prefix cache")
+        if not reset():
+            return _json_error(409, "requests are running; the prefix cache was not reset")
+        return web.json_response({"reset": True})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, chat=True)
@@ -207,6 +217,7 @@ def make_app(backend: Backend, *, faults: FaultPlan | None = None,
     app.router.add_get("/v1/models", srv.models)
     app.router.add_get("/health", srv.health)
     app.router.add_get("/metrics", srv.metrics)
+    app.router.add_post("/reset_prefix_cache", srv.reset_prefix_cache)
     app.router.add_post("/v1/chat/completions", srv.chat)
     app.router.add_post("/v1/completions", srv.completions)
     return app
