@@ -13,9 +13,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
+from infermeter.cli.fit import Fit, make_table
 from infermeter.cli.flags import (
     GRACE,
     LOAD,
@@ -100,10 +100,11 @@ def _finish(result, out_console: Console, as_json: bool, measurement=None, conso
 
 
 def steps_table(s: dict) -> Group:
-    """The steps of a sweep / find-max run, and the capacity when there is one."""
-    t = Table(title=f"Steps: {s.get('load')}", title_justify="left", show_edge=False)
-    for c in ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99", "errors", "SLO"):
-        t.add_column(c, justify="left" if c in ("kind", "SLO") else "right")
+    """The steps of a sweep / find-max run, why each one that missed the SLO missed it, and the capacity."""
+    t = make_table(f"Steps: {s.get('load')}", [(c, "name" if c in ("kind", "SLO") else "num") for c in
+                                               ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99",
+                                                "errors", "SLO")], title_justify="left")
+    why: list[Text] = []
     for k, e in enumerate(s["steps"]):
         load = f"{e['offered_rate']:.3g}/s" if e.get("offered_rate") else f"c={e.get('concurrency')}"
         t.add_row(str(k), e.get("step", ""), load, _num(e.get("request_throughput"), ".2f"),
@@ -111,7 +112,10 @@ def steps_table(s: dict) -> Group:
                   _num((e.get("ttft_from_intended_ms") or {}).get("p99"), ".1f"),
                   _num((e.get("tpot_ms") or {}).get("p99"), ".1f"), str(e.get("failed", 0)),
                   {True: "yes", False: "no", None: "–"}[e.get("meets_slo")])
-    parts: list = [t]
+        if e.get("meets_slo") is False:
+            why.append(Text(f"  step {k} misses the SLO: " + "; ".join(e.get("slo_reasons") or ["no reason recorded"]),
+                            style="yellow"))
+    parts: list = [Fit(t), *why]
     cap = s.get("capacity")
     if cap:
         dim = cap["dimension"]

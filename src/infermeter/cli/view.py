@@ -51,6 +51,11 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     if s.get("target_rate"):
         head.add_row(Text("rate", style="bold"),
                      f"achieved {_f(s.get('achieved_rate'), '.2f')} of target {s['target_rate']:.2f} req/s", "")
+    if s.get("slo"):
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in s["slo"].items())
+        att = s.get("slo_attainment")
+        head.add_row(Text("SLO", style="bold"), f"{bounds}: " + ("–" if att is None else
+                     f"{att:.1%} of the scheduled requests met every bound"), "")
     if s.get("token_count_source"):
         tok = f"tokens from {s['token_count_source']} usage" if s["token_count_source"] != "stream" else "tokens counted from the stream"
         if s.get("usage_mismatches"):

@@ -163,6 +163,59 @@ def runtime(stats: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+MIN_REQUESTS_PER_STREAM = 2  # a closed loop where each stream sends fewer never holds its concurrency
+MIN_OPEN_LOOP_S = 5.0  # an open loop sending for less leaves a queue no time to show
+
+
+def _rate(r: float) -> str:
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
+
+
+def sample_warnings(cfg: RunConfig, shape: BaseShape | None) -> list[str]:
+    """Why ``cfg`` has too few requests for its load level or for the statistics it is judged on
+    (empty when it has enough). Only runs that stop on ``--requests`` alone are judged here."""
+    n = cfg.requests
+    if n is None or cfg.duration_s is not None:
+        return []
+    out = []
+    sent = n + cfg.warmup
+    streams = shape.streams if shape is not None else None
+    if streams is not None and sent < MIN_REQUESTS_PER_STREAM * streams:
+        what = (f"only {sent} of the {streams} streams ever send" if sent < streams
+                else f"each of the {streams} streams sends fewer than {MIN_REQUESTS_PER_STREAM}")
+        out.append(f"too_few_requests: {n} requests" + (f" + {cfg.warmup} warmup" if cfg.warmup else "")
+                   + f" at concurrency {streams}: {what}, so the load never holds at that level; "
+                   f"use --requests {MIN_REQUESTS_PER_STREAM * streams} or more (10x the streams for steady state), "
+                   "or --duration")
+    rate = shape.mean_rate if shape is not None and shape.open_loop else None
+    if rate and n / rate < MIN_OPEN_LOOP_S:
+        out.append(f"too_few_requests: {n} requests at {_rate(rate)} req/s are sent in {n / rate:.1f} s, too short for a "
+                   "queue to show that the server cannot keep up (a sweep or find-max can then report more than it "
+                   f"sustains); use --requests {int(rate * MIN_OPEN_LOOP_S) + 1} or more, or --duration 30s")
+    if cfg.load in ("sweep", "find-max") and cfg.slo:
+        from infermeter.analysis.results import MIN_SAMPLES
+        from infermeter.analysis.slo import percentile_key
+
+        key = percentile_key(cfg.slo_percentile)
+        if n < MIN_SAMPLES[key]:
+            out.append(f"too_few_requests: --slo-percentile {cfg.slo_percentile:g} needs >= {MIN_SAMPLES[key]:,} "
+                       f"requests per step to show that a step meets the SLO; --requests {n} gives at most {n}, so "
+                       "every step misses it")
+    return out
+
+
+def check_samples(cfg: RunConfig, shape: BaseShape | None, notices: list[str], notify: Any,
+                  strict: bool = True) -> list[str]:
+    """Add :func:`sample_warnings` to ``notices`` (and say them); with --strict (and ``strict``) refuse instead."""
+    found = sample_warnings(cfg, shape)
+    if found and cfg.strict and strict:
+        raise UserError(f"--strict: {found[0].removeprefix('too_few_requests: ')}")
+    for w in found:
+        notices.append(w)
+        notify(w)
+    return found
+
+
 async def check_capacity(m: Any, calibration: dict[str, Any] | None, notices: list[str]) -> dict[str, Any] | None:
     """Calibrate when the requested rate could matter; warn (or refuse with --strict) when it is too high."""
     cfg = m.cfg

@@ -20,9 +20,10 @@ from typing import Any
 
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, DataError, UserError
+from infermeter.load.shapes import ConstantConcurrency
 from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
-from infermeter.measure.config import RunConfig, build_plan
-from infermeter.measure.header import default_label, default_out_dir, discover_model
+from infermeter.measure.config import THROUGHPUT_CONCURRENCY, RunConfig, build_plan
+from infermeter.measure.header import check_samples, default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
 
@@ -60,15 +61,23 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         raise ConfigError(f"--out {run_dir}: is a file, not a directory")
     if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
         raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+    # known before any step runs: enough requests for the SLO percentile and for the throughput step
+    # (--strict refuses here; the steps say their own warnings, the plan says the SLO's)
+    throughput = ConstantConcurrency(concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY) if cfg.load == "sweep" else None
+    plan_notices: list[str] = []
+    check_samples(cfg, throughput, plan_notices, lambda w: m.notify(w) if "--slo-percentile" in w else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
     header = {"schema_version": 1, "tool": "infermeter", "source": "measured", "label": label, "model": model,
               "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
+    if plan_notices:
+        header["notices"] = plan_notices
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
 
     async def measure_step(k: int, step: Step) -> dict[str, Any]:
         child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify)
+        child.in_plan = True
         m._active = child
         if m.stopped:
             child.stop()

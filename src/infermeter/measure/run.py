@@ -48,6 +48,7 @@ from infermeter.measure.config import (
 )
 from infermeter.measure.header import (
     check_capacity,
+    check_samples,
     default_label,
     default_out_dir,
     discover_model,
@@ -82,6 +83,7 @@ class Measurement:
         self.resume_dir = resume_dir
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
+        self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
         self.plan = build_plan(cfg)
@@ -144,6 +146,7 @@ class Measurement:
                 raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
+            few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
             run_dir.mkdir(parents=True, exist_ok=True)
             if self.resume_dir is not None:
                 run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
@@ -184,6 +187,7 @@ class Measurement:
         else:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
+        summary.setdefault("warnings", []).extend(w for w in few if w not in summary.get("warnings", []))
         warm = warm_cache_warning(summary, self.workload.describe(), cfg.prompt_salt)
         if warm:
             summary.setdefault("warnings", []).append(warm)
