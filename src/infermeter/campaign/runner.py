@@ -83,7 +83,8 @@ class CampaignRunner:
             state.engine(target.name, pid, MARKERS.get(target.engine or ""))
 
         try:
-            with running(target, self.out / "logs" / f"{target.name}.log", on_pid=on_pid) as live:
+            with running(target, self.out / "logs" / f"{target.name}.log", on_pid=on_pid,
+                         notify=lambda s: self.notify(f"  {target.name}: {s}")) as live:
                 for cell in cells:
                     if self.stopping:
                         break

@@ -33,6 +33,7 @@ from infermeter.cli.flags import (
 from infermeter.cli.interrupt import interrupted
 from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError, UserError
 
 
@@ -51,19 +52,23 @@ def register(app: typer.Typer) -> None:
         values: dict[str, Any],
         resume: Optional[Path] = typer.Option(None, help="Continue the killed soak run in this directory (other flags come from its run.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
+        progress_every: str = typer.Option("10s", "--progress-every", metavar="DURATION",
+                                           help="Without a terminal (CI, a pipe, a log file), print a progress line "
+                                                "this often; 0: never. A terminal shows a live panel instead."),
     ) -> None:
         """Measure an OpenAI-compatible server under a precise load and write summary.json, requests.parquet, run.json."""
         from infermeter.measure import Measurement, RunConfig
 
         console = Console(stderr=True)
         out_console = Console()
+        every = 0.0 if progress_every.strip() in ("0", "0s") else parse_duration(progress_every, "--progress-every")
 
         def notify(msg: str) -> None:
             console.print(f"[yellow]{msg}[/]", highlight=False)
 
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json, measurement, console)
+            _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
             return
         try:
             cfg = RunConfig(**values)
@@ -72,7 +77,7 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json, measurement, console)
+        _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
 
 
 def _finish(result, out_console: Console, as_json: bool, measurement=None, console=None) -> None:  # type: ignore[no-untyped-def]
@@ -135,7 +140,16 @@ def _num(v, fmt: str) -> str:  # type: ignore[no-untyped-def]
     return "–" if v is None else format(v, fmt)
 
 
-async def _run_with_progress(measurement, console: Console):  # type: ignore[no-untyped-def]
+def progress_line(snap: dict[str, Any], elapsed: float, total: int | None) -> str:
+    """One plain progress line (logs and CI, where no live panel can be drawn)."""
+    done = f"{snap['done']}/{total}" if total else str(snap["done"])
+    ttft = snap.get("ttft_p50_ms")
+    return (f"progress: {done} done, {snap['in_flight']} in flight, {snap['req_per_s']:.2f} req/s, "
+            f"{snap['out_tok_per_s']:.0f} out tok/s, TTFT p50 " + ("–" if ttft is None else f"{ttft:.1f} ms")
+            + f", {snap['errors']} errors, {elapsed:.0f} s")
+
+
+async def _run_with_progress(measurement, console: Console, every: float = 10.0):  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
@@ -156,6 +170,12 @@ async def _run_with_progress(measurement, console: Console):  # type: ignore[no-
             while not task.done():
                 live.update(progress_panel(measurement.snapshot(), time.monotonic() - t0, total, cfg.duration_s))
                 await asyncio.wait({task}, timeout=0.25)
+    elif every > 0:
+        while not task.done():
+            await asyncio.wait({task}, timeout=every)
+            if not task.done():
+                console.print(progress_line(measurement.snapshot(), time.monotonic() - t0, total), highlight=False,
+                              soft_wrap=True)
     else:
         await asyncio.wait({task})
     return task.result()
