@@ -63,22 +63,29 @@ def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def print_trend(console: Console, metric: str, rows: list[dict[str, Any]]) -> None:
+    """The runs oldest first, then one line per comparable configuration: sparkline and first -> last."""
+    from infermeter.report.history import GROUPED_BY
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault(f"{r['model']} @ {r['hardware']} · {r['profile']}", []).append(r)
-    t = make_table(f"{metric} over time", [(c, "num" if c == metric else "text")
-                                            for c in ("started", "run", "configuration", "valid", metric)])
+        groups.setdefault(r["configuration"], []).append(r)
+    number = {name: k + 1 for k, name in enumerate(groups)}
+    t = make_table(f"{metric} over time", [(c, "num" if c in (metric, "group") else "text")
+                                            for c in ("started", "run", "group", "valid", metric)])
     for r in rows:
-        t.add_row(_cell(r["started_at"]), escape(str(r["label"])), escape(f"{r['model']} @ {r['hardware']} · {r['profile']}"),
-                  _cell(r["valid"]), _cell(r["value"]))
+        t.add_row(_cell(r["started_at"]), escape(str(r["label"])), str(number[r["configuration"]]), _cell(r["valid"]),
+                  _cell(r["value"]))
     console.print(Fit(t))
+    console.print(f"{len(groups)} configuration(s); runs are grouped by {GROUPED_BY}, and a trend is read "
+                  "within one group only:", highlight=False)
     for name, members in groups.items():
         vals = [m["value"] for m in members]
         finite = [v for v in vals if v is not None]
         change = ""
         if len(finite) >= 2 and finite[0]:
             change = f"  {finite[0]:.4g} → {finite[-1]:.4g} ({(finite[-1] / finite[0] - 1) * 100:+.1f}%)"
-        console.print(f"{escape(name)}: {sparkline(vals)}{change}", highlight=False)
+        console.print(f"  {number[name]}. {escape(name)} ({len(members)} run{'s' if len(members) != 1 else ''}): "
+                      f"{sparkline(vals)}{change}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

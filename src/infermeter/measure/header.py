@@ -29,39 +29,7 @@ from infermeter.load.shapes import BaseShape
 from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.measure.config import RunConfig, requested_rate
 from infermeter.records.header import RunHeader
-
-
-def load_tag(shape: Any) -> str:
-    """A load shape and its level in a few characters: ``c16``, ``20rps-poisson``, ``ramp1-50rps``, ``replay-x2``."""
-    kind = getattr(shape, "kind", "")
-    if kind == "constant-vus":
-        return f"c{shape.concurrency}"
-    if kind == "constant-arrival-rate":
-        return f"{shape.rate_per_s:g}rps-{shape.arrival}"
-    if kind == "ramping-arrival-rate":
-        return f"ramp{shape.start_rate_per_s:g}-{shape.end_rate_per_s:g}rps"
-    if kind == "replay":
-        return f"replay-x{shape.time_scale:g}"
-    if kind in ("sweep", "find-max"):  # plans
-        return kind + (f"-{shape.dimension}" if kind == "find-max" else "")
-    return re.sub(r"[^A-Za-z0-9.]+", "-", shape.describe()).strip("-") if hasattr(shape, "describe") else str(kind)
-
-
-def workload_tag(info: dict[str, Any]) -> str:
-    """What the requests look like in a few characters: ``in200-out100``, ``chat``, ``data.jsonl``."""
-    if info.get("dataset"):
-        ds = info["dataset"]
-        name = ds.get("name") or ds.get("path") if isinstance(ds, dict) else ds
-        return Path(str(name)).name
-    p = info.get("parameters") or {}
-    kind = p.get("kind") or info.get("profile") or "synthetic"
-    if kind in ("synthetic", "fixed"):
-        first = lambda v: str(v).split(",")[0]  # noqa: E731 - the mean of a length spec
-        tag = f"in{first(p.get('input_tokens'))}-out{first(p.get('output_tokens'))}"
-        if p.get("prefix_tokens"):
-            tag += f"-prefix{p['prefix_tokens']}x{p.get('prefix_groups', 1)}"
-        return tag if kind == "synthetic" else f"fixed-{tag}"
-    return str(kind)
+from infermeter.records.tags import load_tag, workload_tag
 
 
 def default_label(model: str, url: str, embedded: bool, load: Any, workload_info: dict[str, Any]) -> str:
@@ -69,7 +37,8 @@ def default_label(model: str, url: str, embedded: bool, load: Any, workload_info
 
     ``Llama-3.1-8B-Instruct 127.0.0.1:8000 c16 in200-out100``; ``emulator`` for the embedded one."""
     where = "emulator" if embedded else (urlsplit(url).netloc or url)
-    return f"{model.rsplit('/', 1)[-1]} {where} {load_tag(load)} {workload_tag(workload_info or {})}"
+    header = load.header() if hasattr(load, "header") else load.model_dump(mode="json")
+    return f"{model.rsplit('/', 1)[-1]} {where} {load_tag(header)} {workload_tag(workload_info or {})}"
 
 
 def default_out_dir(label: str) -> Path:
