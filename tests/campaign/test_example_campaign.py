@@ -44,3 +44,26 @@ def test_example_campaign_is_interrupted_resumed_and_reports(tmp_path, cli, infe
         assert thr[("slots16", profile, "c8")]["mean"] > 1.5 * thr[("slots4", profile, "c8")]["mean"]
     # the open loop at 40 req/s is below both ceilings: both serve it
     assert abs(thr[("slots16", "short", "r40")]["mean"] - thr[("slots4", "short", "r40")]["mean"]) < 4
+
+
+def test_ctrl_c_while_waiting_for_a_target_stops_at_once_with_130(tmp_path, infermeter_bin):
+    import threading
+
+    f = tmp_path / "wait.yaml"
+    f.write_text("targets: [{name: never, url: 'http://127.0.0.1:9', health_timeout_s: 600}]\n"
+                 "loads: [{name: c1, concurrency: 1, requests: 2}]\n")
+    proc = subprocess.Popen([str(infermeter_bin), "campaign", str(f), "--out", str(tmp_path / "o")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(b"target never" in x for x in lines):
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the health wait
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    reader.join(timeout=10)
+    assert proc.returncode == 130 and time.monotonic() - t0 < 10
+    assert any(b"interrupted (SIGINT): campaign stopped after 0 of 1 runs" in x for x in lines), lines

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class CampaignRunner:
         self.stopping = False
         self.signal: int | None = None  # the signal that stopped it (SIGINT, SIGTERM)
         self._current: Measurement | None = None
+        self._handler: Any = None
 
     def stop(self, signum: int | None = None) -> None:
         self.stopping = True
@@ -64,16 +66,45 @@ class CampaignRunner:
         left = len(state.todo(self.campaign.cells()))
         if left < total:
             self.notify(f"resuming campaign {self.campaign.name}: {total - left} of {total} runs already done")
-        for target in self.campaign.targets:
-            todo = state.todo(self.campaign.cells_by_target[target.name])
-            if not todo or self.stopping:
-                continue
-            self._run_target(target, todo, state)
-            self._write_report(state)
+        restore = self._trap_signals()
+        try:
+            for target in self.campaign.targets:
+                todo = state.todo(self.campaign.cells_by_target[target.name])
+                if not todo or self.stopping:
+                    continue
+                self._run_target(target, todo, state)
+                self._write_report(state)
+        except KeyboardInterrupt:  # between runs (an engine starting): nothing to finish, stop now
+            self.stopping = True
+        finally:
+            restore()
         report = self._write_report(state)
         if self.stopping:
             report["interrupted"] = True
         return report
+
+    def _trap_signals(self) -> Callable[[], None]:
+        """SIGINT/SIGTERM stop the campaign: during a run, after that run (``_measure``); between runs
+        (an engine starting, a health wait), at once. Returns what puts the old handlers back."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum: int, frame: Any) -> None:
+            self.stop(signum)
+            if self._current is None:
+                raise KeyboardInterrupt
+
+        for sig in old:
+            signal.signal(sig, handler)
+        self._handler = handler
+
+        def restore() -> None:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+            self._handler = None
+
+        return restore
 
     def _run_target(self, target: Target, cells: list[Cell], state: CampaignState) -> None:
         what = target.url or f"{target.engine} {' '.join(target.args)}".strip()
@@ -114,6 +145,9 @@ class CampaignRunner:
             return
         finally:
             self._current = None
+            if self._handler is not None:  # asyncio.run put the default handlers back when its loop closed
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, self._handler)
         log_bytes = live.copy_log(log0, run_dir / "server.log") if live.log_path else 0
         status = "interrupted" if m.stopped else "done"
         state.set(cell.key, status=status, prefix_cache=reset, server_log_bytes=log_bytes,
