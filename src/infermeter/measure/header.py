@@ -59,19 +59,23 @@ async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict
     """First model id from /v1/models (None when the server has no such endpoint).
 
     A 401/403 there is a UserError naming the status and what to pass: every request would fail."""
+    refused: tuple[int, str] | None = None
     try:
         async with session.get(url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status in AUTH_STATUSES:
-                body = (await r.content.read(512)).decode("utf-8", "replace")
-                raise UserError(f"{url}/v1/models: {http_detail(r.status, body)}; "
-                                f"{auth_hint(r.status, 'Authorization' in headers)}")
-            if r.status != 200:
+                refused = (r.status, "")  # kept even if reading the body fails
+                refused = (r.status, (await r.content.read(512)).decode("utf-8", "replace"))
+            elif r.status != 200:
                 return None, {}
-            body = await r.json(content_type=None)
+            else:
+                body = await r.json(content_type=None)
     except aiohttp.ClientConnectorError as exc:
         raise UserError(f"cannot reach {url}: {exc.os_error or exc}") from None
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None, {}
+        if refused is None:
+            return None, {}
+    if refused is not None:  # raised here, not inside the response: closing it must not hide the error
+        raise UserError(f"{url}/v1/models: {http_detail(*refused)}; {auth_hint(refused[0], 'Authorization' in headers)}")
     data = body.get("data") if isinstance(body, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
         return str(data[0]["id"]), data[0]
