@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         out_console = Console()
-        every = 0.0 if progress_every.strip() in ("0", "0s") else parse_duration(progress_every, "--progress-every")
+        every = 0.0 if progress_every.strip() in ("0", "0s") else (parse_duration(progress_every, "--progress-every") or 0.0)
 
         def notify(msg: str) -> None:
             console.print(f"[yellow]{msg}[/]", highlight=False)
@@ -104,7 +104,7 @@ def _finish(result, out_console: Console, as_json: bool, measurement=None, conso
         raise typer.Exit(3)
 
 
-def steps_table(s: dict) -> Group:
+def steps_table(s: dict[str, Any]) -> Group:
     """The steps of a sweep / find-max run, why each one that missed the SLO missed it, and the capacity."""
     t = make_table(f"Steps: {s.get('load')}", [(c, "name" if c in ("kind", "SLO") else "num") for c in
                                                ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99",
@@ -120,7 +120,7 @@ def steps_table(s: dict) -> Group:
         if e.get("meets_slo") is False:
             why.append(Text(f"  step {k} misses the SLO: " + "; ".join(e.get("slo_reasons") or ["no reason recorded"]),
                             style="yellow"))
-    parts: list = [Fit(t), *why]
+    parts: list[Any] = [Fit(t), *why]
     cap = s.get("capacity")
     if cap:
         dim = cap["dimension"]
@@ -153,7 +153,7 @@ async def _run_with_progress(measurement, console: Console, every: float = 10.0)
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
-        measurement.signal = getattr(measurement, "signal", None) or signum
+        measurement.signal = measurement.signal or signum
         measurement.stop()
 
     try:

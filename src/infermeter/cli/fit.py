@@ -52,7 +52,7 @@ def _plain(cell: object) -> str:
         return str(cell)
 
 
-def _copy_table(table: Table, columns: list[int], title: str | None) -> Table:
+def _copy_table(table: Table, columns: list[int], title: str | Text | None) -> Table:
     t = Table(title=title, title_justify=table.title_justify, show_edge=table.show_edge, box=table.box,
               show_header=table.show_header, caption=None, padding=table.padding, pad_edge=table.pad_edge)
     cols = table.columns
@@ -120,7 +120,7 @@ class Fit:
             parts.append(current)
         out = []
         for k, cols in enumerate(parts):
-            title = table.title if k == 0 else (f"{table.title} (continued)" if table.title else None)
+            title: str | Text | None = table.title if k == 0 else (f"{table.title} (continued)" if table.title else None)
             out.append(_copy_table(table, keys + cols, title))
         if table.caption and out:
             out[-1].caption = table.caption

@@ -14,14 +14,14 @@ so ``COLUMNS=80 infermeter run --help`` shows every flag and every word::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from pydantic import BaseModel
 from typer.core import TyperCommand, TyperGroup
 
-if TYPE_CHECKING:  # typer's click (vendored in recent typer)
-    from typer.core import _click as click
+Ctx = Any  # typer's click Context and HelpFormatter (click is vendored inside recent typer)
 
 MAX_HELP_WIDTH = 100  # help wraps at the terminal width, up to this many columns
 
@@ -47,7 +47,7 @@ def first_paragraph(text: str | None) -> str:
 class Command(TyperCommand):
     """A command whose options are grouped by panel and never shortened (click's wrapping formatter)."""
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_options(self, ctx: Ctx, formatter: Ctx) -> None:
         args: list[tuple[str, str]] = []
         sections: dict[str, list[tuple[str, str]]] = {"Options": []}
         for param in self.get_params(ctx):
@@ -70,7 +70,7 @@ class Command(TyperCommand):
 class Group(TyperGroup):
     """A command group that lists its commands with their whole first paragraph (wrapped, not cut)."""
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: Ctx, formatter: Ctx) -> None:
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
@@ -90,6 +90,6 @@ class App(typer.Typer):
         kwargs.setdefault("context_settings", {"max_content_width": MAX_HELP_WIDTH})
         super().__init__(**kwargs)
 
-    def command(self, *args: Any, **kwargs: Any) -> Any:
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:  # type: ignore[override]
         kwargs.setdefault("cls", Command)
         return super().command(*args, **kwargs)

@@ -16,12 +16,13 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal number, as shells report it
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal number, as shells report it
 announced = False  # a command said "interrupted" already (main does not say it twice)
 
 
 def exit_code(signum: int | None) -> int:
-    return EXIT_CODES.get(signum or signal.SIGINT, 128 + int(signum or signal.SIGINT))
+    sig = int(signum or signal.SIGINT)
+    return EXIT_CODES.get(sig, 128 + sig)
 
 
 def interrupted(console: Console, what: str, signum: int | None = None) -> NoReturn:

@@ -43,10 +43,10 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     head.add_row(Text("run", style="bold"), str(s.get("label")), Text(src, style="cyan"))
     if s.get("load"):
         head.add_row(Text("load", style="bold"), str(s["load"]), "")
-    parts = [f"{s['completed']} ok", f"{s['failed']} failed"]
-    parts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
+    counts = [f"{s['completed']} ok", f"{s['failed']} failed"]
+    counts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
     scheduled = s.get("scheduled")
-    head.add_row(Text("requests", style="bold"), ", ".join(parts) + (f" of {scheduled} scheduled" if scheduled else ""),
+    head.add_row(Text("requests", style="bold"), ", ".join(counts) + (f" of {scheduled} scheduled" if scheduled else ""),
                  f"in {s['duration_s']:.2f} s")
     if s.get("target_rate"):
         head.add_row(Text("rate", style="bold"),

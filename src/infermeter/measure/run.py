@@ -84,6 +84,7 @@ class Measurement:
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
         self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
+        self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
         self.plan = build_plan(cfg)
