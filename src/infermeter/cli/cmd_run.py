@@ -92,7 +92,8 @@ def _finish(result, out_console: Console, as_json: bool, measurement=None, conso
             out_console.print(f"[cyan]target: {what}[/] — {target_line(emu)}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
-        out_console.print(summary_table(s, None))
+        out_console.print(summary_table({**s, "source": "emulated"} if emu and s.get("source") == "measured" else s,
+                                        None))  # the emulator is infermeter's twin, not a measured GPU
         out_console.print(f"results: {result.run_dir}")
     if measurement is not None and measurement.stopped:
         interrupted(console or out_console, f"the summary covers the requests that finished; results in {result.run_dir}",

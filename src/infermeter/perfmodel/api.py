@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
-from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
+from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
 from infermeter.perfmodel.models import ModelSpec, get_model

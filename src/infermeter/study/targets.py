@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from infermeter.errors import ConfigError
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.sweep import StepSpec
+from infermeter.twin.spec import TwinSpec
 
 MEASURED_DEFAULT_CONCURRENCY = 16
 
@@ -49,37 +50,70 @@ def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile:
     args: dict[str, Any] = {"requests": spec.requests, "warmup": spec.warmup, "seed": study.seed,
                             "profile": profile, "slo": study.slo.limits, "out": str(out_dir), "label": label}
     if spec.kind == "rate":
-        args.update(rate=spec.rate, arrival=plan.arrival)
+        from infermeter.load.shapes import ConstantArrivalRate
+
+        exact = spec.requests if plan.exact_rate and spec.requests >= 2 else None
+        args["shape"] = ConstantArrivalRate(rate_per_s=spec.rate, arrival=plan.arrival, exact_over=exact,
+                                            exact_after=spec.warmup if exact else 0)
     else:
         args["concurrency"] = spec.concurrency
     return args
 
 
+class DoesNotFit(ConfigError):
+    """The configuration cannot hold the model (weights, or not one KV block left): a row, not a crash."""
+
+
+def twin_spec(study: StudyConfig, conf: Configuration) -> TwinSpec:
+    """The twin's deployment of a simulated configuration: its model, dtype and engine knobs."""
+    return study.sim_for(conf).spec(study.model_for(conf), conf.config)
+
+
+def _calibrated(study: StudyConfig, conf: Configuration) -> Any:
+    """The twin of a configuration with a ``calibration`` file (``infermeter calibrate``'s): its fitted step time,
+    scheduler and KV capacity, with the study's engine knobs on top."""
+    from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
+
+    sim = study.sim_for(conf)
+    cal = DeploymentCalibration.read(Path(conf.calibration))  # type: ignore[arg-type]
+    return calibrated_twin(cal, served_model_name=study.model_for(conf), max_num_seqs=sim.max_num_seqs,
+                           max_num_batched_tokens=sim.max_num_batched_tokens,
+                           enable_prefix_caching=sim.enable_prefix_caching)
+
+
 class SimulatedTarget:
-    """The twin of ``study.model`` on the configuration's hardware."""
+    """The twin of the configuration's model on its hardware."""
 
     source = "simulated"
 
     def __init__(self, study: StudyConfig, conf: Configuration) -> None:
         self.study, self.conf = study, conf
-        self.spec = study.sim_for(conf).spec(study.model, conf.config)
+        self.model = study.model_for(conf)
+        self.spec = twin_spec(study, conf)
         try:
-            self.twin = self.spec.twin()
+            self.twin = _calibrated(study, conf) if conf.calibration is not None else self.spec.twin()
         except ConfigError as exc:
+            text = str(exc)
+            if "does not fit" in text or "no room for a single KV block" in text:
+                raise DoesNotFit(text) from None
             raise ConfigError(f"configuration {conf.label}: {exc}") from None
 
     def default_concurrency(self) -> int:
         return self.twin.config.max_num_seqs * self.twin.lanes
 
     def describe(self) -> dict[str, Any]:
-        return {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
-                "model": self.study.model}
+        info = {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
+                "model": self.model}
+        if self.conf.calibration is not None:
+            info["calibration"] = {"file": str(self.conf.calibration), "applied": True,
+                                   "note": "the twin's step time, scheduler and KV capacity come from this file"}
+        return info
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
         from infermeter.measure.simplan import SimPlan
 
-        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
+        cfg = RunConfig(model=self.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})
         plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
         return plan.run().summary
