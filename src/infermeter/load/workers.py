@@ -162,7 +162,8 @@ class WorkerRun:
                     journal.close()
         return {"worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
-                "wall_s": stats.wall_s, "interrupted": stats.interrupted}
+                "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
+                "auth_failure": stats.extra.get("auth_failure")}
 
 
 # -- processes ---------------------------------------------------------------------------------

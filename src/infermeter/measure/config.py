@@ -14,6 +14,7 @@ naming both), :func:`build_plan` into a multi-step plan (``--load sweep``,
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +99,9 @@ class RunConfig(BaseModel):
     prefix_groups: int | None = Field(None, ge=1, description="number of distinct shared prefixes")
     profile_overrides: dict[str, Any] = Field({}, description="override a profile field or dataset option, KEY=VALUE "
                                                               "(repeatable; see `infermeter profiles`)")
+    prompt_salt: int | None = Field(None, ge=0, description="vary the prompt text, not its lengths, with this number "
+                                    "(default: a new one per run, recorded in run.json, so a server's prefix cache "
+                                    "does not carry over from earlier runs; 0: the seed's own text, as before)")
     # timeouts (s)
     connect_timeout_s: float = Field(10.0, gt=0, description="connect timeout")
     first_token_timeout_s: float | None = Field(120.0, gt=0, description="first-token timeout, 0 = none")
@@ -155,8 +159,16 @@ class RunConfig(BaseModel):
         return float(v)
 
     def public(self) -> dict[str, Any]:
+        """The config as run.json records it: no secret (the API key, an emulator's --api-key) is written."""
         d = self.model_dump(mode="json")
         d["api_key"] = "***" if self.api_key else None
+        args = list(d.get("emulator_args") or [])
+        for i, a in enumerate(args):
+            if a == "--api-key" and i + 1 < len(args):
+                args[i + 1] = "***"
+            elif a.startswith("--api-key="):
+                args[i] = "--api-key=***"
+        d["emulator_args"] = args
         return d
 
 
@@ -262,7 +274,14 @@ def workload_args(cfg: RunConfig) -> dict[str, Any]:
     return {"profile": cfg.profile, "dataset": cfg.dataset, "input_tokens": cfg.input_tokens,
             "output_tokens": cfg.output_tokens, "prefix_tokens": cfg.prefix_tokens, "prefix_groups": cfg.prefix_groups,
             "tokenizer": cfg.tokenizer, "seed": cfg.seed, "api": cfg.api,
-            "overrides": dict(cfg.profile_overrides) or None}
+            "overrides": dict(cfg.profile_overrides) or None, "prompt_salt": cfg.prompt_salt or 0}
+
+
+def with_prompt_salt(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with a prompt salt: its own, or a new random one (a measured run's default)."""
+    if cfg.prompt_salt is not None:
+        return cfg
+    return cfg.model_copy(update={"prompt_salt": secrets.randbelow(2**31 - 2) + 1})
 
 
 def build_workload(cfg: RunConfig) -> Any:

@@ -29,6 +29,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.analysis.accumulator import Accumulator, build_summary
+from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
@@ -43,8 +44,17 @@ from infermeter.measure.config import (
     resume_config,
     soak_settings,
     specs_for,
+    with_prompt_salt,
 )
-from infermeter.measure.header import check_capacity, default_out_dir, discover_model, run_header, runtime
+from infermeter.measure.header import (
+    check_capacity,
+    check_samples,
+    default_label,
+    default_out_dir,
+    discover_model,
+    run_header,
+    runtime,
+)
 from infermeter.records import store
 
 
@@ -66,11 +76,15 @@ class Measurement:
 
     def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
                  notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
+        cfg = with_prompt_salt(cfg)  # new prompt text per run unless --prompt-salt says otherwise
         self.cfg = cfg
         self.live: Any = live or LiveStats()
         self.notify = notify or (lambda msg: None)
         self.resume_dir = resume_dir
         self.stopped = False
+        self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
+        self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
+        self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
         self.plan = build_plan(cfg)
@@ -125,7 +139,7 @@ class Measurement:
             if not model:
                 raise UserError(f"{url}/v1/models gave no model id; pass --model")
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
-            label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
+            label = cfg.label or default_label(model, url, embedded, self.shape, self.workload.describe())
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
             if run_dir.exists() and not run_dir.is_dir():
                 raise ConfigError(f"--out {run_dir}: is a file, not a directory")
@@ -133,6 +147,7 @@ class Measurement:
                 raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
+            few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
             run_dir.mkdir(parents=True, exist_ok=True)
             if self.resume_dir is not None:
                 run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
@@ -173,12 +188,22 @@ class Measurement:
         else:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
+        summary.setdefault("warnings", []).extend(w for w in few if w not in summary.get("warnings", []))
+        warm = warm_cache_warning(summary, self.workload.describe(), cfg.prompt_salt)
+        if warm:
+            summary.setdefault("warnings", []).append(warm)
+            self.notify(warm)
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
             apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
+        if self.auth_failure:
+            fail = self.auth_failure
+            raise UserError(f"{url}: {fail.get('detail') or 'HTTP ' + str(fail.get('status'))} on the first requests; "
+                            f"{auth_hint(int(fail.get('status') or 401), bool(cfg.api_key))} "
+                            f"(run stopped; {summary['failed']} failed requests recorded in {run_dir})")
         if cfg.history:
             self._index(run_dir)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
@@ -229,12 +254,17 @@ class Measurement:
             on_start(t0)
             if self.stopped:
                 work.stop()
-            return [await work.run(t0)]
+            return self._note_halts([await work.run(t0)])
         self._active = pool
         self.live = pool.live
         if self.stopped:
             pool.stop()
-        return list(await pool.run(on_start=on_start))
+        return self._note_halts(list(await pool.run(on_start=on_start)))
+
+    def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
+        self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
+        return stats
 
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
         """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""
@@ -269,6 +299,23 @@ class Measurement:
         await scraper.stop()
         scraper.write(run_dir)
         return scraper.summary()  # type: ignore[no-any-return]
+
+
+WARM_CACHE_HIT_RATE = 0.10  # a workload that shares no prefixes should see (almost) no prefix-cache hits
+
+
+def warm_cache_warning(summary: dict[str, Any], workload: dict[str, Any], prompt_salt: int | None) -> str | None:
+    """A warning when the server's prefix-cache hit rate is high on a workload that shares no prefixes:
+    the cache held these prompts before the run (an earlier run with the same seed and salt)."""
+    hit = (summary.get("server_metrics") or {}).get("prefix_cache_hit_rate")
+    if workload.get("shares_prefixes") is not False or not isinstance(hit, (int, float)) or hit <= WARM_CACHE_HIT_RATE:
+        return None
+    why = ("the same --seed with --prompt-salt 0 sends the same text every run" if not prompt_salt else
+           f"an earlier run sent these prompts (--prompt-salt {prompt_salt})")
+    return (f"prefix_cache_warm: the server's prefix-cache hit rate was {hit:.0%} on a workload whose prompts share "
+            f"no prefix, so its cache was warm ({why}); latencies are too low. Reset the cache between runs (vLLM "
+            "and the emulator: POST /reset_prefix_cache, vLLM with VLLM_SERVER_DEV_MODE=1) or leave --prompt-salt "
+            "unset for new text each run")
 
 
 def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: dict[str, Any],

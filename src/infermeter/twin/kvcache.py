@@ -145,6 +145,16 @@ class BlockPool:
                 lru[key] = 1
                 self.num_free += 1
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached key, as vLLM's ``reset_prefix_cache``: only when no request holds a block
+        (False, and nothing changes, otherwise). Free blocks stay free; later requests miss."""
+        if self.num_free != self.num_blocks:
+            return False
+        self._refs.clear()
+        self._lru.clear()
+        self._push_run(self.num_blocks)
+        return True
+
     def _push_run(self, count: int) -> None:
         run = self._next_run
         self._next_run = run - 1

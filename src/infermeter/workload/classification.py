@@ -59,11 +59,12 @@ class ClassificationWorkload:
             parameters=self.params.model_dump(mode="json"),
             sources=[self.pool.describe()],
             seed=self.seed,
+            shares_prefixes=True,  # by design: conversation history / documents are sent again
         )
 
     def requests(self) -> Iterator[RequestSpec]:
         p, ctx, pool = self.params, self.ctx, self.pool
-        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        maker = TextMaker(pool, ctx.text_rng(self.seed))
         docs = LengthSampler(p.document_tokens, np.random.default_rng([self.seed, 1]))
         questions = LengthSampler(p.question_tokens, np.random.default_rng([self.seed, 5]))
         outs = LengthSampler(p.output_tokens, np.random.default_rng([self.seed, 3]))

@@ -149,7 +149,7 @@ class EntryPlayer:
 
     # -- streams -------------------------------------------------------------------------
     def _maker(self, seed: int) -> TextMaker | None:
-        return TextMaker(self.pool, np.random.default_rng([seed, 2])) if self.pool is not None else None
+        return TextMaker(self.pool, self.ctx.text_rng(seed)) if self.pool is not None else None
 
     def play_trace(
         self, entries: list[Entry], offsets: list[float], outs: LengthSampler | None, *, seed: int

@@ -62,12 +62,13 @@ class SingleTurnWorkload:
             parameters=self.params.model_dump(mode="json"),
             sources=[self.pool.describe()],
             seed=self.seed,
+            shares_prefixes=bool(self.prefix_tokens),  # no prompt shares a cache block with another
         )
 
     def requests(self) -> Iterator[RequestSpec]:
         params, ctx, pool = self.params, self.ctx, self.pool
         rng = np.random.default_rng([self.seed, 1])
-        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        maker = TextMaker(pool, ctx.text_rng(self.seed))
         ins = LengthSampler(params.input_tokens, rng)
         outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
         groups = np.random.default_rng([self.seed, 4])

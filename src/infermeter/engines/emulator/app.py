@@ -55,7 +55,8 @@ def _token_counter() -> Callable[[str], int]:
 
 def build_app(cfg: EmulatorConfig, backend: Any = None) -> web.Application:
     plan = FaultPlan.parse(cfg.faults, seed=cfg.fault_seed, stall_s=cfg.stall_s, cut_after=cfg.cut_after)
-    return make_app(backend if backend is not None else build_backend(cfg), faults=plan, count_tokens=_token_counter())
+    return make_app(backend if backend is not None else build_backend(cfg), faults=plan, count_tokens=_token_counter(),
+                    api_key=cfg.api_key)
 
 
 def describe(backend: Any) -> str:

@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from infermeter.engines.emulator.config import EmulatorConfig
+from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 from infermeter.errors import UserError
 
 
@@ -43,11 +43,15 @@ class EmulatorProcess:
         self._log = tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False)
 
     def __enter__(self) -> "EmulatorProcess":
-        cmd = [sys.executable, "-m", "infermeter.engines.emulator", "--config", self.config.model_dump_json(),
+        cmd = [sys.executable, "-m", "infermeter.engines.emulator",
+               "--config", self.config.model_dump_json(exclude={"api_key"}),
                "--host", "127.0.0.1", "--port", str(self.port), "--exit-with-stdin"]
         # Its own session: a terminal's Ctrl-C reaches the client, which then stops the run cleanly,
         # not the emulator mid-stream. It exits when our end of its stdin closes (even on SIGKILL).
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop(API_KEY_ENV, None)
+        if self.config.api_key:  # in the environment, never on a command line others can read
+            env[API_KEY_ENV] = self.config.api_key
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                       stdin=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout_s
