@@ -59,21 +59,20 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from infermeter.measure import default_out_dir
-        from infermeter.study.config import build_study, dump_study
-        from infermeter.study.flags import merge_flags, study_source
+        from infermeter.study.config import dump_study
+        from infermeter.study.flags import study_from
         from infermeter.study.runner import run_study
         from infermeter.study.view import print_result, study_progress
 
         # `--example NAME`: the flag takes no value, so the name arrives as the positional argument
         name = (str(study_file) if study_file is not None else "default") if example else None
-        data, where = study_source(None if example else study_file, name, hardware)
         flags = dict(model=model, hardware=hardware, profile=profile, load=load, requests=requests,
                      saturation_requests=saturation_requests, concurrency=concurrency, slo=slo,
                      slo_percentile=slo_percentile, provider=provider, prices=prices, price=price, overhead=overhead,
                      utilization=utilization, value_metric=value_metric, peak_factor=peak_factor, headroom=headroom,
                      target=target, engine=engine, soak=soak, rate=rate, soak_window=soak_window, seed=seed,
                      title=title)
-        study = build_study(merge_flags(data, flags), where)
+        study = study_from(None if example else study_file, name, flags)
         console, err = Console(), Console(stderr=True)
         if dry_run:
             console.print(dump_study(study), highlight=False, markup=False)

@@ -37,7 +37,7 @@ from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.study.claims import Claim
 from infermeter.twin.spec import TwinSpec
-from infermeter.yamlfile import yaml_mapping
+from infermeter.yamlfile import line_of, loc_text, yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
 ENGINES = ("vllm-cpu",)
@@ -217,7 +217,10 @@ class Configuration(_Frozen):
     @field_validator("config")
     @classmethod
     def _config(cls, v: str) -> str:
-        return parse_config(v).label
+        try:
+            return parse_config(v).label
+        except ConfigError as exc:  # reported by pydantic with the field's place in the file
+            raise ValueError(str(exc)) from None
 
     @field_validator("target")
     @classmethod
@@ -330,22 +333,25 @@ class StudyConfig(_Frozen):
                               f"over {', '.join(self.profiles)}")
 
 
-def _errors(exc: ValidationError, where: str) -> str:
+def _errors(exc: ValidationError, where: str, text: str | None = None, prefix: tuple[Any, ...] = ()) -> str:
+    """Every problem, each with its field and (from the file's text) its line."""
     parts = []
     for e in exc.errors():
-        loc = ".".join(str(x) if not isinstance(x, int) else f"[{x}]" for x in e["loc"]).replace(".[", "[")
-        parts.append(f"{loc or 'file'}: {str(e['msg']).removeprefix('Value error, ')}")
+        loc = (*prefix, *e["loc"])
+        line = line_of(text, loc) if text is not None else None
+        parts.append((f"line {line}: " if line else "") + f"{loc_text(loc)}: {str(e['msg']).removeprefix('Value error, ')}")
     return f"{where}: " + "; ".join(parts)
 
 
-def build_study(data: dict[str, Any], where: str = "study") -> StudyConfig:
-    """Validate a mapping (a parsed study file, with flags merged in); ConfigError names each field."""
+def build_study(data: dict[str, Any], where: str = "study", text: str | None = None) -> StudyConfig:
+    """Validate a mapping (a parsed study file, with flags merged in); ConfigError names each field, and
+    its line when the file's ``text`` is given."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with model, configurations, profiles ...")
     try:
         cfg = StudyConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_errors(exc, where)) from None
+        raise ConfigError(_errors(exc, where, text)) from None
     for c in cfg.configurations:
         try:
             cfg.load_for(c)
@@ -371,7 +377,7 @@ def _check_model(name: str, where: str) -> None:
 
 
 def load_study_text(text: str, where: str) -> StudyConfig:
-    return build_study(read_study_mapping(text, where), where)
+    return build_study(read_study_mapping(text, where), where, text)
 
 
 def read_study_mapping(text: str, where: str) -> dict[str, Any]:
@@ -380,6 +386,11 @@ def read_study_mapping(text: str, where: str) -> dict[str, Any]:
 
 def read_study_file(path: Path) -> dict[str, Any]:
     """A study file as a mapping; relative ``calibration`` paths are taken from the file's folder."""
+    return read_study_source(path)[0]
+
+
+def read_study_source(path: Path) -> tuple[dict[str, Any], str]:
+    """(the mapping, the file's text -- for line numbers in errors); see :func:`read_study_file`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -390,7 +401,7 @@ def read_study_file(path: Path) -> dict[str, Any]:
         for c in confs:
             if isinstance(c, dict) and isinstance(c.get("calibration"), str) and not Path(c["calibration"]).is_absolute():
                 c["calibration"] = str(Path(path).parent / c["calibration"])
-    return data
+    return data, text
 
 
 EXAMPLES = {"default": "study-example.yaml", "seed-000": "study-seed-000.yaml", "seed-002": "study-seed-002.yaml",

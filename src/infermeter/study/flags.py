@@ -4,7 +4,7 @@
 configurations, ``--target CONFIG=URL`` attaches to the configuration it names, ``--soak`` needs
 ``--rate`` ...); :func:`study_source` picks the file, the built-in example, or flags alone::
 
-    >>> data, where = study_source(None, "seed-003", [])
+    >>> data, where, text = study_source(None, "seed-003", [])
     >>> merge_flags(data, {"profile": ["chat"], "price": ["h100-lambda=4.5"]})["profiles"]
     ['chat']
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
+from infermeter.study.config import StudyConfig, build_study, example_text, read_study_mapping, read_study_source
 
 
 def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
@@ -42,11 +43,26 @@ def _load_flag(text: str) -> dict[str, Any]:
     raise ConfigError(f"--load {text!r}: use sweep, concurrency:N or rate:R")
 
 
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of the study's ``key`` mapping for flags to merge into (ConfigError when it is not one)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {str(value)[:40]!r}")
+    return dict(value)
+
+
 def _attach(data: dict[str, Any], flag: str, pairs: list[tuple[str, str]], field: str, cast: Any = str) -> None:
     """Set ``field`` on the configuration each pair names (by name or hardware configuration)."""
     from infermeter.perfmodel.configspec import parse_config
 
-    confs = [c if isinstance(c, dict) else {"config": c} for c in data.get("configurations") or []]
+    if not pairs:
+        return
+    given = data.get("configurations") or []
+    if not isinstance(given, list):
+        raise ConfigError(f"{flag}: configurations: expected a list, got {type(given).__name__}")
+    confs = [c if isinstance(c, dict) else {"config": c} for c in given]
     for key, val in pairs:
         try:
             want = parse_config(key).label
@@ -83,7 +99,7 @@ def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
         data["configurations"] = list(f["hardware"])
     if f.get("profile"):
         data["profiles"] = list(f["profile"])
-    load = dict(data.get("load") or {})
+    load = _section(data, "load")
     if f.get("load"):
         load.update(_load_flag(f["load"]))
     for flag, key in (("requests", "requests"), ("saturation_requests", "saturation_requests"),
@@ -92,14 +108,14 @@ def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
             load[key] = f[flag]
     if load:
         data["load"] = load
-    slo = dict(data.get("slo") or {})
+    slo = _section(data, "slo")
     if f.get("slo"):
         slo.update(parse_slo(f["slo"]))
     if f.get("slo_percentile"):
         slo["percentile"] = f["slo_percentile"]
     if slo:
         data["slo"] = slo
-    pricing = dict(data.get("pricing") or {})
+    pricing = _section(data, "pricing")
     for key in ("provider", "overhead", "utilization", "value_metric"):
         if f.get(key) is not None:
             pricing[key] = f[key]
@@ -107,7 +123,7 @@ def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
         pricing["prices_file"] = str(f["prices"])
     if pricing:
         data["pricing"] = pricing
-    volume = dict(data.get("volume") or {})
+    volume = _section(data, "volume")
     for key in ("peak_factor", "headroom"):
         if f.get(key) is not None:
             volume[key] = f[key]
@@ -119,7 +135,7 @@ def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
     if f.get("soak") is not None or f.get("rate") is not None:
         if f.get("soak") is None or f.get("rate") is None:
             raise ConfigError("--soak DURATION and --rate R go together (a simulated production run per configuration)")
-        soak = dict(data.get("soak") or {})
+        soak = _section(data, "soak")
         soak.update({"duration_s": parse_duration(f["soak"], "--soak"), "rate_per_s": f["rate"]})
         if f.get("soak_window"):
             soak["window_s"] = parse_duration(f["soak_window"], "--soak-window")
@@ -136,17 +152,30 @@ def _price(text: str) -> float:
 
 
 
-def study_source(study_file: Path | None, example: str | None, hardware: list[str] | None) -> tuple[dict[str, Any], str]:
-    """(the study mapping, where it came from): a file, a built-in example by name, or nothing (flags only)."""
-    from infermeter.study.config import example_text, read_study_file, read_study_mapping
-
+def study_source(study_file: Path | None, example: str | None,
+                 hardware: list[str] | None) -> tuple[dict[str, Any], str, str | None]:
+    """(the study mapping, where it came from, its text for line numbers): a file, a built-in example by
+    name, or nothing (flags only)."""
     if example is not None and study_file is not None:
         raise ConfigError("--example runs a built-in study; give it or a study file, not both")
     if example is not None:
         where = "the built-in example" + ("" if example == "default" else f" {example}")
-        return read_study_mapping(example_text(example), where), where
+        text = example_text(example)
+        return read_study_mapping(text, where), where, text
     if study_file is not None:
-        return read_study_file(study_file), f"study file {study_file}"
+        data, text = read_study_source(study_file)
+        return data, f"study file {study_file}", text
     if not hardware:
         raise ConfigError("give a study file, --example [NAME], or at least one --hardware CONFIG")
-    return {}, "flags"
+    return {}, "flags", None
+
+
+def study_from(study_file: Path | None, example: str | None, flags: dict[str, Any]) -> StudyConfig:
+    """The study the command line describes: a file or a built-in example, the flags merged in,
+    validated; every error names the file (and the line of a bad field)."""
+    data, where, text = study_source(study_file, example, flags.get("hardware"))
+    try:
+        merged = merge_flags(data, flags)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return build_study(merged, where, text)
