@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
 from infermeter.measure import RunConfig, build_plan, build_shape, parse_slo
-from infermeter.yamlfile import yaml_mapping
+from infermeter.yamlfile import field_error, yaml_mapping
 
 ENGINES = ("emulator", "vllm-cpu")
 _NOT_IN_CELLS = ("url", "out", "label", "api_key", "emulator_args", "model", "resume")
@@ -149,8 +149,7 @@ def load_campaign(path: Path | str) -> Campaign:
     try:
         spec = _Spec(**raw)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        raise ConfigError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+        raise field_error(str(path), text, exc) from None
     names = [t.name for t in spec.targets]
     if len(set(names)) != len(names) or not all(_NAME.match(n) for n in names):
         raise ConfigError(f"{path}: targets need distinct names of letters, digits, '.', '_' or '-'")
