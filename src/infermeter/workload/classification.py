@@ -91,7 +91,7 @@ class ClassificationWorkload:
             if pool.additive:
                 text, got = doc.text + question(index, q_n), doc.tokens + q_n
             else:
-                text, got = pool.exact(lambda m, d=doc, i=index: d.text + question(i, m - d.tokens), doc.tokens + q_n)
+                text, got = pool.exact(lambda m: doc.text + question(index, m - doc.tokens), doc.tokens + q_n)
             yield ctx.spec(index, text, outs.draw(), got, prefix_group=doc.doc_id)
             index += 1
             doc.asked += 1

@@ -83,10 +83,10 @@ class SingleTurnWorkload:
             if P:
                 group = int(groups.integers(G))
                 pre = prefixes[group]
-                text, got = pool.exact(lambda m, pre=pre, i=i: pre + maker.mid(i, m - P), n)
+                text, got = pool.exact(lambda m: pre + maker.mid(i, m - P), n)
             elif code:
-                text, got = pool.exact(lambda m, i=i: maker.whole(i, m - suffix_n) + suffix, n)
+                text, got = pool.exact(lambda m: maker.whole(i, m - suffix_n) + suffix, n)
             else:
-                text, got = pool.exact(lambda m, i=i: maker.first(i, m), n)
+                text, got = pool.exact(lambda m: maker.first(i, m), n)
             yield ctx.spec(i, text, outs.draw(), got, prefix_group=group)
             i += 1
