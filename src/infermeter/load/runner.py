@@ -260,7 +260,7 @@ class Runner:
         if self._tasks and not self._stop.is_set():
             grace = self.limits.grace_s if self.limits.duration_s is not None else None
             waiter = asyncio.gather(*list(self._tasks), return_exceptions=True)
-            done, _ = await asyncio.wait({waiter, stopper}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((waiter, stopper), timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if waiter not in done:
                 # the gather ends with a CancelledError *exception* once its children are cancelled
                 # below: retrieve it, or asyncio logs "_GatheringFuture exception was never retrieved"

@@ -18,10 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.slo import SloJudge
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.shapes import ConstantConcurrency
-from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
+from infermeter.load.steps import Step, plan_summary, replay_plan, run_plan
 from infermeter.measure.config import THROUGHPUT_CONCURRENCY, RunConfig, build_plan
 from infermeter.measure.header import check_samples, default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
