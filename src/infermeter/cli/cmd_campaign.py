@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out_dir = out or Path(camp.out or f"results/campaign-{camp.name}")
         err = Console(stderr=True)
         if dry_run:
-            done = {}
+            done: dict[str, Any] = {}  # campaign-state.json cells (JSON)
             if (out_dir / "campaign-state.json").exists() and not restart:
                 done = store.read_json(out_dir / "campaign-state.json").get("cells") or {}
             for c in camp.cells():

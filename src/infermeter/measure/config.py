@@ -244,14 +244,14 @@ def build_plan(cfg: RunConfig) -> SweepPlan | FindMaxPlan | None:
     if cfg.arrival not in ("constant", "poisson"):
         raise ConfigError(f"--load {cfg.load} --arrival {cfg.arrival}: plans use constant or poisson arrivals")
     if cfg.load == "sweep":
-        return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,  # type: ignore[arg-type]
+        return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,
                          throughput_concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY)
     if not cfg.slo:
         raise ConfigError("--load find-max needs --slo (e.g. --slo ttft_ms=500): the search stops where it breaks")
     if cfg.concurrency is not None:
         raise ConfigError("--load find-max and --concurrency: use --search concurrency --search-start N")
     return FindMaxPlan(dimension=cfg.search, start=cfg.search_start, max_value=cfg.search_max,
-                       resolution=cfg.resolution, max_steps=cfg.max_steps, arrival=cfg.arrival)  # type: ignore[arg-type]
+                       resolution=cfg.resolution, max_steps=cfg.max_steps, arrival=cfg.arrival)
 
 
 def soak_settings(cfg: RunConfig) -> dict[str, Any] | None:

@@ -343,7 +343,7 @@ def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[s
 def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
-    return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)  # type: ignore[no-any-return]
+    return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)
 
 
 def _unmeasured_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[str]:

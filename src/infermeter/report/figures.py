@@ -91,7 +91,7 @@ def _hover(name: str, xt: str, yt: str) -> str:
     return f"{label(name)}<br>{label(xt)}: %{{x}}<br>{label(yt)}: %{{y}}<extra></extra>"
 
 
-def line(name: str, xs: Sequence[Any], ys: Sequence[Any], color: str, *, dashed: bool = False, markers: bool = False,
+def line(name: str, xs: Iterable[Any], ys: Iterable[Any], color: str, *, dashed: bool = False, markers: bool = False,
          step: bool = False, group: str | None = None, show_legend: bool = True) -> dict[str, Any]:
     """A line series (``dashed``: simulated); y None is a gap."""
     t: dict[str, Any] = {"type": "scatter", "mode": "lines+markers" if markers else "lines", "name": wrap(name, 40),

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from infermeter.engines.emulator.faults import FaultPlan
 from infermeter.engines.emulator.simple import Backend, GenRequest
@@ -195,12 +196,12 @@ class EmulatorServer:
 EMULATOR_KEY = web.AppKey("emulator", EmulatorServer)
 
 
-def require_key(api_key: str) -> Any:
+def require_key(api_key: str) -> Middleware:
     """Middleware: /v1 routes need ``Authorization: Bearer KEY`` (vLLM's --api-key: 401 otherwise)."""
     expected = f"Bearer {api_key}"
 
     @web.middleware
-    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/v1") and request.headers.get("Authorization") != expected:
             return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
