@@ -119,7 +119,8 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
         latency["capacity"] = _pcts(cap.summary)
     if sync is not None:
         latency["unloaded"] = _pcts(sync.summary)
-    sm = sat.summary.get("server_metrics") if isinstance(sat.summary.get("server_metrics"), dict) else {}
+    server_metrics = sat.summary.get("server_metrics")
+    sm: dict[str, Any] = server_metrics if isinstance(server_metrics, dict) else {}
     by_class: dict[str, int] = {}
     completed = failed = 0
     for o in outcomes:

@@ -52,7 +52,8 @@ def fmt_sig_pct(v: float | None) -> str:
     return MISSING if v is None else fmt_sig(v * 100) + "%"
 
 
-SIG_FMT = {fmt_num: fmt_sig, fmt_usd: fmt_sig_usd, fmt_pct: fmt_sig_pct}
+Fmt = Callable[[float | None], str]
+SIG_FMT: dict[Fmt, Fmt] = {fmt_num: fmt_sig, fmt_usd: fmt_sig_usd, fmt_pct: fmt_sig_pct}
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Metric:
     section: str
     higher_is_better: bool
     value: Callable[[CellResult, CellCost | None], float | None]
-    fmt: Callable[[float | None], str]
+    fmt: Fmt
     needs_slo: bool = False
     decision: bool = False  # the decision uses it: ★ marks its best value
 

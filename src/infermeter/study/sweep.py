@@ -190,9 +190,9 @@ def knee_bracket(outcomes: Sequence[StepOutcome]) -> tuple[float, float | None] 
     if cap is None:
         return None
     lo = cap.offered_rate or cap.rates()["requests_per_s"] or 0.0
-    above = [o.offered_rate if o.spec.kind == "rate" else o.rates()["requests_per_s"]
-             for o in outcomes if not o.meets_slo and o.spec.kind in ("rate", "saturation")]
-    above = [x for x in above if x is not None and x > lo]
+    missed = [o.offered_rate if o.spec.kind == "rate" else o.rates()["requests_per_s"]
+              for o in outcomes if not o.meets_slo and o.spec.kind in ("rate", "saturation")]
+    above = [x for x in missed if x is not None and x > lo]
     return lo, (min(above) if above else None)
 
 

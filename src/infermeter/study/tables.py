@@ -339,7 +339,7 @@ def workloads_table(study: StudyConfig, cells: list[CellResult]) -> Table:
         d = wl.describe()
         params = ", ".join(f"{k}={v}" for k, v in (d.get("parameters") or {}).items() if k != "kind")
         cs = [c for c in cells if c.profile == profile and c.tokens.get("mean_input") is not None]
-        mi = sum(c.tokens["mean_input"] for c in cs) / len(cs) if cs else None
+        mi = sum(c.tokens["mean_input"] or 0.0 for c in cs) / len(cs) if cs else None  # every cell in cs has one
         mo = sum(c.tokens["mean_output"] or 0 for c in cs) / len(cs) if cs else None
         rows.append([Cell.text(profile), Cell.text(params), Cell.num(mi), Cell.num(mo),
                      Cell.text((d.get("content_hash") or "")[:16])])
