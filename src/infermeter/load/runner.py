@@ -253,9 +253,9 @@ class Runner:
         if not sched.done():
             sched.cancel()
             await asyncio.gather(sched, return_exceptions=True)
-        elif sched.exception() is not None:
+        elif (failure := sched.exception()) is not None:
             stopper.cancel()
-            raise sched.exception()  # type: ignore[misc]
+            raise failure
         # Drain: wait for in-flight requests (bounded after --duration), cancel the rest.
         if self._tasks and not self._stop.is_set():
             grace = self.limits.grace_s if self.limits.duration_s is not None else None

@@ -75,7 +75,7 @@ async def serve_forever(cfg: EmulatorConfig, host: str, port: int,
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    bound = int(runner.addresses[0][1])  # the port bound (port 0 = a free one)
     if on_ready is not None:
         on_ready(f"infermeter emulator: {describe(backend)} on http://{host}:{bound}")
     try:

@@ -231,8 +231,7 @@ async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    actual = sock.getsockname()[1]
+    actual = int(runner.addresses[0][1])  # the port bound
     try:
         yield f"http://{host}:{actual}"
     finally:
