@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from typing import Optional
 
 import typer
@@ -27,7 +28,7 @@ def measure_it(base_url: str, model: str) -> str:
             "--input-tokens 128 --output-tokens 32 --ignore-eos")
 
 
-def _phases(err: Console):  # type: ignore[no-untyped-def]
+def _phases(err: Console) -> Callable[[str], None]:
     t0 = time.monotonic()
     return lambda msg: err.print(f"[cyan]{time.monotonic() - t0:6.1f} s[/] {msg}", highlight=False, soft_wrap=True)
 

@@ -7,7 +7,7 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -35,6 +35,9 @@ from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError, UserError
+
+if TYPE_CHECKING:  # annotations only: the command imports measure.run when it runs
+    from infermeter.measure.run import Measurement, RunResult
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
@@ -80,7 +83,8 @@ def register(app: typer.Typer) -> None:
         _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
 
 
-def _finish(result, out_console: Console, as_json: bool, measurement=None, console=None) -> None:  # type: ignore[no-untyped-def]
+def _finish(result: RunResult, out_console: Console, as_json: bool, measurement: Measurement | None = None,
+            console: Console | None = None) -> None:
     s = result.summary
     if as_json:
         print(json.dumps(s, indent=2))
@@ -136,7 +140,7 @@ def steps_table(s: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def _num(v, fmt: str) -> str:  # type: ignore[no-untyped-def]
+def _num(v: Any, fmt: str) -> str:  # v: a figure of the summary JSON
     return "–" if v is None else format(v, fmt)
 
 
@@ -149,7 +153,7 @@ def progress_line(snap: dict[str, Any], elapsed: float, total: int | None) -> st
             + f", {snap['errors']} errors, {elapsed:.0f} s")
 
 
-async def _run_with_progress(measurement, console: Console, every: float = 10.0):  # type: ignore[no-untyped-def]
+async def _run_with_progress(measurement: Measurement, console: Console, every: float = 10.0) -> RunResult:
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:

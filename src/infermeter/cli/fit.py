@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, JustifyMethod, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Column, Table
@@ -34,9 +34,9 @@ ELLIPSIS = "…"
 TEXT_MIN_WIDTH = 10  # a text column is not folded narrower than this (or its widest cell)
 
 
-def fits(console: Console, options: ConsoleOptions, renderable: object) -> bool:
+def fits(console: Console, options: ConsoleOptions, renderable: RenderableType) -> bool:
     """True when ``renderable`` renders within ``options.max_width`` without shortening anything."""
-    for line in Segment.split_lines(console.render(renderable, options)):  # type: ignore[arg-type]
+    for line in Segment.split_lines(console.render(renderable, options)):
         text = "".join(seg.text for seg in line)
         if ELLIPSIS in text or cell_len(text.rstrip()) > options.max_width:
             return False
@@ -133,13 +133,13 @@ class Fit:
         return Measurement.get(console, options, self.table).clamp(max_width=options.max_width)
 
 
-def make_table(title: str | None, columns: Iterable[tuple[str, str]], **kw: object) -> Table:
+def make_table(title: str | None, columns: Iterable[tuple[str, str]], *, caption: str | None = None,
+               title_justify: JustifyMethod = "center", show_edge: bool = False) -> Table:
     """A table whose ``("header", "text")`` columns wrap whole (fold), whose ``("header", "name")``
     columns (configurations, sources) and ``("header", "num")`` columns (right-aligned) are never
     broken: a value too wide for its column shows an ellipsis, which makes :class:`Fit` choose
     another layout. Print it as ``Fit(table)``."""
-    kw.setdefault("show_edge", False)
-    t = Table(title=title, **kw)  # type: ignore[arg-type]
+    t = Table(title=title, caption=caption, title_justify=title_justify, show_edge=show_edge)
     for header, kind in columns:
         if kind == "num":
             t.add_column(header, justify="right", overflow="ellipsis")

@@ -20,6 +20,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 from typer.core import TyperCommand, TyperGroup
+from typer.models import CommandFunctionType
 
 Ctx = Any  # typer's click Context and HelpFormatter (click is vendored inside recent typer)
 
@@ -90,6 +91,6 @@ class App(typer.Typer):
         kwargs.setdefault("context_settings", {"max_content_width": MAX_HELP_WIDTH})
         super().__init__(**kwargs)
 
-    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:  # type: ignore[override]
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
         kwargs.setdefault("cls", Command)
         return super().command(*args, **kwargs)

@@ -117,7 +117,7 @@ def with_flags(*groups: Sequence[Flag]) -> Callable[[Callable[..., Any]], Callab
         hints = {p.name: p.annotation for p in params}
         own_hints = inspect.get_annotations(fn, eval_str=True)
         hints.update({k: v for k, v in own_hints.items() if k in names})
-        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions have no __signature__
             [p.replace(annotation=hints[p.name]) for p in params], return_annotation=None)
         wrapper.__annotations__ = {**hints, "return": None}
         del wrapper.__wrapped__  # typer must read this signature, not the wrapped function's
