@@ -195,7 +195,7 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         return cfg.shape
     if cfg.load in ("sweep", "find-max"):
         raise ConfigError(f"--load {cfg.load} is a multi-step plan, not one shape (see build_plan)")
-    ramp = cfg.ramp_up_strategy is not None
+    strategy = cfg.ramp_up_strategy
     given = [n for n, v in (("--concurrency", cfg.concurrency), ("--rate", cfg.rate),
                             ("--ramp-up-strategy", cfg.ramp_up_strategy), ("--load replay", cfg.load)) if v is not None]
     if len(given) > 1:
@@ -207,7 +207,7 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         raise ConfigError("give --requests N and/or --duration S so the run knows when to stop")
     if cfg.load == "replay":
         return TraceReplay(time_scale=cfg.time_scale)
-    if ramp:
+    if strategy is not None:
         if cfg.ramp_up_start_rps is None or cfg.ramp_up_end_rps is None:
             raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
         a, b = cfg.ramp_up_start_rps, cfg.ramp_up_end_rps
@@ -216,9 +216,9 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         if cfg.duration_s is not None:
             ramp_s = cfg.duration_s
         else:
-            ramp_s = RampingArrivalRate.ramp_for_requests(cfg.ramp_up_strategy, a, b, cfg.requests or 1)  # type: ignore[arg-type]
+            ramp_s = RampingArrivalRate.ramp_for_requests(strategy, a, b, cfg.requests or 1)
         try:
-            return RampingArrivalRate(strategy=cfg.ramp_up_strategy, start_rate_per_s=a, end_rate_per_s=b,
+            return RampingArrivalRate(strategy=strategy, start_rate_per_s=a, end_rate_per_s=b,
                                       ramp_s=ramp_s, arrival=cfg.arrival, burstiness=cfg.burstiness)
         except ValueError as exc:
             raise ConfigError(str(exc).splitlines()[-1]) from None

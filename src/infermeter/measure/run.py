@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict
@@ -56,6 +56,9 @@ from infermeter.measure.header import (
     runtime,
 )
 from infermeter.records import store
+
+if TYPE_CHECKING:  # annotations only: _start_scraper imports it where it runs, an ImportError meaning no scraping
+    from infermeter.telemetry.scraper import MetricsScraper
 
 
 class RunResult(BaseModel):
@@ -273,8 +276,9 @@ class Measurement:
         from infermeter.load.workers import merge_records, worker_tables
 
         cfg = self.cfg
-        complete = not run["runtime"].get("interrupted") and cfg.requests is not None and cfg.duration_s is None
-        table, report = merge_records(worker_tables(run_dir, n), cfg.requests + cfg.warmup if complete else None)  # type: ignore[operator]
+        complete = not run["runtime"].get("interrupted") and cfg.duration_s is None
+        expected = cfg.requests + cfg.warmup if complete and cfg.requests is not None else None
+        table, report = merge_records(worker_tables(run_dir, n), expected)
         run["runtime"]["merge"] = report
         if report.get("missing"):
             run.setdefault("notices", []).append(f"merge: {report['missing']} requests have no record (a worker died?)")
@@ -282,7 +286,7 @@ class Measurement:
         shutil.rmtree(run_dir / "workers", ignore_errors=True)
         return table
 
-    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> Any:
+    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> MetricsScraper | None:
         if not self.cfg.scrape:
             return None
         try:
@@ -293,12 +297,12 @@ class Measurement:
         await scraper.start(session)
         return scraper
 
-    async def _stop_scraper(self, scraper: Any, run_dir: Path) -> dict[str, Any] | None:
+    async def _stop_scraper(self, scraper: MetricsScraper | None, run_dir: Path) -> dict[str, Any] | None:
         if scraper is None:
             return None
         await scraper.stop()
         scraper.write(run_dir)
-        return scraper.summary()  # type: ignore[no-any-return]
+        return scraper.summary()
 
 
 WARM_CACHE_HIT_RATE = 0.10  # a workload that shares no prefixes should see (almost) no prefix-cache hits

@@ -69,13 +69,13 @@ def twin_spec(study: StudyConfig, conf: Configuration) -> TwinSpec:
     return study.sim_for(conf).spec(study.model_for(conf), conf.config)
 
 
-def _calibrated(study: StudyConfig, conf: Configuration) -> Any:
+def _calibrated(study: StudyConfig, conf: Configuration, calibration: Path) -> Any:
     """The twin of a configuration with a ``calibration`` file (``infermeter calibrate``'s): its fitted step time,
     scheduler and KV capacity, with the study's engine knobs on top."""
     from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
 
     sim = study.sim_for(conf)
-    cal = DeploymentCalibration.read(Path(conf.calibration))  # type: ignore[arg-type]
+    cal = DeploymentCalibration.read(Path(calibration))
     return calibrated_twin(cal, served_model_name=study.model_for(conf), max_num_seqs=sim.max_num_seqs,
                            max_num_batched_tokens=sim.max_num_batched_tokens,
                            enable_prefix_caching=sim.enable_prefix_caching)
@@ -91,7 +91,7 @@ class SimulatedTarget:
         self.model = study.model_for(conf)
         self.spec = twin_spec(study, conf)
         try:
-            self.twin = _calibrated(study, conf) if conf.calibration is not None else self.spec.twin()
+            self.twin = _calibrated(study, conf, conf.calibration) if conf.calibration is not None else self.spec.twin()
         except ConfigError as exc:
             text = str(exc)
             if "does not fit" in text or "no room for a single KV block" in text:
