@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infermeter.campaign.spec import Campaign, Cell, Target
+from infermeter.campaign.spec import Campaign, Cell
 from infermeter.campaign.spread import campaign_report, cell_metrics, report_markdown
 from infermeter.campaign.state import CampaignState, set_aside
-from infermeter.campaign.targets import LiveTarget, running, stop_leftover
+from infermeter.engines.target import LiveTarget, Target, running, stop_leftover
 from infermeter.errors import UserError
 from infermeter.measure import Measurement
 from infermeter.records import store

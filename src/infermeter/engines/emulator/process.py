@@ -34,13 +34,21 @@ def free_port() -> int:
 
 
 class EmulatorProcess:
-    def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0,
+                 log_path: Path | None = None) -> None:
         self.config = args if isinstance(args, EmulatorConfig) else EmulatorConfig.from_args(list(args or []))
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False)
+        self.keep_log = log_path is not None  # a log the caller keeps (a campaign's); else a temporary one
+        self._log = (open(log_path, "ab") if log_path is not None  # noqa: SIM115 - closed in __exit__
+                     else tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False))
+        self.log_path = Path(self._log.name)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> "EmulatorProcess":
         cmd = [sys.executable, "-m", "infermeter.engines.emulator",
@@ -78,7 +86,7 @@ class EmulatorProcess:
 
     def log_tail(self, n: int = 400) -> str:
         try:
-            return Path(self._log.name).read_text(errors="replace")[-n:].strip()
+            return self.log_path.read_text(errors="replace")[-n:].strip()
         except OSError:
             return ""
 
@@ -93,7 +101,8 @@ class EmulatorProcess:
                 self._proc.kill()
                 self._proc.wait()
         self._log.close()
-        with_suppress_unlink(self._log.name)
+        if not self.keep_log:
+            with_suppress_unlink(self._log.name)
 
 
 def with_suppress_unlink(path: str) -> None:
