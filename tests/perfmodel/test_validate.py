@@ -63,8 +63,8 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
 
 
 def test_out_of_sample_errors(lopo_report):
-    """Leave-one-publication-out: the median holds; the rows beyond 35% are those no other publication covers."""
-    assert lopo_report.median_abs("lopo") <= 0.11
+    """Leave-one-publication-out: the median meets the issue's 10% (the rows beyond 35% are listed in docs section 8)."""
+    assert lopo_report.median_abs("lopo") <= 0.10
     assert lopo_report.median_abs("lopo") >= lopo_report.median_abs("in")  # out of sample is never better than in sample
     covered = [r for r in lopo_report.results if r.row.engine == "trtllm" or r.row.engine == "vllm"]
     assert statistics.median(abs(r.error_lopo) for r in covered) <= 0.10
@@ -161,3 +161,24 @@ def test_original_columns_still_load(tmp_path):
     f.write_text("\n".join(",".join(f'"{c}"' for c in line[:keep]) for line in lines[:5]) + "\n")
     rows = load_rows(f)
     assert len(rows) == 4 and rows[0].source_url == "" and publication(rows[0]) == "tr8"
+
+
+def test_trtllm_012_rows_carry_their_engine_limits(corpus):
+    """trtllm-bench build of v0.12 took max_batch_size / max_num_tokens per model and TP from its benchmark_config.yml."""
+    import dataclasses
+
+    row = next(r for r in corpus if r.id == "trt012-a100-l3-70b-tp4-128-128")
+    eng = deployment_for(row, load_calibration()).engine_defaults
+    assert (eng.max_num_seqs, eng.max_batched_tokens) == (2048, 1024)
+    # at 128/128 a full batch prefills as many tokens as it decodes: the 1,024-token budget binds
+    default = dataclasses.replace(row, settings=(("gpu_memory_utilization", 0.99), ("max_num_seqs", 4096)))
+    assert predict(row) < 0.95 * predict(default)
+
+
+def test_a_second_publication_covers_llamacpp_f16_decode_on_hbm(lopo_report):
+    """LLM-Inference-Bench's batch-1 H100 rows, predicted without their publication, and the A100 rows they now back."""
+    by_id = {r.row.id: r for r in lopo_report.results}
+    alb = [r for i, r in by_id.items() if i.startswith("alb-")]
+    assert len(alb) == 6 and len({publication(r.row) for r in alb}) == 1
+    assert all(abs(r.error_lopo) <= 0.15 for r in alb)
+    assert all(abs(by_id[i].error_lopo) <= 0.35 for i in ("lcpp-a100sxm-8b-f16-tg512", "lcpp-a100pcie-8b-f16-tg512"))
