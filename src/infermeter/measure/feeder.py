@@ -13,16 +13,22 @@ Both give the same requests in the same order (same seeds)::
 Prefix-cache keys come from the prompt text as the emulator server sees it
 (``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`),
 cut into chunks of ``chars_per_block`` characters; :func:`calibrate_chars_per_block`
-sizes them to 16 tokens of the workload's own text.
-Python's ``hash`` is salted per process, which is why the child sends keys *and*
+sizes them to one block (``block_size`` tokens) of the workload's own text, and a
+:class:`~infermeter.twin.hashing.KeyMaker` reuses an earlier turn's keys over a shared history.
+Python's ``hash`` of text is salted per process, which is why the child sends keys *and*
 the parent never mixes them with keys it computes itself: one run, one process
-making keys. Send times come from the shape's own ``schedule`` (a trace replay's included).
+making keys. The child is started with a fixed ``PYTHONHASHSEED`` (:func:`spawn_context`),
+so a run makes the same keys every time (a resumed run continues with the same keys).
+Send times come from the shape's own ``schedule`` (a trace replay's included).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import multiprocessing as mp
+import os
 import pickle
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -32,11 +38,20 @@ import numpy as np
 
 from infermeter.errors import UserError
 from infermeter.load.shapes import BaseShape
-from infermeter.twin.hashing import CHARS_PER_BLOCK, spec_keys
+from infermeter.twin.hashing import CHARS_PER_BLOCK, KeyMaker
+from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.twin.request import SimRequest
 from infermeter.workload import build_workload
 
 BATCH = 8192
+HASH_SEED = "0"  # PYTHONHASHSEED of the processes that make prefix-cache keys
+
+
+def timed_specs(shape: BaseShape | None, specs: Iterator[Any], seed: int = 0) -> Iterator[tuple[float, Any]]:
+    """``(send offset, spec)``: the open-loop ``shape``'s schedule (None or a closed loop: every offset 0.0)."""
+    if shape is not None and shape.open_loop:
+        return shape.schedule(np.random.default_rng(seed), specs)
+    return ((0.0, spec) for spec in specs)
 
 
 def local_stream(
@@ -46,18 +61,45 @@ def local_stream(
     seed: int = 0,
     keys: bool = True,
     chars_per_block: int = CHARS_PER_BLOCK,
+    block_size: int = BLOCK_SIZE,
 ) -> Iterator[SimRequest]:
     """SimRequests from specs, timed by the open-loop ``shape``'s schedule (None or a closed loop: 0.0)."""
-    if shape is not None and shape.open_loop:
-        timed: Iterator[tuple[float, Any]] = shape.schedule(np.random.default_rng(seed), specs)
-    else:
-        timed = ((0.0, spec) for spec in specs)
-    rid = 0
+    make = KeyMaker(chars_per_block, block_size) if keys else None
+    return sim_requests(timed_specs(shape, specs, seed), make)
+
+
+def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, first_rid: int = 0) -> Iterator[SimRequest]:
+    """``(send offset, spec)`` -> SimRequests numbered from ``first_rid``, keyed by ``make_keys`` (or keyless)."""
+    rid = first_rid
     for at, spec in timed:
-        block_keys = spec_keys(spec, chars_per_block) if keys else ()
-        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, block_keys, at, spec.conversation_id,
-                         spec.prefix_group)
+        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, make_keys(spec) if make_keys else (), at,
+                         spec.conversation_id, spec.prefix_group)
         rid += 1
+
+
+@contextlib.contextmanager
+def _hash_seed() -> Iterator[None]:
+    old = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = HASH_SEED
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = old
+
+
+def spawn_process(target: Any, args: tuple[Any, ...], name: str) -> tuple[Any, Any]:
+    """A fresh interpreter (``spawn``) with a fixed ``PYTHONHASHSEED`` running ``target(*args, conn)``;
+    returns (process, the parent's end of a one-way pipe from the child)."""
+    ctx: Any = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(*args, send), daemon=True, name=name)
+    with _hash_seed():
+        proc.start()
+    send.close()
+    return proc, recv
 
 
 @dataclass(frozen=True)
@@ -71,17 +113,22 @@ class FeedSpec:
     duration_s: float | None = None
     keys: bool = True
     chars_per_block: int = CHARS_PER_BLOCK
+    block_size: int = BLOCK_SIZE
+    skip: int = 0  # requests of the stream to pass over first (a resumed run)
 
 
 def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
     gc.disable()  # short-lived, cycle-free objects only
     try:
         wl = build_workload(**spec.workload)
-        stream = local_stream(spec.shape, iter(wl.requests()), seed=spec.seed, keys=spec.keys,
-                              chars_per_block=spec.chars_per_block)
+        timed = timed_specs(spec.shape, iter(wl.requests()), spec.seed)
+        if spec.skip:
+            timed = itertools.islice(timed, spec.skip, None)
+        make = KeyMaker(spec.chars_per_block, spec.block_size) if spec.keys else None
+        stream = sim_requests(timed, make, first_rid=spec.skip)
         limit = spec.limit
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
-        n = 0
+        n = spec.skip
         done = False
         while not done:
             at: list[float] = []
@@ -128,16 +175,12 @@ class ChildStream:
     """An iterator of SimRequests made by a child process (see the module docstring)."""
 
     def __init__(self, spec: FeedSpec) -> None:
-        # fork: no re-import of __main__ and a fast start; the child only runs workload code
-        ctx: Any = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        self._conn, child = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_produce, args=(spec, child), daemon=True, name="infermeter-feeder")
-        self._proc.start()
-        child.close()
+        self._proc, self._conn = spawn_process(_produce, (spec,), "infermeter-feeder")
+        self._skip = spec.skip
         self._gen = self._requests()
 
     def _requests(self) -> Generator[SimRequest, None, None]:
-        rid = 0
+        rid = self._skip
         while True:
             try:
                 kind, payload = pickle.loads(self._conn.recv_bytes())

@@ -9,10 +9,18 @@ time and written as the same result files; used by the CLI, the study and the be
 The twin comes from a :class:`~infermeter.twin.spec.TwinSpec` (the deployment, declared once for
 ``simulate``, ``emulate`` and studies); ``run.json`` from the same header builder as a measured
 run (:func:`infermeter.measure.header.build_header`), with ``source: "simulated"``.
+
+Where it runs: one process (any load, any router), or -- ``RunConfig.workers > 1`` or
+``RunConfig.ray`` -- the fleet's replicas split over worker processes or Ray actors
+(:mod:`infermeter.measure.fleet`), which needs an open loop without ``--max-concurrency`` and a
+router decided from the arrival stream (``round-robin`` or ``session``). Both give the same
+records and the same summary for the same seed. A run with ``--duration`` ends ``grace_s``
+after it, as a measured run does: what is still in flight is cancelled.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +56,33 @@ class SimPlan:
         expected = self._expected_requests()
         self.token_times = token_times == "on" or (
             token_times == "auto" and expected is not None and expected <= TOKEN_TIMES_AUTO_LIMIT)
+        self.check_fleet()
+
+    @property
+    def fleet(self) -> bool:
+        """True when the replicas are split over worker processes or Ray actors."""
+        return self.cfg.workers > 1 or self.cfg.ray is not None
+
+    @property
+    def cancel_at(self) -> float:
+        """Virtual time at which what is still in flight is cancelled (``--duration`` + ``--grace``)."""
+        cfg = self.cfg
+        return math.inf if cfg.duration_s is None else cfg.duration_s + cfg.grace_s
+
+    def check_fleet(self) -> None:
+        """A split fleet needs routing and sends decided from the arrival stream alone (ConfigError names why)."""
+        if not self.fleet:
+            return
+        flag = "--ray" if self.cfg.ray else f"--workers {self.cfg.workers}"
+        if self.twin.router == "least-outstanding":
+            raise ConfigError(f"{flag}: --router least-outstanding depends on every replica's state at every "
+                              "arrival, so it runs in one process; use --router round-robin or session")
+        if not self.shape.open_loop:
+            raise ConfigError(f"{flag}: a closed loop sends when answers come back, which couples the replicas; "
+                              "it runs in one process")
+        if self.cfg.max_concurrency is not None:
+            raise ConfigError(f"{flag}: --max-concurrency couples the replicas (sends wait for any answer); "
+                              "it runs in one process")
 
     def _expected_requests(self) -> float | None:
         cfg = self.cfg
@@ -55,27 +90,37 @@ class SimPlan:
             return cfg.requests + cfg.warmup
         return self.shape.expected_requests(cfg.duration_s)
 
+    def calibrate(self) -> int:
+        """Characters per KV block of this workload's text (the prefix-cache keys' chunk size)."""
+        if self.chars_per_block is None:
+            self.chars_per_block = calibrate_chars_per_block(iter(self.workload.requests()),
+                                                             block_size=self.twin.block_size)
+        return self.chars_per_block
+
+    def feed_spec(self, *, skip: int = 0) -> FeedSpec:
+        cfg = self.cfg
+        limit = None if cfg.requests is None else cfg.requests + cfg.warmup
+        return FeedSpec(workload=workload_args(cfg), shape=self.shape, seed=cfg.seed, limit=limit,
+                        duration_s=cfg.duration_s if self.shape.open_loop else None,
+                        chars_per_block=self.calibrate(), block_size=self.twin.block_size, skip=skip)
+
     def source(self) -> ArrivalSource:
         """The arrival source; huge runs make their requests in a child process (measure.feeder)."""
         cfg = self.cfg
-        cpb = calibrate_chars_per_block(iter(self.workload.requests()))
-        self.chars_per_block = cpb
+        cpb = self.calibrate()
         expected = self._expected_requests()
-        open_loop = self.shape.open_loop
         reqs: Any
         if self.child_feeder and (expected is None or expected > CHILD_FEEDER_MIN):
-            limit = None if cfg.requests is None else cfg.requests + cfg.warmup
-            reqs = ChildStream(FeedSpec(workload=workload_args(cfg), shape=self.shape, seed=cfg.seed, limit=limit,
-                                        duration_s=cfg.duration_s if open_loop else None, chars_per_block=cpb))
+            reqs = ChildStream(self.feed_spec())
         else:
-            reqs = local_stream(self.shape, iter(self.workload.requests()), seed=cfg.seed, chars_per_block=cpb)
-        delay = self.twin.request_overhead_s
+            reqs = local_stream(self.shape, iter(self.workload.requests()), seed=cfg.seed, chars_per_block=cpb,
+                                block_size=self.twin.block_size)
         streams = self.shape.streams
         if streams is not None:
             return ClosedLoopSource(streams, reqs, requests=cfg.requests, duration_s=cfg.duration_s,
-                                    warmup=cfg.warmup, delay=delay)
+                                    warmup=cfg.warmup)
         return OpenLoopSource(reqs, requests=cfg.requests, duration_s=cfg.duration_s, warmup=cfg.warmup,
-                              max_concurrency=cfg.max_concurrency, delay=delay)
+                              max_concurrency=cfg.max_concurrency)
 
     def run_header(self, label: str) -> dict[str, Any]:
         emulated = self.twin.describe()
@@ -83,16 +128,24 @@ class SimPlan:
                             model=self.twin.served_model_name, hardware=self.twin.hardware,
                             target={"url": None, "embedded": False, "engine": "infermeter-twin", "emulated": emulated},
                             config_extra={"simulate": {"token_times": self.token_times,
-                                                       "prefix_key_chars_per_block": self.chars_per_block,
+                                                       "prefix_key_chars_per_block": self.calibrate(),
                                                        **emulated}})
 
-    def run(self, progress: Any = None) -> SimulationResult:
+    def out_dir(self) -> tuple[Path, str]:
         cfg = self.cfg
         kind = self.shape.describe().split(",")[0].replace(" ", "-")
         label = cfg.label or f"sim-{self.twin.model}-{self.twin.hardware}-{kind}"
-        out = Path(cfg.out) if cfg.out else default_out_dir(label)
+        return (Path(cfg.out) if cfg.out else default_out_dir(label)), label
+
+    def run(self, progress: Any = None) -> SimulationResult:
+        cfg = self.cfg
+        out, label = self.out_dir()
         if (out / store.SUMMARY).exists():
             raise ConfigError(f"--out {out}: already holds a run; choose another directory")
+        if self.fleet:
+            from infermeter.measure.fleet import run_fleet
+
+            return run_fleet(self, out, self.run_header(label), progress=progress)
         source = self.source()
         return simulate(self.twin, source, out_dir=out, run=self.run_header(label), warmup=cfg.warmup,
-                        token_times=self.token_times, on_progress=progress)
+                        token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at)

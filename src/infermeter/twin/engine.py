@@ -32,20 +32,40 @@ new KV blocks per step (a histogram of block-boundary phases) are O(1), so a ste
 costs O(requests whose state changes). When no prefill is pending and nothing can
 be admitted, :meth:`schedule` covers several identical decode steps at once (a
 *span*), up to the next finish, KV exhaustion or ``horizon`` (next arrival), timed
-by the model's closed-form ``decode_span``.
+by the model's closed-form ``decode_span``. A span is optimistic: when a request arrives
+while one is in flight, :meth:`interrupt` ends it at the step in progress at that moment (the
+request joins the next step, as it would step by step), so the caller need not know the next
+arrival.
+
+A step's effects, its KV blocks beyond the first step's and its accounting (steps, busy time,
+KV usage and running-request integrals) are applied by :meth:`complete`, once its length is
+final. The engine integrates its own occupancy (running + waiting, Little's ``L``) and keeps its
+waiting queue over time in a :class:`~infermeter.twin.series.LevelSeries`. Blocks hold
+``config.block_size`` tokens.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.hashing import private_key
-from infermeter.twin.kvcache import BLOCK_SIZE, BlockPool
+from infermeter.twin.kvcache import BlockPool
 from infermeter.twin.predictor import StepTimePredictor
-from infermeter.twin.request import ABORTED, DECODE, FINISHED, PREFILL, REJECTED, WAITING, SimRequest
+from infermeter.twin.request import (
+    ABORTED,
+    CANCELLED,
+    DECODE,
+    FINISHED,
+    PREFILL,
+    REJECTED,
+    WAITING,
+    SimRequest,
+)
+from infermeter.twin.series import LevelSeries
 
 _INF = math.inf
 
@@ -64,8 +84,9 @@ class Engine:
     ) -> None:
         self.predictor = predictor
         self.config = config
+        bs = self.block_size = config.block_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=config.enable_prefix_caching)
-        cap = num_blocks * BLOCK_SIZE
+        cap = num_blocks * bs
         self.max_model_len = min(config.max_model_len or cap, cap)
         self.keep_token_times = keep_token_times
         self.max_span_steps = max(1, max_span_steps)
@@ -75,11 +96,12 @@ class Engine:
         self.g = 0  # decode-step counter
         self.n_dec = 0
         self._sum_c = 0  # sum over decoding requests of (c0 - g0)
-        self._phase = [0] * BLOCK_SIZE  # decoding requests per block-boundary phase
+        self._phase = [0] * bs  # decoding requests per block-boundary phase
         self._heap: list[tuple[int, int, int, SimRequest]] = []
         self._seq = 0
         self._tlog: list[float] = [0.0]  # end time of the step that set the counter to g
-        self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float]] | None = None
+        # the step in flight: (steps, n_dec, plan, ends, start, kv, duration, first step's decode blocks)
+        self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float], float, int, float, int] | None = None
         self._aborts: list[SimRequest] = []
         # counters (vLLM metric names in comments)
         self.num_preemptions = 0  # vllm:num_preemptions_total
@@ -91,14 +113,18 @@ class Engine:
         self.busy_s = 0.0
         self.usage_integral = 0.0  # sum of kv usage x step time
         self.running_integral = 0.0  # sum of running requests x step time
+        self.in_system_integral = 0.0  # integral of (running + waiting) dt: Little's L x time
+        self._sys_t = 0.0
+        self.waiting_series = LevelSeries()
         self.max_usage = 0.0
         self.max_waiting = 0
         self.max_running = 0
         self.last_step_tokens = 0
 
     # -- intake --------------------------------------------------------------------
-    def add(self, r: SimRequest) -> bool:
-        """Queue a request; False (state REJECTED, ``error`` set) when it can never run."""
+    def add(self, r: SimRequest, now: float | None = None) -> bool:
+        """Queue a request arriving at ``now`` (default ``r.arrival``); False (state REJECTED,
+        ``error`` set) when it can never run."""
         if r.prompt_tokens < 1 or r.max_tokens < 1:
             r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
         elif r.prompt_tokens + r.max_tokens > self.max_model_len:
@@ -109,11 +135,18 @@ class Engine:
         if r.error is not None:
             r.state = REJECTED
             return False
+        t = r.arrival if now is None else now
+        waiting = self.waiting
+        if t > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(waiting)) * (t - self._sys_t)
+            self._sys_t = t
         if self.keep_token_times and r.token_times is None:
             r.token_times = []
-        self.waiting.append(r)
-        if len(self.waiting) > self.max_waiting:
-            self.max_waiting = len(self.waiting)
+        waiting.append(r)
+        n = len(waiting)
+        self.waiting_series.set(t, n)
+        if n > self.max_waiting:
+            self.max_waiting = n
         return True
 
     @property
@@ -128,7 +161,11 @@ class Engine:
 
     # -- one step ------------------------------------------------------------------
     def schedule(self, now: float, horizon: float = _INF) -> float | None:
-        """Form the next step (or span of decode steps); its duration in seconds, None when idle."""
+        """Form the next step (or span of decode steps); its duration in seconds, None when idle.
+
+        ``horizon`` (optional) caps a span at a known next arrival; without it, :meth:`interrupt`
+        shortens the span when a request arrives.
+        """
         if self._pending is not None:
             raise RuntimeError("schedule() called twice without complete()")
         if self._aborts:
@@ -137,12 +174,14 @@ class Engine:
             return None
         pool = self.pool
         phase = self._phase
+        bs = self.block_size
         g = self.g
         cfg = self.config
+        n_wait = len(self.waiting)
         preempted = False
         while True:  # running requests: decodes, then continuing prefills; preempt until they fit
             n_dec = self.n_dec
-            need = phase[g & 15] if n_dec else 0
+            need = phase[g % bs] if n_dec else 0
             budget = cfg.max_num_batched_tokens - n_dec
             plan: list[tuple[SimRequest, int]] = []
             grow: list[int] = []
@@ -150,7 +189,7 @@ class Engine:
                 if budget <= 0:
                     break
                 chunk = min(r.num_tokens - r.computed, budget)
-                nb = -(-(r.computed + chunk) // BLOCK_SIZE) - r.blocks
+                nb = -(-(r.computed + chunk) // bs) - r.blocks
                 plan.append((r, chunk))
                 grow.append(nb)
                 need += nb
@@ -159,7 +198,7 @@ class Engine:
                 break
             self._preempt(next(reversed(self.running.values())))
             preempted = True
-        d0 = phase[g & 15] if n_dec else 0
+        d0 = phase[g % bs] if n_dec else 0
         if d0:
             pool.allocate(d0)
         if plan:
@@ -169,6 +208,8 @@ class Engine:
                     r.blocks += nb
         if self.waiting and (not preempted or not self.running):
             budget = self._admit(now, budget, plan)
+        if len(self.waiting) != n_wait:
+            self.waiting_series.set(now, len(self.waiting))
         if not plan and n_dec == 0:
             if self.waiting and self.waiting[0].arrival <= now:
                 raise RuntimeError("twin engine: waiting requests but nothing can be scheduled")
@@ -188,46 +229,105 @@ class Engine:
         else:
             # a preemption skipped admission for this step only: no span past it
             steps = 1 if preempted else self._span_steps(now, horizon, kv, pool.num_free + d0)
-            if steps > 1:
-                pool.allocate(self._blocks_for(steps) - d0)
             if self.keep_token_times and steps > 1:
                 ends = self._step_ends(now, n_dec, kv, steps)
-                dur = ends.pop() - now
+                dur = ends[-1] - now
             elif steps == 1:
                 dur = self.predictor.step_time(n_dec, kv, n_dec, None)
             else:
                 dur = self.predictor.decode_span(n_dec, kv, steps)
             self.last_step_tokens = n_dec
-        self._pending = (steps, n_dec, plan, ends)
-        self.steps += steps
-        self.busy_s += dur
-        usage = 1.0 - pool.num_free / pool.num_blocks
-        self.usage_integral += usage * dur
-        self.running_integral += len(self.running) * dur
-        if usage > self.max_usage:
-            self.max_usage = usage
-        if len(self.running) > self.max_running:
-            self.max_running = len(self.running)
+        self._pending = (steps, n_dec, plan, ends, now, kv, dur, d0)
         return dur
+
+    def interrupt(self, t: float) -> float | None:
+        """A request was just added at ``t`` during a decode span: end the span with the step in progress
+        at ``t`` (the request joins the next step, as step by step). The span's new end time, or None
+        when nothing changed (no span in flight, or the arrival waits behind others)."""
+        p = self._pending
+        if p is None or p[0] <= 1 or len(self.waiting) != 1:
+            return None
+        steps, n_dec, plan, ends, start, kv, dur, d0 = p
+        if t >= start + dur:
+            return None
+        if ends:
+            s = bisect_right(ends, t)  # steps ending at or before t
+            k = s if s and ends[s - 1] == t else s + 1
+            if k >= steps:
+                return None
+            ends = ends[:k]
+            dur = ends[-1] - start
+        else:
+            s = self.predictor.steps_within(n_dec, kv, t - start)
+            k = s if s and start + self.predictor.decode_span(n_dec, kv, s) == t else s + 1
+            if k >= steps:
+                return None
+            dur = self.predictor.decode_span(n_dec, kv, k) if k > 1 else self.predictor.step_time(n_dec, kv, n_dec, None)
+        self._pending = (k, n_dec, plan, ends, start, kv, dur, d0)
+        return start + dur
+
+    def settle(self, t: float) -> float | None:
+        """The run stops at ``t``: keep the steps of the one in flight that end by ``t``; their end time
+        (then :meth:`complete` it), or None (nothing in flight ends by ``t``; it is dropped)."""
+        p = self._pending
+        if p is None:
+            return None
+        steps, n_dec, plan, ends, start, kv, dur, d0 = p
+        if start + dur <= t:
+            return start + dur
+        if steps > 1:
+            if ends:
+                k = bisect_right(ends, t)
+                if k:
+                    ends = ends[:k]
+                    self._pending = (k, n_dec, plan, ends, start, kv, ends[-1] - start, d0)
+                    return ends[-1]
+            else:
+                k = self.predictor.steps_within(n_dec, kv, t - start)
+                if k:
+                    dur = (self.predictor.decode_span(n_dec, kv, k) if k > 1
+                           else self.predictor.step_time(n_dec, kv, n_dec, None))
+                    self._pending = (k, n_dec, plan, ends, start, kv, dur, d0)
+                    return start + dur
+        self._pending = None
+        return None
 
     def complete(self, now: float) -> list[SimRequest]:
         """Apply the pending step at its end time ``now``; the requests that finished."""
         if self._pending is None:
             return []
-        steps, n_dec, plan, ends = self._pending
+        steps, n_dec, plan, ends, start, kv, dur, d0 = self._pending
         self._pending = None
+        pool = self.pool
+        running = self.running
+        if steps > 1:
+            pool.allocate(self._blocks_for(steps) - d0)
+        # accounting of the step (or span), now that its length is final
+        self.steps += steps
+        self.busy_s += dur
+        usage = 1.0 - pool.num_free / pool.num_blocks
+        n_run = len(running)
+        self.usage_integral += usage * dur
+        self.running_integral += n_run * dur
+        if usage > self.max_usage:
+            self.max_usage = usage
+        if n_run > self.max_running:
+            self.max_running = n_run
+        if now > self._sys_t:
+            self.in_system_integral += (n_run + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
         finished: list[SimRequest] = []
         if n_dec:
             self.g += steps
             self.generation_tokens_total += n_dec * steps
             if self.keep_token_times:
-                self._tlog.extend(ends)
+                if ends:
+                    self._tlog.extend(ends[:-1])
                 self._tlog.append(now)
             heap = self._heap
             g = self.g
             if heap and heap[0][0] <= g:  # decodes that reached max_tokens (inlined _leave_decode + _finish)
-                pool = self.pool
-                running = self.running
+                bs = self.block_size
                 phase = self._phase
                 tlog = self._tlog
                 pop = heapq.heappop
@@ -238,12 +338,12 @@ class Engine:
                     g0, c0 = r.g0, r.c0
                     self.n_dec -= 1
                     self._sum_c -= c0 - g0
-                    phase[(g0 - c0) & 15] -= 1
+                    phase[(g0 - c0) % bs] -= 1
                     if r.token_times is not None:
                         r.token_times.extend(tlog[g0 + 1 : g + 1])
                     computed = r.computed = c0 + g - g0
                     r.outputs = r.o0 + g - g0
-                    blocks = r.blocks = -(-computed // BLOCK_SIZE)
+                    blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
                     held = r.held
                     pool.free(held, blocks - len(held))
@@ -254,6 +354,24 @@ class Engine:
             self._advance_prefill(r, chunk, now, finished)
         return finished
 
+    def cancel_all(self, now: float) -> list[SimRequest]:
+        """The run gave up at ``now``: every request still here ends ``CANCELLED`` (blocks freed)."""
+        self._pending = None
+        if now > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
+        out: list[SimRequest] = []
+        for r in list(self.running.values()):
+            self._release(r, keep=False)
+            out.append(r)
+        out.extend(self.waiting)
+        self.waiting.clear()
+        self.waiting_series.set(now, 0)
+        for r in out:
+            r.state = CANCELLED
+            r.ended_at = now
+        return out
+
     # -- internals -----------------------------------------------------------------
     def _admit(self, now: float, budget: int, plan: list[tuple[SimRequest, int]]) -> int:
         pool = self.pool
@@ -261,6 +379,7 @@ class Engine:
         running = self.running
         max_seqs = self.config.max_num_seqs
         chunked = self.config.enable_chunked_prefill
+        bs = self.block_size
         refs = pool._refs
         prefilling = self.prefilling
         while waiting and budget > 0 and len(running) < max_seqs:
@@ -270,8 +389,8 @@ class Engine:
             keys = r.keys
             hits = free_hits = 0
             if keys and keys[0] in refs:  # most prompts miss on their first block
-                hits, free_hits = pool.match(keys, (r.num_tokens - 1) >> 4)
-            hit_tokens = hits * BLOCK_SIZE
+                hits, free_hits = pool.match(keys, (r.num_tokens - 1) // bs)
+            hit_tokens = hits * bs
             todo = r.num_tokens - hit_tokens
             if todo <= budget:
                 chunk = todo
@@ -279,7 +398,7 @@ class Engine:
                 chunk = budget
             else:
                 break
-            nb = -(-(hit_tokens + chunk) // BLOCK_SIZE) - hits
+            nb = -(-(hit_tokens + chunk) // bs) - hits
             if nb + free_hits > pool.num_free:
                 break
             waiting.popleft()
@@ -309,18 +428,12 @@ class Engine:
         computed = r.computed = r.computed + chunk
         keys = r.keys
         if keys and r.next_reg < len(keys):
-            upto = computed >> 4
+            upto = computed // self.block_size
             if upto > len(keys):
                 upto = len(keys)
-            pool = self.pool
-            if pool.caching:  # register newly full prompt blocks (inline BlockPool.register)
-                refs = pool._refs
-                held = r.held
-                for key in keys[r.next_reg : upto]:
-                    if key not in refs:
-                        refs[key] = 1
-                        held.append(key)
             if upto > r.next_reg:
+                if self.pool.caching:  # register newly full prompt blocks
+                    r.held.extend(self.pool.register_many(keys[r.next_reg : upto]))
                 r.next_reg = upto
         if computed < r.num_tokens:
             return
@@ -344,14 +457,14 @@ class Engine:
         r.o0 = r.outputs
         self.n_dec += 1
         self._sum_c += r.c0 - g
-        self._phase[(g - r.c0) & 15] += 1
+        self._phase[(g - r.c0) % self.block_size] += 1
         self._seq += 1
         heapq.heappush(self._heap, (g + r.max_tokens - r.o0, self._seq, r.epoch, r))
 
     def _leave_decode(self, r: SimRequest) -> None:
         self.n_dec -= 1
         self._sum_c -= r.c0 - r.g0
-        self._phase[(r.g0 - r.c0) & 15] -= 1
+        self._phase[(r.g0 - r.c0) % self.block_size] -= 1
         if r.token_times is not None:
             r.token_times.extend(self._tlog[r.g0 + 1 : self.g + 1])
 
@@ -365,17 +478,18 @@ class Engine:
     def _release(self, r: SimRequest, *, keep: bool) -> None:
         """Take a running ``r`` off the engine and free its blocks (``keep``: computed blocks stay findable)."""
         del self.running[r.rid]
+        bs = self.block_size
         if r.state == DECODE:
             self._leave_decode(r)
             r.outputs = r.o0 + self.g - r.g0
             r.computed = r.c0 + self.g - r.g0
-            r.blocks = -(-r.computed // BLOCK_SIZE)
+            r.blocks = -(-r.computed // bs)
             r.epoch += 1
         else:
             self.prefilling.remove(r)
         pool = self.pool
         if keep:
-            full = r.computed // BLOCK_SIZE
+            full = r.computed // bs
             keys = list(r.keys[:full])
             keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
             if pool.caching:
@@ -402,7 +516,11 @@ class Engine:
     def abort(self, r: SimRequest, now: float) -> None:
         """The client went away: drop ``r`` (now if waiting; after the step in flight if running)."""
         if r.state == WAITING:
+            if now > self._sys_t:
+                self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+                self._sys_t = now
             self.waiting.remove(r)
+            self.waiting_series.set(now, len(self.waiting))
             self._end_aborted(r, now)
         elif r.state in (PREFILL, DECODE):
             self._aborts.append(r)
@@ -412,6 +530,9 @@ class Engine:
         r.ended_at = now
 
     def _apply_aborts(self, now: float) -> None:
+        if now > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
         for r in self._aborts:
             if r.state in (PREFILL, DECODE):
                 self._release(r, keep=False)
@@ -420,16 +541,17 @@ class Engine:
 
     def _blocks_for(self, steps: int) -> int:
         """New KV blocks the decoding requests need over the next ``steps`` steps."""
-        full, rest = divmod(steps, BLOCK_SIZE)
+        bs = self.block_size
+        full, rest = divmod(steps, bs)
         total = full * self.n_dec
-        g = self.g + full * BLOCK_SIZE
+        g = self.g + full * bs
         phase = self._phase
         for j in range(rest):
-            total += phase[(g + j) & 15]
+            total += phase[(g + j) % bs]
         return total
 
     def _span_steps(self, now: float, horizon: float, kv: int, free: int) -> int:
-        """Identical decode steps until the next finish, KV exhaustion or arrival (at least 1)."""
+        """Identical decode steps until the next finish, KV exhaustion or ``horizon`` (at least 1)."""
         heap = self._heap
         while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
             heapq.heappop(heap)
@@ -438,13 +560,14 @@ class Engine:
         if k <= 1:
             return 1
         n = self.n_dec
+        bs = self.block_size
         cycles = free // n
-        if cycles * BLOCK_SIZE < k:  # KV may run out first: last step whose demand still fits
-            kv_steps = cycles * BLOCK_SIZE
+        if cycles * bs < k:  # KV may run out first: last step whose demand still fits
+            kv_steps = cycles * bs
             left = free - cycles * n
             phase = self._phase
             while kv_steps < k:
-                d = phase[(g + kv_steps) & 15]
+                d = phase[(g + kv_steps) % bs]
                 if d > left:
                     break
                 left -= d
@@ -463,3 +586,12 @@ class Engine:
             t += st(n, kv + j * n, n, None)
             ends.append(t)
         return ends
+
+
+def engine_stats(e: Engine) -> dict[str, float | int]:
+    """An engine's counters and integrals as plain numbers (what a run's ``server_metrics`` sums)."""
+    return {"usage_integral": e.usage_integral, "max_usage": e.max_usage, "running_integral": e.running_integral,
+            "max_running": e.max_running, "max_waiting": e.max_waiting, "prefix_queries": e.prefix_queries,
+            "prefix_hits": e.prefix_hits, "num_preemptions": e.num_preemptions,
+            "prompt_tokens_total": e.prompt_tokens_total, "generation_tokens_total": e.generation_tokens_total,
+            "steps": e.steps, "busy_s": e.busy_s, "in_system_integral": e.in_system_integral}

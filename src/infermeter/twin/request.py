@@ -26,6 +26,7 @@ DECODE = 2  # running, one token per step
 FINISHED = 3
 REJECTED = 4
 ABORTED = 5  # the client went away (live)
+CANCELLED = 6  # still in flight when the run gave up on it (``grace_s`` after the duration)
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +40,7 @@ class SimRequest:
     conversation_id: int | None = None
     prefix_group: int | None = None
     tag: Any = None  # caller's handle (the live backend's stream)
+    replica: int = -1  # the replica a stream-decided router sent it to (-1: route at send)
 
     state: int = WAITING
     num_tokens: int = 0
