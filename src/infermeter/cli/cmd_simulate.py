@@ -1,16 +1,19 @@
 """``infermeter simulate``: run a workload through the digital twin in virtual time.
 
 Same workload and load flags as ``infermeter run``; writes the same result files
-(``summary.json``, ``requests.parquet``, ``run.json`` with ``source: simulated``)::
+(``summary.json``, ``requests.parquet``, ``run.json`` with ``source: simulated``). A fleet
+(``--gpu 800xa100-80gb:tp4`` = 200 replicas of TP4) can be split over ``--workers N`` processes
+or Ray actors (``--ray auto``), with the same summary for the same seed::
 
     infermeter simulate --model llama-3.1-70b --gpu 4xa100-80gb:tp4 --rate 48 --duration 3600 \\
         --input-tokens 128 --output-tokens 128 --out results/soak-1h
+    infermeter simulate --model llama-3.1-70b --gpu 800xa100-80gb:tp4 --profile chat --rate 48 \\
+        --duration 72h --router session --workers 2
 """
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import typer
@@ -24,11 +27,16 @@ from infermeter.twin.spec import TwinSpec
 
 API = model_flags(RunConfig, {"api": FlagSpec(help="chat | completions (what the prompt text looks like)")})
 SIM_LOAD = [f for f in LOAD if f.field != "seed"] + [f for f in GRACE]
+SIM_SCALE = model_flags(RunConfig, {
+    "workers": FlagSpec(help="worker processes the fleet's replicas are split over (with --ray: Ray actors; "
+                             "1 = one per CPU of the cluster)"),
+    "ray": FlagSpec(help="split the fleet over Ray actors: ADDRESS, 'auto' or 'local' (extra 'distributed')"),
+})
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate", no_args_is_help=False)
-    @with_flags(TWIN, API, SIM_LOAD, [f for f in LOAD if f.field == "seed"], WORKLOAD, SLO, OUTPUT)
+    @with_flags(TWIN, API, SIM_LOAD, [f for f in LOAD if f.field == "seed"], WORKLOAD, SLO, SIM_SCALE, OUTPUT)
     def simulate_cmd(
         values: dict[str, Any],
         token_times: str = typer.Option("auto", help=f"Store per-token times: auto (runs up to {TOKEN_TIMES_AUTO_LIMIT:,} requests) | on | off."),
@@ -51,10 +59,12 @@ def register(app: typer.Typer) -> None:
                                         for e in exc.errors())) from None
         plan = SimPlan(cfg, spec, token_times=token_times)
         err = Console(stderr=True)
-        err.print(f"[cyan]simulating[/] {plan.twin.model} on {plan.twin.hardware} "
-                  f"({plan.twin.config.describe()}, {plan.twin.num_blocks * plan.twin.lanes} KV blocks); "
-                  f"load: {plan.shape.describe()}", highlight=False)
-        res = plan.run(progress=_progress(err))
+        twin = plan.twin
+        fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")
+        where = (f"; on Ray ({cfg.ray})" if cfg.ray else f"; {cfg.workers} worker processes" if plan.fleet else "")
+        err.print(f"[cyan]simulating[/] {twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
+                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}", highlight=False)
+        res = plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False)))
         s = res.summary
         if as_json:
             print(json.dumps(s, indent=2))
@@ -65,13 +75,3 @@ def register(app: typer.Typer) -> None:
                               f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
 
 
-def _progress(err: Any) -> Any:
-    last = [time.monotonic()]
-
-    def cb(t_virtual: float, n: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 5.0:
-            last[0] = now
-            err.print(f"  {n:,} requests done, virtual time {t_virtual / 3600:.2f} h", highlight=False)
-
-    return cb

@@ -17,18 +17,15 @@ sizes them to one block (``block_size`` tokens) of the workload's own text, and 
 :class:`~infermeter.twin.hashing.KeyMaker` reuses an earlier turn's keys over a shared history.
 Python's ``hash`` of text is salted per process, which is why the child sends keys *and*
 the parent never mixes them with keys it computes itself: one run, one process
-making keys. The child is started with a fixed ``PYTHONHASHSEED`` (:func:`spawn_context`),
+making keys. The child is started with a fixed ``PYTHONHASHSEED`` (:mod:`infermeter.measure.child`),
 so a run makes the same keys every time (a resumed run continues with the same keys).
 Send times come from the shape's own ``schedule`` (a trace replay's included).
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
-import multiprocessing as mp
-import os
 import pickle
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -38,13 +35,13 @@ import numpy as np
 
 from infermeter.errors import UserError
 from infermeter.load.shapes import BaseShape
+from infermeter.measure.child import start_child
 from infermeter.twin.hashing import CHARS_PER_BLOCK, KeyMaker
 from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.twin.request import SimRequest
 from infermeter.workload import build_workload
 
 BATCH = 8192
-HASH_SEED = "0"  # PYTHONHASHSEED of the processes that make prefix-cache keys
 
 
 def timed_specs(shape: BaseShape | None, specs: Iterator[Any], seed: int = 0) -> Iterator[tuple[float, Any]]:
@@ -77,31 +74,6 @@ def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, firs
         rid += 1
 
 
-@contextlib.contextmanager
-def _hash_seed() -> Iterator[None]:
-    old = os.environ.get("PYTHONHASHSEED")
-    os.environ["PYTHONHASHSEED"] = HASH_SEED
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONHASHSEED", None)
-        else:
-            os.environ["PYTHONHASHSEED"] = old
-
-
-def spawn_process(target: Any, args: tuple[Any, ...], name: str) -> tuple[Any, Any]:
-    """A fresh interpreter (``spawn``) with a fixed ``PYTHONHASHSEED`` running ``target(*args, conn)``;
-    returns (process, the parent's end of a one-way pipe from the child)."""
-    ctx: Any = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=target, args=(*args, send), daemon=True, name=name)
-    with _hash_seed():
-        proc.start()
-    send.close()
-    return proc, recv
-
-
 @dataclass(frozen=True)
 class FeedSpec:
     """What a child process needs to rebuild the stream (picklable)."""
@@ -117,7 +89,8 @@ class FeedSpec:
     skip: int = 0  # requests of the stream to pass over first (a resumed run)
 
 
-def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
+def produce(spec: FeedSpec, conn: Any) -> None:
+    """The child's side (:mod:`infermeter.measure.child`): the stream in columnar batches on ``conn``."""
     gc.disable()  # short-lived, cycle-free objects only
     try:
         wl = build_workload(**spec.workload)
@@ -175,7 +148,8 @@ class ChildStream:
     """An iterator of SimRequests made by a child process (see the module docstring)."""
 
     def __init__(self, spec: FeedSpec) -> None:
-        self._proc, self._conn = spawn_process(_produce, (spec,), "infermeter-feeder")
+        self._child = start_child("infermeter.measure.feeder:produce", spec, name="infermeter-feeder")
+        self._conn = self._child.conn
         self._skip = spec.skip
         self._gen = self._requests()
 
@@ -209,7 +183,4 @@ class ChildStream:
 
     def close(self) -> None:
         self._gen.close()
-        self._conn.close()
-        if self._proc.is_alive():
-            self._proc.terminate()
-        self._proc.join(timeout=10)
+        self._child.close()

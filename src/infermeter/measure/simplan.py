@@ -131,6 +131,14 @@ class SimPlan:
                                                        "prefix_key_chars_per_block": self.calibrate(),
                                                        **emulated}})
 
+    def eta(self, say: Any) -> Any:
+        """A progress callback printing the pace and the time left (:class:`~infermeter.measure.eta.Eta`)."""
+        from infermeter.measure.eta import Eta
+
+        cfg = self.cfg
+        return Eta(say, virtual_s=cfg.duration_s if cfg.requests is None else None,
+                   requests=self._expected_requests() if cfg.requests is not None else None)
+
     def out_dir(self) -> tuple[Path, str]:
         cfg = self.cfg
         kind = self.shape.describe().split(",")[0].replace(" ", "-")

@@ -84,6 +84,7 @@ class Deployment:
     _oh_seq: float = field(repr=False, default=0.0)
     _k: float = field(repr=False, default=2.0)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
+    _coeffs: dict[int, tuple[float, float]] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def _smax(self, x: float, y: float) -> float:
         k = self._k
@@ -133,8 +134,11 @@ class Deployment:
         }
 
     def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
-        c0 = self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0)
-        return c0, self._smax(self._att_pair, self._kv_read)
+        got = self._coeffs.get(num_seqs)  # the twin's decode spans ask for the same batch sizes over and over
+        if got is None:
+            got = self._coeffs[num_seqs] = (self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0),
+                                            self._smax(self._att_pair, self._kv_read))
+        return got
 
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
         """Seconds for ``steps`` pure-decode steps of ``num_seqs`` sequences, context growing by ``num_seqs`` a step."""

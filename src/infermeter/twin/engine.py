@@ -345,8 +345,10 @@ class Engine:
                     r.outputs = r.o0 + g - g0
                     blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
-                    held = r.held
-                    pool.free(held, blocks - len(held))
+                    pool.free(r.held, blocks - r.keyed)
+                    r.held = []
+                    r.keyed = 0
+                    r.cursor = r.own = None
                     r.state = FINISHED
                     r.ended_at = now
                     finished.append(r)
@@ -380,7 +382,7 @@ class Engine:
         max_seqs = self.config.max_num_seqs
         chunked = self.config.enable_chunked_prefill
         bs = self.block_size
-        refs = pool._refs
+        index = pool._index
         prefilling = self.prefilling
         while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
@@ -388,8 +390,8 @@ class Engine:
                 break
             keys = r.keys
             hits = free_hits = 0
-            if keys and keys[0] in refs:  # most prompts miss on their first block
-                hits, free_hits = pool.match(keys, (r.num_tokens - 1) // bs)
+            if keys and keys[0] in index:  # most prompts miss on their first block
+                hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
             hit_tokens = hits * bs
             todo = r.num_tokens - hit_tokens
             if todo <= budget:
@@ -403,9 +405,10 @@ class Engine:
                 break
             waiting.popleft()
             if hits:
-                held = list(keys[:hits])
-                pool.acquire(held)
-                r.held = held
+                pool.acquire(path)
+                r.held = path
+                r.keyed = hits
+                r.cursor = path[-1][0]
             if nb:
                 pool.allocate(nb)
             r.blocks = hits + nb
@@ -432,8 +435,9 @@ class Engine:
             if upto > len(keys):
                 upto = len(keys)
             if upto > r.next_reg:
-                if self.pool.caching:  # register newly full prompt blocks
-                    r.held.extend(self.pool.register_many(keys[r.next_reg : upto]))
+                if self.pool.caching:  # cache newly full prompt blocks
+                    r.cursor, r.own, added = self.pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
+                    r.keyed += added
                 r.next_reg = upto
         if computed < r.num_tokens:
             return
@@ -470,8 +474,10 @@ class Engine:
 
     def _finish(self, r: SimRequest, now: float) -> None:
         del self.running[r.rid]
-        self.pool.free(r.held, r.blocks - len(r.held))
+        self.pool.free(r.held, r.blocks - r.keyed)
         r.held = []
+        r.keyed = 0
+        r.cursor = r.own = None
         r.state = FINISHED
         r.ended_at = now
 
@@ -492,14 +498,14 @@ class Engine:
             full = r.computed // bs
             keys = list(r.keys[:full])
             keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
-            if pool.caching:
-                held = set(r.held)
-                for key in keys:
-                    if key not in held and pool.register(key):
-                        r.held.append(key)
+            if pool.caching and full > r.next_reg:
+                _, _, added = pool.register(keys, r.next_reg, full, r.held, r.cursor, r.own)
+                r.keyed += added
             r.keys = keys
-        pool.free(r.held, r.blocks - len(r.held))
+        pool.free(r.held, r.blocks - r.keyed)
         r.held = []
+        r.keyed = 0
+        r.cursor = r.own = None
         r.blocks = 0
 
     def _preempt(self, r: SimRequest) -> None:

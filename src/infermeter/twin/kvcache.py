@@ -4,50 +4,84 @@ The pool promises what vLLM's block pool promises to the scheduler, without hold
 token data (the block size is the engine's: the pool only counts blocks):
 
 - ``num_free`` blocks are free (never used, or cached with no request using them);
-- a full block can carry a *key* (its content hash); a later request whose leading
-  block keys match reuses those blocks (:meth:`match` then :meth:`acquire`);
-- freed blocks join the tail of an LRU queue; allocation takes from its head,
-  evicting cached keys on the way, so the least recently freed block goes first.
+- a full block is cached under its *key*, a chained hash of its content and everything before
+  it (:mod:`infermeter.twin.hashing`); a later request whose leading keys match reuses those
+  blocks (:meth:`match`, then :meth:`acquire`), at most ``limit`` of them;
+- freed blocks join the tail of an LRU queue; allocation takes from its head, evicting cached
+  blocks on the way, so the least recently freed block goes first; a request's tail is freed
+  (and so evicted) before its prefix.
 
-Blocks without a key ("anonymous": partial blocks, unique content, decode output) are
-only counted. The queue holds one *segment* per :meth:`free` call: its anonymous count,
-then the keys that became free in eviction order (the request's tail first), so a request
-costs O(its keyed blocks) in C-level dict operations and nothing per anonymous block::
+**Groups.** Keys are chained, so equal keys at one position mean equal prompts up to there, and
+what a pool caches is a tree of key runs. A :class:`Group` is one run: the blocks one request
+registered in one go (``keys[start : start + n]`` of its key list), found by its first key. A
+request holds a *prefix* of each group it uses (``holders``), so a group's free blocks are always
+its top ``[max_h, cached)``, freed tail-first: an LRU segment is a range of one group, and
+eviction lowers ``cached``. Matching walks groups (a binary search inside each, keys being
+chained); registering, freeing and evicting cost O(groups), not O(blocks)::
 
     >>> pool = BlockPool(num_blocks=8)
-    >>> pool.allocate(3); pool.num_free
-    5
-    >>> pool.register(101)            # block 0 of a request now holds content key 101
-    True
-    >>> pool.free([101], anonymous=2)  # request done: 1 keyed + 2 anonymous blocks
-    >>> pool.num_free, pool.match([101, 202], limit=2)
-    (8, (1, 1))
+    >>> pool.allocate(3)
+    >>> held = []
+    >>> _ = pool.register([101, 102], 0, 2, held)      # a request's 2 full blocks, computed
+    >>> pool.free(held, anonymous=1)                   # done: 2 keyed + 1 anonymous block
+    >>> pool.num_free, pool.match([101, 102, 103], limit=3)[:2]
+    (8, (2, 2))
 
-``match`` returns ``(hit_blocks, hits_that_are_free)``: the second number is how many
-of the hit blocks sit in the free queue (taking them costs free blocks, as in vLLM).
-Keys are non-negative ints (see :mod:`infermeter.twin.hashing`).
-
-Representation: one dict ``key -> value`` per pool, value ``> 0`` = the number of requests
-using the block, ``< 0`` = free and cached, ``-value`` naming the free segment that holds it.
-A key taken back by a hit (or freed again later) leaves a stale entry in its old segment,
-skipped when that segment is consumed (its value no longer names the segment).
+``match`` returns ``(hit_blocks, hits_that_are_free, path)``: the second number is how many of
+the hit blocks sit in the free queue (taking them costs free blocks, as in vLLM); ``path`` is
+what :meth:`acquire` takes. A request's holdings are a list of ``[group, blocks]`` (its
+``SimRequest.held``); :meth:`register` extends them as its blocks fill, and :meth:`free` gives
+them back with the request's anonymous blocks. If another request cached the same content
+first, a request's own copies stay unshared (anonymous), as in vLLM.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
-from itertools import repeat
+from collections.abc import Sequence
+from typing import Any
 
 BLOCK_SIZE = 16  # vLLM's default on GPUs; an engine's own is ``EngineConfig.block_size``
 
-_POS = (0).__lt__  # v -> v > 0: the block is in use
+
+class Group:
+    """A run of cached blocks registered by one request (see the module docstring)."""
+
+    __slots__ = ("keys", "start", "n", "cached", "max_h", "holders", "segs")
+
+    def __init__(self, keys: Sequence[int], start: int, n: int) -> None:
+        self.keys = keys  # the registering request's key list (absolute block positions)
+        self.start = start
+        self.n = n  # blocks registered
+        self.cached = n  # the first ``cached`` are still cached (eviction takes the top)
+        self.max_h = n  # the most blocks any holder holds (free: [max_h, cached))
+        self.holders: dict[int, int] = {n: 1}  # blocks held -> holders
+        self.segs: list[list[Any]] = []  # its live segments in the LRU queue
+
+    @property
+    def first(self) -> int:
+        return self.keys[self.start]
+
+
+def _run(keys: Sequence[int], gkeys: Sequence[int], p: int, end: int) -> int:
+    """How many positions from ``p`` (``keys[p] == gkeys[p]`` known) agree before ``end``: chained keys
+    agree on a prefix, so a binary search finds it."""
+    if keys[end - 1] == gkeys[end - 1]:
+        return end - p
+    lo, hi = p + 1, end - 1  # keys agree before lo, differ at hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[mid] == gkeys[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - p
 
 
 class BlockPool:
-    """Block accounting plus an LRU prefix cache keyed by block-content hashes."""
+    """Block accounting plus an LRU prefix cache of key groups."""
 
-    __slots__ = ("num_blocks", "num_free", "caching", "_refs", "_queue", "_next_seg", "evictions")
+    __slots__ = ("num_blocks", "num_free", "caching", "_index", "_queue", "evictions")
 
     def __init__(self, num_blocks: int, *, enable_prefix_caching: bool = True) -> None:
         if num_blocks < 1:
@@ -55,11 +89,10 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.num_free = num_blocks
         self.caching = enable_prefix_caching
-        self._refs: dict[int, int] = {}  # key -> users (> 0) or -segment id (< 0: free, cached)
-        # free blocks, LRU first: segments [id, anonymous left, keys in eviction order, next key position]
-        self._queue: deque[list] = deque([[1, num_blocks, [], 0]])
-        self._next_seg = 2
-        self.evictions = 0  # cached keys dropped to make room
+        self._index: dict[int, Group] = {}  # first key -> group
+        # free blocks, LRU first: [None, anonymous count, 0, 0] or [group, 0, lo, hi] (its blocks lo..hi-1)
+        self._queue: deque[list[Any]] = deque([[None, num_blocks, 0, 0]])
+        self.evictions = 0  # cached blocks dropped to make room
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -68,164 +101,190 @@ class BlockPool:
         return 1.0 - self.num_free / self.num_blocks
 
     @property
-    def cached_keys(self) -> int:
-        return len(self._refs)
+    def cached_blocks(self) -> int:
+        return sum(g.cached for g in self._groups())
 
     def __contains__(self, key: int) -> bool:
-        return key in self._refs
+        """Whether a cached group starts with ``key`` (the engine's quick miss test)."""
+        return key in self._index
 
-    def match(self, keys: Sequence[int], limit: int) -> tuple[int, int]:
-        """Leading keys (at most ``limit``) that are cached: (hit blocks, of which free)."""
-        if not self.caching or limit <= 0:
-            return 0, 0
-        vals = list(map(self._refs.get, keys[:limit] if len(keys) > limit else keys))
-        try:
-            hits = vals.index(None)
-        except ValueError:
-            hits = len(vals)
-        if not hits:
-            return 0, 0
-        return hits, hits - sum(map(_POS, vals[:hits]))
+    def match(self, keys: Sequence[int], limit: int) -> tuple[int, int, list[list[Any]]]:
+        """Leading keys (at most ``limit``) that are cached: (hit blocks, of which free, path to acquire)."""
+        if not self.caching or limit <= 0 or not keys:
+            return 0, 0, []
+        end_all = min(limit, len(keys))
+        index = self._index
+        p = free = 0
+        path: list[list[Any]] = []
+        while p < end_all:
+            g = index.get(keys[p])  # a group starting here (chained keys: its start is p)
+            if g is None:
+                break
+            end = min(end_all, g.start + g.cached)
+            m = _run(keys, g.keys, p, end)
+            path.append([g, m])
+            if m > g.max_h:
+                free += m - g.max_h
+            p += m  # past a divergence or g's cached top, another group may go on
+        return p, free, path
 
     # -- mutations -----------------------------------------------------------------
-    def acquire(self, keys: Sequence[int]) -> None:
-        """Take a reference on cached blocks (found by :meth:`match`)."""
-        refs = self._refs
-        vals = list(map(refs.__getitem__, keys))
-        in_use = sum(map(_POS, vals))
-        if in_use == 0:  # all free and cached (the common hit: an earlier request's finished prefix)
-            refs.update(dict.fromkeys(keys, 1))
-        elif in_use == len(vals):
-            refs.update(zip(keys, map((1).__add__, vals)))
+    def acquire(self, path: list[list[Any]]) -> None:
+        """Hold the blocks of a :meth:`match` path (the caller keeps ``path`` as its holdings)."""
+        for g, h in path:
+            holders = g.holders
+            holders[h] = holders.get(h, 0) + 1
+            if h > g.max_h:
+                self.num_free -= h - g.max_h
+                g.max_h = h
+                live = []
+                for seg in g.segs:  # blocks taken back leave the segments they were free in
+                    if seg[2] < h:
+                        seg[2] = h if h < seg[3] else seg[3]
+                    if seg[2] < seg[3]:
+                        live.append(seg)
+                g.segs = live
+
+    def register(self, keys: Sequence[int], lo: int, hi: int, held: list[list[Any]], cursor: Group | None = None,
+                 own: Group | None = None) -> tuple[Group | None, Group | None, int]:
+        """A request's blocks ``lo..hi-1`` (positions in its key list ``keys``) are full: cache them.
+
+        ``held``: its holdings (extended in place); ``cursor``: the group its content was last found in
+        (up to ``lo``); ``own``: the group it registered last (extended when the new blocks follow it).
+        Blocks another group already caches stay the request's own anonymous copies. Returns the new
+        (cursor, own) and how many blocks the request now holds keyed in addition.
+        """
+        if not self.caching or hi <= lo:
+            return cursor, own, 0
+        index = self._index
+        p = lo
+        cur = cursor
+        while p < hi:  # follow what the cache already holds of this content
+            if cur is not None and cur.start <= p < cur.start + cur.cached and cur.keys[p] == keys[p]:
+                g = cur
+            else:
+                g = index.get(keys[p])
+                if g is None:
+                    break
+            p += _run(keys, g.keys, p, min(hi, g.start + g.cached))
+            cur = g
+        if p >= hi:
+            return cur, own, 0
+        added = hi - p
+        if (p == lo and own is not None and cursor is own and own.keys is keys and own.start + own.n == p
+                and own.cached == own.n):
+            n = own.n + added  # the request's run goes on: extend its group
+            holders = own.holders
+            c = holders[own.n] - 1
+            if c:
+                holders[own.n] = c
+            else:
+                del holders[own.n]
+            holders[n] = holders.get(n, 0) + 1
+            own.n = own.cached = own.max_h = n
+            for entry in held:
+                if entry[0] is own:
+                    entry[1] = n
+                    break
         else:
-            for key, v in zip(keys, vals):
-                refs[key] = v + 1 if v > 0 else 1
-        self.num_free -= len(vals) - in_use
+            own = Group(keys, p, added)
+            index[keys[p]] = own
+            held.append([own, added])
+        return own, own, added
+
+    def free(self, held: list[list[Any]], anonymous: int) -> None:
+        """Release a request's holdings and ``anonymous`` unkeyed blocks.
+
+        As in vLLM, the tail is freed first (anonymous blocks, then the groups from the last), so
+        the request's last blocks are evicted before its prefix.
+        """
+        queue = self._queue
+        if anonymous:
+            last = queue[-1]
+            if last[0] is None:
+                last[1] += anonymous
+            else:
+                queue.append([None, anonymous, 0, 0])
+            self.num_free += anonymous
+        for g, h in reversed(held):
+            holders = g.holders
+            c = holders[h] - 1
+            if c:
+                holders[h] = c
+                continue
+            del holders[h]
+            if h != g.max_h:
+                continue
+            top = max(holders) if holders else 0
+            g.max_h = top
+            if top < h:
+                seg = [g, 0, top, h]
+                queue.append(seg)
+                g.segs.append(seg)
+                self.num_free += h - top
 
     def allocate(self, n: int) -> None:
-        """Take ``n`` free blocks from the LRU head (evicting cached keys); caller checked ``num_free``."""
+        """Take ``n`` free blocks from the LRU head (evicting cached blocks); caller checked ``num_free``."""
         if n <= 0:
             return
         if n > self.num_free:
             raise RuntimeError(f"allocate({n}) with only {self.num_free} free blocks")
         self.num_free -= n
         queue = self._queue
-        refs = self._refs
         while n:
             seg = queue[0]
-            anon = seg[1]
-            if anon:
-                if anon > n:
-                    seg[1] = anon - n
+            g = seg[0]
+            if g is None:
+                c = seg[1]
+                if c > n:
+                    seg[1] = c - n
                     return
+                n -= c
                 seg[1] = 0
-                n -= anon
-                if seg[3] >= len(seg[2]) and len(queue) > 1:
-                    queue.popleft()
-                continue
-            keys, pos, tag = seg[2], seg[3], -seg[0]
-            end = len(keys)
-            while pos < end:
-                key = keys[pos]
-                pos += 1
-                if refs.get(key) == tag:  # still free in this segment: evict it
-                    del refs[key]
-                    self.evictions += 1
-                    n -= 1
-                    if not n:
-                        break
-            seg[3] = pos
-            if pos >= end:
+            else:
+                top = seg[3] if seg[3] < g.cached else g.cached
+                lo = seg[2] if seg[2] > g.max_h else g.max_h
+                take = top - lo
+                if take > 0:
+                    if take > n:
+                        take = n
+                    top -= take
+                    n -= take
+                    g.cached = top
+                    self.evictions += take
+                    if top == 0 and self._index.get(g.first) is g:
+                        del self._index[g.first]
+                    if top > lo:
+                        seg[3] = top
+                        return
+                seg[2] = seg[3] = top
+                g.segs = [x for x in g.segs if x is not seg]
+            if len(queue) > 1:
                 queue.popleft()
-                if not queue:
-                    queue.append([self._new_seg(), 0, [], 0])
+            elif n:
+                raise RuntimeError("twin KV pool: free count and queue disagree")
 
-    def register(self, key: int) -> bool:
-        """Give one of the caller's (already allocated) blocks a content key.
-
-        Returns False (the block stays anonymous) when caching is off or another block
-        already holds the key (two requests computed the same content at once).
-        """
-        if not self.caching or key in self._refs:
-            return False
-        self._refs[key] = 1
-        return True
-
-    def register_many(self, keys: Sequence[int]) -> Sequence[int]:
-        """:meth:`register` for consecutive blocks; returns the keys that were registered, in order."""
-        if not self.caching or not keys:
-            return ()
-        refs = self._refs
-        if refs.keys().isdisjoint(keys):
-            refs.update(dict.fromkeys(keys, 1))
-            return keys
-        new = [k for k in keys if k not in refs]
-        refs.update(dict.fromkeys(new, 1))
-        return new
-
-    def free(self, keys: Sequence[int], anonymous: int) -> None:
-        """Release a request's blocks: ``keys`` (block order) and ``anonymous`` unkeyed ones.
-
-        As in vLLM, the tail is freed first (anonymous blocks, then keys in reverse), so
-        the request's last blocks are evicted before its prefix.
-        """
-        refs = self._refs
-        freed: list[int]
-        if keys:
-            sid = self._next_seg
-            tag = -sid
-            vals = list(map(refs.__getitem__, keys))
-            if vals.count(1) == len(vals):  # every block this request's alone: all become free
-                refs.update(zip(keys, repeat(tag)))
-                freed = list(reversed(keys))
-            else:
-                freed = []
-                for key, v in zip(reversed(keys), reversed(vals)):
-                    if v == 1:
-                        refs[key] = tag
-                        freed.append(key)
-                    else:
-                        refs[key] = v - 1
-        else:
-            freed = []
-        n = anonymous + len(freed)
-        if not n:
-            return
-        self.num_free += n
-        queue = self._queue
-        if freed:
-            self._next_seg += 1
-            queue.append([sid, anonymous, freed, 0])
-        else:
-            last = queue[-1]
-            if last[3] >= len(last[2]):  # no keys left behind its anonymous count: extend it
-                last[1] += anonymous
-            else:
-                queue.append([self._new_seg(), anonymous, [], 0])
-
-    def _new_seg(self) -> int:
-        sid = self._next_seg
-        self._next_seg += 1
-        return sid
-
-    def free_keys(self, keys: Iterable[int]) -> None:
-        """Test helper: :meth:`free` of keyed blocks only."""
-        self.free(list(keys), 0)
+    def _groups(self) -> list[Group]:
+        seen: dict[int, Group] = {}
+        for g in self._index.values():
+            seen[id(g)] = g
+        for seg in self._queue:
+            if seg[0] is not None:
+                seen[id(seg[0])] = seg[0]
+        return list(seen.values())
 
     def check(self) -> None:
-        """Invariants (tests): free count matches the queue, every free key sits in its segment."""
-        refs = self._refs
-        live = 0
-        seen: set[int] = set()
-        for sid, anon, keys, pos in self._queue:
-            assert anon >= 0
-            live += anon
-            for key in keys[pos:]:
-                if refs.get(key) == -sid:
-                    assert key not in seen, key
-                    seen.add(key)
-                    live += 1
-        assert live == self.num_free, (live, self.num_free)
-        assert seen == {k for k, v in refs.items() if v < 0}
-        assert all(v != 0 for v in refs.values())
+        """Invariants (tests): the free count matches the queue; groups' holders, maxima and segments agree."""
+        free = sum(seg[1] for seg in self._queue if seg[0] is None)
+        groups = self._groups()
+        for g in groups:
+            assert 0 <= g.max_h <= g.cached <= g.n, (g.max_h, g.cached, g.n)
+            assert g.max_h == (max(g.holders) if g.holders else 0)
+            live = [s for s in self._queue if s[0] is g and min(s[3], g.cached) > max(s[2], g.max_h)]
+            covered = sum(min(s[3], g.cached) - max(s[2], g.max_h) for s in live)
+            assert covered == g.cached - g.max_h, (covered, g.cached, g.max_h)
+            free += covered
+        for k, g in self._index.items():
+            assert g.first == k and g.cached > 0
+        assert free == self.num_free, (free, self.num_free)
         assert 0 <= self.num_free <= self.num_blocks

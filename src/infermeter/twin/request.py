@@ -47,7 +47,10 @@ class SimRequest:
     computed: int = 0
     outputs: int = 0
     blocks: int = 0  # blocks held while waiting/prefilling (decoding: implicit)
-    held: list[int] = field(default_factory=list)  # keys of held keyed blocks (block order)
+    held: list[Any] = field(default_factory=list)  # [cache group, blocks of it held] (twin.kvcache)
+    keyed: int = 0  # of its blocks, those it holds in cache groups (the rest are anonymous)
+    cursor: Any = None  # the cache group its content was last found in (registration goes on from there)
+    own: Any = None  # the cache group it registered last
     next_reg: int = 0  # next prompt block to register in the cache
     g0: int = 0
     c0: int = 0
