@@ -115,3 +115,39 @@ def test_errors_name_the_input(kwargs, match):
     args = {"model": "llama-3.1-8b", "config": "h100-sxm", **kwargs}
     with pytest.raises(ConfigError, match=match):
         build_deployment(args.pop("model"), args.pop("config"), **args)
+
+
+def test_with_values_matches_a_deployment_built_with_those_values():
+    """The fit's fast path (rescaling a built deployment) gives the step times a fresh build would."""
+    from infermeter.perfmodel.calibration import load_calibration
+
+    base = build_deployment("llama-3.1-70b", "4xh100-sxm:tp4", dtype="fp8", engine="trtllm@0.6.1")
+    cal = load_calibration()
+    values = {"prefill": 0.41, "decode": 0.66, "step_overhead": 1.7, "kv_reread": 0.3, "seq_overhead": 9.0}
+    extra = tuple(Entry("*", eng, "fp8" if ph in ("prefill", "decode") else "*", ph, "*", v, "test", prior=v)
+                  for ph, v, eng in (("prefill", values["prefill"], "*"), ("decode", values["decode"], "*"),
+                                     ("step_overhead", values["step_overhead"], "trtllm<0.8"), ("kv_reread", values["kv_reread"], "trtllm<0.8"),
+                                     ("seq_overhead", values["seq_overhead"], "trtllm")))
+    rebuilt = build_deployment("llama-3.1-70b", "4xh100-sxm:tp4", dtype="fp8", engine="trtllm@0.6.1",
+                               calibration=cal.with_entries(extra + tuple(e for e in cal.entries if not e.fitted)))
+    assert (rebuilt.mfu, rebuilt.mbu, rebuilt.step_overhead_ms, rebuilt.kv_reread, rebuilt.seq_overhead_us) == (0.41, 0.66, 1.7, 0.3, 9.0)
+    fast = base.with_values(mfu=0.41, mbu=0.66, step_overhead_ms=1.7, layer_overhead_us=0.0, kv_reread=0.3,
+                            request_overhead_ms=rebuilt.request_overhead_s * 1e3, seq_overhead_us=9.0)
+    for args in ((1, 2000, 1), (64, 64 * 1500, 64), (2048, 2048, 1)):
+        assert fast.step_time(*args) == pytest.approx(rebuilt.step_time(*args), rel=1e-9)
+    assert fast.kv_reread_factor == pytest.approx(1 + 0.3 * 7)  # 64 query heads over 8 K/V heads
+
+
+def test_engine_version_and_scheduler_overrides():
+    d = build_deployment("llama-3.1-8b", "h100-sxm", engine="trtllm@0.6.1", max_num_seqs=64, max_batched_tokens=4096)
+    assert d.engine == "trtllm@0.6.1" and d.engine_defaults.max_num_seqs == 64 and d.engine_defaults.max_batched_tokens == 4096
+    with pytest.raises(ConfigError, match="max_num_seqs 0 must be >= 1"):
+        build_deployment("llama-3.1-8b", "h100-sxm", max_num_seqs=0)
+
+
+def test_llamacpp_pays_a_per_layer_launch_cost():
+    d8 = build_deployment("llama-3-8b", "h100-pcie", dtype="q4_k_m", engine="llamacpp")
+    d70 = build_deployment("llama-3-70b", "h100-pcie", dtype="q4_k_m", engine="llamacpp")
+    assert d8.layer_overhead_us > 0
+    per_layer = (d70.step_overhead_s - d8.step_overhead_s) / (80 - 32)
+    assert per_layer == pytest.approx(d8.layer_overhead_us * 1e-6)

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from infermeter.errors import ConfigError
-from infermeter.perfmodel.check import check_claim
+from infermeter.perfmodel import build_deployment
+from infermeter.perfmodel.check import check_claim, ideal_calibration
 
 
 def test_single_stream_claim_beyond_bandwidth_is_impossible():
@@ -42,3 +43,11 @@ def test_model_that_cannot_fit_is_impossible_with_the_reason():
 def test_unknown_metric_names_the_input():
     with pytest.raises(ConfigError, match="--check metric 'speed' unknown"):
         check_claim("speed", 1, "llama-3.1-8b", "h100-sxm")
+
+
+def test_the_ceiling_has_no_engine_costs_even_for_llamacpp():
+    """The ideal hardware pays no launch overheads: llama.cpp's per-layer cost is gone from the ceiling too."""
+    v = check_claim("tpot_ms", 1.0, "llama-3-8b", "rtx-4090", dtype="q4_k_m", engine="llamacpp")
+    assert v.ceiling < v.predicted  # the prediction pays the launches and efficiencies the ceiling does not
+    d = build_deployment("llama-3-8b", "rtx-4090", dtype="q4_k_m", engine="llamacpp", calibration=ideal_calibration())
+    assert d.step_overhead_s == 0.0

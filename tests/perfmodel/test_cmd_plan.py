@@ -77,15 +77,44 @@ def test_check_reports_the_verdict(app):
     assert out[0]["verdict"] == "possible" and out[0]["metric"] == "ttft_ms"
 
 
-def test_validate_prints_rows_and_both_errors(app, tmp_path):
+def _small_corpus(tmp_path):
     small = tmp_path / "few.csv"
     lines = CSV.read_text().splitlines()
-    small.write_text("\n".join(lines[:1] + [line for line in lines if line.startswith(("trt05", "ft13b"))]) + "\n")
-    res = run(app, "--validate", str(small))
+    small.write_text("\n".join(lines[:1] + [line for line in lines if line.startswith(("trt05-a100", "trt05-h100-7b", "ft13b"))]) + "\n")
+    return small
+
+
+def test_validate_prints_rows_breakdowns_and_every_holdout(app, tmp_path):
+    res = run(app, "--validate", str(_small_corpus(tmp_path)), "--holdout", "all")
     assert res.exit_code == 0, res.output
-    assert "trt05-h100-7b-128" in res.output
-    assert "in-sample (shipped calibration): median |error|" in res.output
-    assert "out-of-sample (leave-one-out" in " ".join(res.output.split())
+    out = " ".join(res.output.split())
+    assert "trt05-h100-7b-128" in out and "LOO err" in out and "LOPO err" in out
+    assert "by hardware family" in out and "by engine" in out and "ampere" in out and "fastertransformer" in out
+    for kind in ("in-sample: median |error|", "leave-one-out: median |error|", "leave-one-publication-out: median |error|"):
+        assert kind in out
+    assert "targets (leave-one-publication-out median <= 10%, max <= 35%)" in out
+    assert "80% prediction intervals built without each row's publication hold" in out
+
+
+def test_validate_json_has_every_kind_of_error(app, tmp_path):
+    res = run(app, "--validate", str(_small_corpus(tmp_path)), "--holdout", "source", "--json")
+    out = json.loads(res.stdout)
+    assert set(out["summary"]) == {"in", "lopo"} and out["holdout"] == "source"
+    assert {"error", "error_lopo", "predicted_lopo"} <= set(out["rows"][0])
+    assert out["by_engine"]["trtllm"]["n"] == sum(1 for r in out["rows"] if r["id"].startswith("trt05"))
+    assert 0.0 <= out["interval_coverage"]["inside"] <= 1.0 and out["interval_coverage"]["nominal"] == 0.8
+    none = json.loads(run(app, "--validate", str(_small_corpus(tmp_path)), "--holdout", "none", "--json").stdout)
+    assert set(none["summary"]) == {"in"} and none["interval_coverage"] is None
+
+
+def test_table_shows_each_prediction_with_its_interval(app):
+    res = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "4")
+    assert res.exit_code == 0, res.output
+    out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "4", "--json").stdout)
+    lo, hi = out["intervals"]["tpot_ms"]
+    assert f"{out['tpot_ms']:,.2f} ms ({lo:,.2f}–{hi:,.2f})" in res.output
+    assert "80% interval" in " ".join(res.output.split()) and "predicted" in res.output
+    assert out["basis"].startswith("predicted; 80% intervals")
 
 
 @pytest.mark.parametrize("args,match", [
@@ -100,3 +129,14 @@ def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
     assert isinstance(res.exception, ConfigError)
     assert match in str(res.exception)
+
+
+def test_costs_carry_the_inverted_throughput_interval(app):
+    out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost", "--json").stdout)
+    lo_tps, hi_tps = out["intervals"]["saturation_output_tokens_per_s"]
+    cost, (lo, hi) = out["cost"]["usd_per_1m_output_tokens"], out["cost"]["intervals"]["usd_per_1m_output_tokens"]
+    assert lo < cost < hi
+    # dollars per token move against tokens per second: the same relative spread, the cheap end at the fast end
+    assert hi / lo == pytest.approx(hi_tps / lo_tps, rel=1e-3)
+    table = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost").output
+    assert f"(${lo:,.3f}–${hi:,.3f})" in table

@@ -43,3 +43,20 @@ def test_refusals_name_the_input():
         resolve_precision(get_hardware("h100-sxm"), "bf16", "int3")
     with pytest.raises(ConfigError, match="GGUF type"):
         resolve_precision(get_hardware("h100-sxm"), "q4_k_m", engine="trtllm")
+
+
+@pytest.mark.parametrize("engine,dtype,hw,kv", [
+    ("trtllm", "fp4", "b200", "fp8"),          # FP4 checkpoints carry an FP8 KV cache under TensorRT-LLM
+    ("trtllm", "fp8", "h100-sxm", "fp8"),
+    ("trtllm@0.6.1", "fp8", "h100-sxm", "fp8"),  # a version does not change the rule
+    ("trtllm", "bf16", "h100-sxm", "bf16"),
+    ("trtllm", "int4", "h100-sxm", "bf16"),
+    ("vllm", "fp8", "h100-sxm", "bf16"),       # vLLM keeps the model dtype unless --kv-cache-dtype is given
+    ("vllm", "fp4", "b200", "bf16"),
+])
+def test_default_kv_dtype_follows_the_engine(engine, dtype, hw, kv):
+    p = resolve_precision(get_hardware(hw), dtype, None, engine)
+    assert p.kv_dtype == kv
+    assert any("fp8 KV cache" in n for n in p.notes) == (kv == "fp8")
+    assert resolve_precision(get_hardware(hw), dtype, "auto", engine).kv_dtype == kv
+    assert resolve_precision(get_hardware(hw), dtype, "bf16", engine).kv_dtype == "bf16"  # an explicit choice wins

@@ -50,3 +50,24 @@ def test_saturation_is_the_steady_state_mixed_step(d8):
     # each step decodes `batch` tokens and prefills batch*128/128 prompt tokens
     step = d8.step_time(2 * batch, batch * (128 + 64) + batch, batch, attn_pairs=batch * (128 + 64) + batch * 129 / 2)
     assert tput == pytest.approx(batch / step)
+
+
+def test_static_batch_runs_the_whole_batch_to_completion(d8):
+    from infermeter.perfmodel.serving import static_batch
+
+    e = static_batch(d8, 128, 256, 64)
+    assert e.running_per_replica == 64
+    assert e.e2e_s == pytest.approx(e.ttft_s + 255 * e.tpot_s)
+    assert e.output_tokens_per_s == pytest.approx(64 * 256 / e.e2e_s)
+    # a batch four times the engine's limit runs in four waves: the same rate, four times the latency
+    limit = d8.engine_defaults.max_num_seqs
+    one, four = static_batch(d8, 128, 256, limit), static_batch(d8, 128, 256, 4 * limit)
+    assert four.output_tokens_per_s == pytest.approx(one.output_tokens_per_s) and four.e2e_s == pytest.approx(4 * one.e2e_s)
+    # a static batch waits for its longest member: continuous batching of the same users is no slower
+    assert static_batch(d8, 1000, 200, 32).output_tokens_per_s <= at_concurrency(d8, 1000, 200, 32).output_tokens_per_s * 1.05
+
+
+def test_serving_uses_the_deployments_own_engine_limits():
+    d = build_deployment("llama-3.1-8b", "h100-sxm", max_num_seqs=16)
+    assert saturation(d, 1000, 200)[1] == 16
+    assert max_concurrency(d, 1000, 200) == 16

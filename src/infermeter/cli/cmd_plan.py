@@ -3,7 +3,7 @@
     infermeter plan --model llama-3.1-70b --gpu h100-sxm --gpus 1 --dtype bf16
     infermeter plan --model llama-3.1-70b --compare "4xa100-80gb:tp4 2xh100-sxm:tp2 8xa10g:tp4,pp2"
     infermeter plan --model llama-3.1-70b --gpu h100-sxm --gpus 2 --check decode_tokens_per_s=115
-    infermeter plan --validate tests/data/published-measurements.csv
+    infermeter plan --validate tests/data/published-measurements.csv --holdout all
 
 The performance model (``infermeter.perfmodel``) is imported inside the command, so other
 commands do not pay for it. ``--json`` prints the same figures with the keys documented in
@@ -38,8 +38,18 @@ _ROWS = [  # (label, json key, formatter)
 ]
 
 
-def _cell(fmt: Any, v: Any) -> str:
-    return "-" if v is None else fmt(v)
+# plain number formats of the figures that carry an 80% interval ("8.0 ms (6.9–9.4)")
+_NUM = {"ttft_ms": lambda v: f"{v:,.1f}", "tpot_ms": lambda v: f"{v:,.2f}", "per_user_output_tokens_per_s": lambda v: f"{v:,.1f}",
+        "output_tokens_per_s": lambda v: f"{v:,.0f}", "saturation_output_tokens_per_s": lambda v: f"{v:,.0f}"}
+
+
+def _cell(fmt: Any, v: Any, key: str = "", intervals: dict[str, Any] | None = None) -> str:
+    if v is None:
+        return "-"
+    iv = (intervals or {}).get(key)
+    if iv and key in _NUM:
+        return f"{fmt(v)} ({_NUM[key](iv[0])}–{_NUM[key](iv[1])})"
+    return fmt(v)
 
 
 def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -> str:
@@ -64,10 +74,11 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
     for p in plans:
         table.add_column(p["config"], justify="right")
     for label, key, fmt in _ROWS:
-        table.add_row(label, *[_cell(fmt, p.get(key)) for p in plans])
+        table.add_row(label, *[_cell(fmt, p.get(key), key, p.get("intervals")) for p in plans])
     if any("cost" in p for p in plans):
         for label, key, fmt in _COST_ROWS:
-            table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key)) for p in plans])
+            table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key), key, (p.get("cost") or {}).get("intervals"))
+                                   for p in plans])
     con.print(table)
     for p in plans:
         c = p.get("cost")
@@ -75,6 +86,10 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             con.print(f"[cyan]price[/] {c['price']} (applied to the predicted saturation throughput)", highlight=False)
         elif c and "error" in c:
             con.print(f"[yellow]{p['config']}: no price[/]: {c['error']}", highlight=False)
+    if any(p.get("basis") for p in plans):
+        con.print("[cyan]predicted[/]: timings and throughputs are model predictions; brackets give their 80% interval "
+                  "(out-of-sample errors on published measurements, by regime; --json has the basis). Memory figures are computed.",
+                  highlight=False)
     for p in plans:
         if not p["fits"]:
             con.print(f"[bold red]{p['config']}: does not fit[/]: {p['why_not']}", highlight=False)
@@ -82,11 +97,50 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             con.print(f"[yellow]{p['config']}: note[/]: {note}", highlight=False)
 
 
-_METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "dec tok/s"}
+_METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
+                 "prefill_tokens_per_s": "prompt tok/s"}
+_KIND_LABEL = {"in": "in-sample", "loo": "leave-one-out", "lopo": "leave-one-publication-out"}
+TARGETS = {"median": 0.10, "max": 0.35}  # issue 14: out of sample (leave-one-publication-out)
 
 
 def _num(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _pct(v: float | None, signed: bool = False) -> str:
+    return "-" if v is None else (f"{v:+.1%}" if signed else f"{v:.1%}")
+
+
+def _coverage(report: Any) -> tuple[float, int] | None:
+    if "lopo" not in report.kinds:
+        return None
+    from infermeter.perfmodel.uncertainty import nested_coverage
+
+    frac, n, _ = nested_coverage(report)
+    return frac, n
+
+
+def _validation_json(report: Any) -> dict[str, Any]:
+    kinds = report.kinds
+    cov = _coverage(report)
+    return {
+        "holdout": report.holdout,
+        "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
+                  "error": round(r.error, 4),
+                  **{f"predicted_{k}": (None if r.prediction(k) is None else round(r.prediction(k), 4)) for k in kinds if k != "in"},
+                  **{f"error_{k}": (None if r.error_of(k) is None else round(r.error_of(k), 4)) for k in kinds if k != "in"}}
+                 for r in report.results],
+        "summary": {k: {"median_abs_error": round(report.median_abs(k), 4), "max_abs_error": round(report.max_abs(k), 4)} for k in kinds},
+        "by_family": {g.name: {"n": g.n, **{k: {"median": _r4(g.median_abs[k]), "max": _r4(g.max_abs[k])} for k in kinds}}
+                      for g in report.breakdown("family")},
+        "by_engine": {g.name: {"n": g.n, **{k: {"median": _r4(g.median_abs[k]), "max": _r4(g.max_abs[k])} for k in kinds}}
+                      for g in report.breakdown("engine")},
+        "interval_coverage": None if cov is None else {"inside": round(cov[0], 4), "rows": cov[1], "nominal": 0.8},
+    }
+
+
+def _r4(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
 
 
 def _print_validation(report: Any, path: str) -> None:
@@ -94,27 +148,46 @@ def _print_validation(report: Any, path: str) -> None:
     from rich.table import Table
 
     con = Console()
-    what = {"row": "the row", "source": "the row's publication", "none": ""}[report.holdout]
-    con.print(f"validation against {path}\n(err = pred. / meas. - 1" + (f"; LOO = prediction after refitting without {what})" if what else ")"),
+    con = Console(width=max(con.width, 120))  # the per-row table has up to 7 columns: keep it unwrapped when piped
+    kinds = report.kinds
+    con.print(f"validation against {path}: {len(report.results)} published measurements\n(err = predicted / measured - 1; "
+              "LOO = predicted by a fit without the row, LOPO = by a fit without the row's publication, both from the priors)",
               highlight=False)
     table = Table(box=None, pad_edge=False, header_style="bold underline")
-    for col in ("id", "metric", "meas.", "pred.", "err", "LOO", "LOO err"):
+    cols = ["id", "metric", "meas.", "pred.", "err"] + [{"loo": "LOO err", "lopo": "LOPO err"}[k] for k in kinds if k != "in"]
+    for col in cols:
         table.add_column(col, justify="left" if col in ("id", "metric") else "right", no_wrap=True, min_width=7 if "err" in col else None)
     for r in report.results:
-        table.add_row(r.row.id, _METRIC_LABEL.get(r.row.metric, r.row.metric), _num(r.row.value), _num(r.predicted), f"{r.error:+.1%}",
-                      "-" if r.predicted_loo is None else _num(r.predicted_loo),
-                      "-" if r.error_loo is None else f"{r.error_loo:+.1%}")
+        table.add_row(r.row.id, _METRIC_LABEL.get(r.row.metric, r.row.metric), _num(r.row.value), _num(r.predicted), _pct(r.error, True),
+                      *[_pct(r.error_of(k), True) for k in kinds if k != "in"])
     con.print(table)
-    con.print(f"in-sample (shipped calibration): median |error| {report.median_abs_error:.1%}, max {report.max_abs_error:.1%}", highlight=False)
-    if report.holdout == "none":
-        return
-    how = ("leave-one-out: each row predicted after refitting on the others from the priors" if report.holdout == "row"
-           else "leave-one-source-out: each publication's rows predicted after refitting on the other publications")
-    ok = report.median_abs_error_loo <= 0.15 and report.max_abs_error_loo <= 0.35
-    con.print(f"out-of-sample ({how}): median |error| {report.median_abs_error_loo:.1%}, max {report.max_abs_error_loo:.1%}",
-              highlight=False)
-    con.print(f"targets (median <= 15%, max <= 35%, out of sample): {'[green]met[/]' if ok else '[red]NOT met[/]'}")
+    for by in ("family", "engine"):
+        t = Table(title=f"median / max |error| by hardware {by}" if by == "family" else "median / max |error| by engine",
+                  box=None, pad_edge=False, header_style="bold underline", title_justify="left")
+        t.add_column(by, justify="left")
+        t.add_column("rows", justify="right")
+        for k in kinds:
+            t.add_column(_KIND_LABEL[k], justify="right")
+        for g in report.breakdown(by):
+            t.add_row(g.name, str(g.n), *[f"{_pct(g.median_abs[k])} / {_pct(g.max_abs[k])}" for k in kinds])
+        t.add_row("all", str(len(report.results)), *[f"{_pct(report.median_abs(k))} / {_pct(report.max_abs(k))}" for k in kinds])
+        con.print(t)
+    for k in kinds:
+        worst = report.worst(k, 1)[0]
+        con.print(f"{_KIND_LABEL[k]}: median |error| {report.median_abs(k):.1%}, max {report.max_abs(k):.1%} ({worst.row.id})",
+                  highlight=False)
+    if "lopo" in kinds:
+        ok = report.median_abs("lopo") <= TARGETS["median"] and report.max_abs("lopo") <= TARGETS["max"]
+        misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]
+        con.print(f"targets (leave-one-publication-out median <= {TARGETS['median']:.0%}, max <= {TARGETS['max']:.0%}): "
+                  + ("[green]met[/]" if ok else f"[red]NOT met[/] ({len(misses)} rows beyond {TARGETS['max']:.0%})"), highlight=False)
+        frac, n = _coverage(report) or (0.0, 0)
+        con.print(f"80% prediction intervals built without each row's publication hold {frac:.1%} of {n} rows", highlight=False)
 
+
+_PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests")
+_NUM.update({"usd_per_1m_output_tokens": lambda v: f"${v:,.3f}", "usd_per_1m_total_tokens": lambda v: f"${v:,.3f}",
+             "usd_per_1m_requests": lambda v: f"${v:,.2f}"})
 
 _COST_ROWS = [
     ("$/hour", "usd_per_hour", lambda v: f"${v:,.2f}"),
@@ -148,6 +221,11 @@ def _add_costs(plans: list[dict[str, Any]], input_tokens: int, output_tokens: in
                                        "price_source", "price_date")}
         p["cost"]["price"] = c.price.describe()
         p["cost"]["basis"] = "predicted saturation throughput"
+        iv = (p.get("intervals") or {}).get("saturation_output_tokens_per_s")
+        if iv:  # a cost per unit of work scales with 1/throughput: the throughput's interval, inverted
+            p["cost"]["intervals"] = {k: [round(p["cost"][k] * out_tps / iv[1], 4), round(p["cost"][k] * out_tps / iv[0], 4)]
+                                      for k in _PER_WORK if p["cost"].get(k) is not None}
+            p["cost"]["intervals_basis"] = "the 80% interval of the predicted saturation throughput, inverted"
 
 
 def register(app: typer.Typer) -> None:
@@ -162,7 +240,7 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (default: --gpus when neither --tp nor --pp is given).")] = None,
         pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline-parallel degree.")] = None,
         dtype: Annotated[str, typer.Option("--dtype", help="Weights: bf16, fp16, fp8, int8, int4/awq/gptq, fp4, or a GGUF type (q4_k_m, q8_0...).")] = "bf16",
-        kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: 16-bit).")] = None,
+        kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: the engine's rule, FP8 for TensorRT-LLM FP8/FP4 checkpoints, else 16-bit).")] = None,
         input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt tokens per request.")] = 1000,
         output_tokens: Annotated[int, typer.Option("--output-tokens", help="Generated tokens per request.")] = 200,
         concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent users (closed loop) over the whole configuration.")] = 1,
@@ -172,7 +250,7 @@ def register(app: typer.Typer) -> None:
         compare: Annotated[Optional[list[str]], typer.Option("--compare", help="Configurations to plan side by side, e.g. \"4xa100-80gb:tp4 2xh100-sxm:tp2 8xa10g:tp4,pp2\".")] = None,
         check: Annotated[Optional[str], typer.Option("--check", help="A claimed figure METRIC=VALUE to test against physics: decode_tokens_per_s, ttft_ms, tpot_ms or output_tokens_per_s.")] = None,
         validate: Annotated[Optional[str], typer.Option("--validate", help="CSV of published measurements: per-row prediction, error, and out-of-sample error.")] = None,
-        holdout: Annotated[str, typer.Option("--holdout", help="With --validate: row (leave-one-out), source (leave-one-publication-out) or none.")] = "row",
+        holdout: Annotated[str, typer.Option("--holdout", help="With --validate: row (leave-one-out), source (leave-one-publication-out), all (both) or none.")] = "row",
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
         cost: Annotated[bool, typer.Option("--cost", help="Add $/hour, $/1M tokens and $/1M requests at the predicted saturation throughput (dated catalog price).")] = False,
         overhead: Annotated[float, typer.Option("--overhead", help="With --cost: hidden costs as a fraction of the hourly price.")] = 0.0,
@@ -186,15 +264,7 @@ def register(app: typer.Typer) -> None:
 
             report = run_validation(load_rows(validate), holdout=holdout)
             if as_json:
-                print(json.dumps({
-                    "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
-                              "error": round(r.error, 4), "predicted_loo": round(r.predicted_loo, 4) if r.predicted_loo is not None else None,
-                              "error_loo": round(r.error_loo, 4) if r.error_loo is not None else None} for r in report.results],
-                    "median_abs_error": round(report.median_abs_error, 4), "max_abs_error": round(report.max_abs_error, 4),
-                    "holdout": holdout,
-                    "median_abs_error_loo": round(report.median_abs_error_loo, 4) if holdout != "none" else None,
-                    "max_abs_error_loo": round(report.max_abs_error_loo, 4) if holdout != "none" else None,
-                }, indent=2))
+                print(json.dumps(_validation_json(report), indent=2))
             else:
                 _print_validation(report, validate)
             return

@@ -153,7 +153,8 @@ class PartSink:
     async def checkpoint(self, run: dict[str, Any], clock_s: float) -> dict[str, Any]:
         """Seal the current part and write checkpoint.json and a provisional summary.json."""
         self.rotate()
-        return await self.call(self._write_checkpoint, run, clock_s)
+        summary: dict[str, Any] = await self.call(self._write_checkpoint, run, clock_s)
+        return summary
 
     def _write_checkpoint(self, run: dict[str, Any], clock_s: float) -> dict[str, Any]:
         state = {"records": self.records, "parts": self._k, "clock_s": clock_s, "wall": time.time()}
@@ -168,7 +169,7 @@ class PartSink:
         d = part_dir(self.run_dir, self._k)
         if (d / store.JOURNAL).exists():
             self._pending.append(self._pool.submit(self._seal, d))
-        summary = await self.call(lambda: self.aggregator.summary(run).to_json())
+        summary: dict[str, Any] = await self.call(lambda: self.aggregator.summary(run).to_json())
         await self.call(merge_parts, self.run_dir)
         self._pool.shutdown(wait=True)
         (self.run_dir / CHECKPOINT).unlink(missing_ok=True)

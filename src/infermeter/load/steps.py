@@ -112,8 +112,8 @@ def best_entry(entries: list[dict[str, Any]]) -> int:
     def pool(pred: Callable[[dict[str, Any]], bool]) -> list[int]:
         return [i for i, e in enumerate(entries) if pred(e)]
 
-    cands = pool(lambda e: e.get("valid") and e.get("meets_slo") is True) or pool(
-        lambda e: e.get("valid") and e.get("meets_slo") is None) or list(range(len(entries)))
+    cands = pool(lambda e: bool(e.get("valid")) and e.get("meets_slo") is True) or pool(
+        lambda e: bool(e.get("valid")) and e.get("meets_slo") is None) or list(range(len(entries)))
     return max(cands, key=lambda i: (entries[i].get("output_token_throughput") or 0.0, -i))
 
 

@@ -15,13 +15,18 @@ twin can call it for every engine iteration::
 Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
-      + smax(4 L H d_h A / t_p / (P_16 * MFU), K * kvb / (BW * MBU))           attention
+      + smax(4 L H d_h A / t_p / (P_16 * MFU), r K * kvb / (BW * MBU))         attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
-      + overhead + per_seq * n                                                    engine CPU cost
+      + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
 
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
-smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp.
+smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
+``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
+whose decode attention is not group-aware). Efficiencies and engine costs come from the
+calibration (the shipped table, or a per-deployment file overlaid on it); ``engine`` may name a
+version (``trtllm@0.6.1``). :meth:`Deployment.with_values` rescales a built replica to other
+calibrated values (the fit's fast path).
 For pure decode A = K, so a step is ``C0(n) + D K``; :meth:`decode_span` and
 :meth:`steps_within` use that closed form. With ``pp > 1`` up to ``pipeline_depth`` micro-batches
 are in flight (vLLM's virtual engines): a twin may run that many batches concurrently.
@@ -30,10 +35,11 @@ are in flight (vLLM's virtual engines): a twin may run that many batches concurr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infermeter.errors import ConfigError
-from infermeter.perfmodel.calibration import Calibration, load_calibration
+from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
+from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
@@ -69,6 +75,14 @@ class Deployment:
     precision: Precision = field(repr=False)
     memory: MemoryPlan = field(repr=False)
     calibration_sources: tuple[str, str] = field(repr=False, default=("", ""))
+    engine_defaults: EngineDefaults | None = field(repr=False, default=None)  # the (versioned) engine's limits and costs
+    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq overhead
+    kv_reread_factor: float = field(repr=False, default=1.0)  # decode K/V reads per unique byte (old non-GQA-aware kernels)
+    step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
+    layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
+    kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
+    gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
+    seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
     _lin_seq: float = field(repr=False, default=0.0)
@@ -96,8 +110,29 @@ class Deployment:
 
     @property
     def step_overhead_s(self) -> float:
-        """The engine's fixed per-step cost (seconds)."""
+        """The engine's fixed per-step cost (seconds): the step overhead plus layers x the layer overhead."""
         return self._oh_step
+
+    def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
+                    request_overhead_ms: float, seq_overhead_us: float) -> Deployment:
+        """The same replica with other calibrated values (what a fit tries; memory and shapes unchanged)."""
+        c, b = self.mfu / mfu, self.mbu / mbu
+        f_old, f_new = self.kv_reread_factor, 1.0 + kv_reread * (self.gqa_group - 1.0)
+        eng = self.engine_defaults
+        if eng is not None and eng.request_overhead_ms != request_overhead_ms:
+            eng = replace(eng, request_overhead_ms=request_overhead_ms)
+        changed = dict(
+            mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
+            seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
+            _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
+            _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b,
+            _kv_read=self._kv_read * b * f_new / f_old,
+            _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
+            request_overhead_s=request_overhead_ms * 1e-3)
+        new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
+        for name in _FIELD_NAMES:
+            object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
+        return new
 
     def weight_time(self, new_tokens: int) -> float:
         """Seconds to stream the weights one step touches (all experts a batch of ``new_tokens`` routes to)."""
@@ -172,6 +207,9 @@ class Deployment:
         return t
 
 
+_FIELD_NAMES = tuple(Deployment.__dataclass_fields__)
+
+
 def _allreduce_latency(hw: Hardware, tp: int) -> float:
     """Seconds of start-up latency for one small all-reduce over ``tp`` devices."""
     return hw.interconnect.latency_us * 1e-6 * (1.0 + 0.3 * (math.log2(tp) - 1.0))
@@ -180,16 +218,26 @@ def _allreduce_latency(hw: Hardware, tp: int) -> float:
 def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h100-sxm", *, dtype: str = "bf16",
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
-                     calibration: Calibration | None = None) -> Deployment:
-    """Resolve everything about one replica; ConfigError names the bad input."""
+                     calibration: Calibration | str | None = None, max_num_seqs: int | None = None,
+                     max_batched_tokens: int | None = None) -> Deployment:
+    """Resolve everything about one replica; ConfigError names the bad input.
+
+    ``engine`` may carry a version (``trtllm@0.6.1``); ``calibration`` is a table or the path of a
+    per-deployment calibration file (overlaid on the shipped table); ``max_num_seqs`` and
+    ``max_batched_tokens`` override the engine's scheduler limits.
+    """
     cfg = parse_config(config) if isinstance(config, str) else config
     spec = model if isinstance(model, ModelSpec) else get_model(model)
     hw = get_hardware(cfg.hardware, hardware_file)
     if not 0.05 <= gpu_memory_utilization <= 1.0:
         raise ConfigError(f"gpu_memory_utilization {gpu_memory_utilization!r} must be within 0.05..1.0")
-    cal = calibration or load_calibration()
+    cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     eng = cal.engine(engine)
-    prec = resolve_precision(hw, dtype, kv_dtype, engine)
+    for name, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens)):
+        if v is not None and v < 1:
+            raise ConfigError(f"{name} {v!r} must be >= 1")
+    eng = replace(eng, max_num_seqs=max_num_seqs or eng.max_num_seqs, max_batched_tokens=max_batched_tokens or eng.max_batched_tokens)
+    prec = resolve_precision(hw, dtype, kv_dtype, eng.name)
     tp, pp = cfg.tp, cfg.pp
     if pp > spec.layers:
         raise ConfigError(f"hardware configuration {cfg.label!r}: pp{pp} exceeds the model's {spec.layers} layers")
@@ -204,8 +252,20 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         raise ConfigError(f"max_model_len {max_model_len!r} must be >= 1")
     mml = max_model_len or min(spec.max_context, max(mem.kv_capacity_tokens, 1))
     why = mem.why_not(need or None)
-    mfu, mfu_e = cal.efficiency(hw.family, engine, prec.weight_dtype, "prefill", tp)
-    mbu, mbu_e = cal.efficiency(hw.family, engine, prec.weight_dtype, "decode", tp)
+    fam, cls = hw.family, hw.memory_class
+    mfu, mfu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "prefill", tp, cls)
+    mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
+    # a generation's step overhead is its own (its fields give the prior); else the engine's
+    oh = cal.lookup(fam, eng.generation or eng.name, "*", "step_overhead", "*", cls)
+    step_oh_ms = oh[0] if oh else eng.overhead_ms
+    so = cal.lookup(fam, eng.name, "*", "seq_overhead", "*", cls)
+    seq_oh_us = so[0] if so else eng.per_seq_us
+    lo = cal.lookup(fam, eng.name, "*", "layer_overhead", "*", cls)
+    layer_oh_us = lo[0] if lo else eng.layer_overhead_us
+    group = spec.heads / spec.kv_heads if eng.gqa_kv_reads == "per_query_head" else 1.0
+    rr = cal.lookup(fam, eng.generation, "*", "kv_reread", "*", cls) if group > 1 else None
+    rr_value = rr[0] if rr else eng.kv_reread
+    reread = 1.0 + rr_value * (group - 1.0)
 
     L, d = spec.layers, spec.hidden
     half = "bf16" if hw.has("bf16") else "fp16"
@@ -225,10 +285,14 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
         comm_tok += (pp - 1) * d * ACT_BYTES / link
     return Deployment(
-        model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=engine,
+        model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=eng.spec,
         fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
         notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
+        engine_defaults=eng,
+        calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None),
+        kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
+        seq_overhead_us=seq_oh_us,
         _lin_tok=2 * L * spec.layer_active_params / tp / p_c,
         _lin_seq=2 * spec.head_params / tp / p_16,
         _w_dense=(L * per_layer - L * expert_bytes + head_b) / bw,
@@ -236,8 +300,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _moe_miss=(1.0 - spec.experts_per_token / spec.experts) if spec.is_moe else 0.0,
         _kv_write=kvb_path / bw,
         _att_pair=4 * L * spec.heads * spec.head_dim / tp / p_16,
-        _kv_read=kvb_path / bw,
+        _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
-        _oh_step=eng.overhead_ms * 1e-3, _oh_seq=eng.per_seq_us * 1e-6, _k=cal.smooth,
+        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
     )

@@ -1,36 +1,57 @@
-"""Calibration table: efficiencies keyed by (hardware family, engine, dtype, phase, TP degree).
+"""Calibration: efficiencies and engine costs keyed by (hardware, engine, dtype, phase, TP degree).
 
-Promises: :class:`Calibration` answers ``efficiency(family, engine, dtype, phase, tp)`` with the
-value and the entry (provenance) that supplied it, and ``engine(name)`` with an engine's per-step
-overheads and scheduler limits. ``phase="prefill"`` entries are compute efficiencies (achieved
-fraction of dense peak TFLOPS, MFU); ``phase="decode"`` entries are memory-bandwidth efficiencies
-(achieved fraction of peak bandwidth, MBU)::
+Promises: :class:`Calibration` answers ``efficiency(family, engine, dtype, phase, tp, hw_class)``
+with the value and the entry (provenance) that supplied it, ``engine(spec)`` with an engine's
+per-step overheads and scheduler limits (``spec`` may carry a version, ``trtllm@0.6.1``), and
+``overlay(other)`` with a table in which ``other``'s entries win. Phases::
+
+    prefill        compute efficiency (fraction of dense peak TFLOPS, MFU)
+    decode         memory-bandwidth efficiency (fraction of peak bandwidth, MBU)
+    step_overhead  ms per engine step (fitted; the engine's overhead_ms is the prior)
+    seq_overhead   us per running sequence and step (fitted; the engine's per_seq_us is the prior)
+    layer_overhead us per layer and step (kernel launches; engines without CUDA graphs)
+    kv_reread      fraction of per-query-head K/V re-reads that reach DRAM (old TensorRT-LLM)
 
     >>> cal = load_calibration()
     >>> value, entry = cal.efficiency("hopper", "vllm", "bf16", "decode", 1)
     >>> 0.3 < value < 0.95 and bool(entry.source)
     True
 
-Lookup: an entry matches when each of family/engine/dtype equals the query or is ``"*"`` (dtype
-may also name a class: half, fp8, int8, int4, gguf, fp4); TP must match, be ``"*"``, or else the
-nearest TP degree is taken. The best match maximises (family exact, engine exact, dtype exact >
-class > "*", TP exact > "*" > nearest). Priors (all ``"*"`` family/engine) always match.
+Lookup: an entry matches when its family equals the hardware family, the hardware's memory class
+(``hbm``, ``gddr``, ``dram``) or ``"*"``; its engine equals the engine's name, the engine's group
+(``serving`` for vLLM, SGLang, TensorRT-LLM and FasterTransformer; ``llamacpp``) or ``"*"``; its dtype
+equals the query, its class (half, fp8, int8, int4, gguf, fp4) or ``"*"``; TP must match, be
+``"*"``, or else the nearest degree is taken. The best match maximises (family exact > class >
+"*", engine exact > group > "*", dtype exact > class > "*", TP exact > "*" > nearest); on a tie the earlier
+entry wins, so an overlay's entries (listed first) beat the shipped ones.
+
+A per-deployment calibration (``infermeter calibrate`` writes one; see docs/performance-model.md)
+is a YAML file with ``fitted:`` entries, optional ``fitted_engines:`` and optional ``residuals:``
+(log errors of the runs it was fitted on, per metric). :func:`load_calibration` of such a file
+(one without ``engines:``) returns the shipped table overlaid with it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
+from infermeter.perfmodel.engines import EngineDefaults, Generation, parse_engine, parse_generation, resolve_engine
 from infermeter.perfmodel.hardware import DATA_DIR
 from infermeter.perfmodel.precision import GGUF_TYPES
 
+__all__ = ["Calibration", "EngineDefaults", "Entry", "dtype_class", "load_calibration", "parse_calibration"]
+
 DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", "fp8": "fp8", "int8": "int8", "q8_0": "int8",
                                  "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4"}
+PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread")
+# allowed range of each phase's value (a fit stays inside it, a file outside it is an error)
+PHASE_BOUNDS: dict[str, tuple[float, float]] = {"prefill": (0.05, 0.95), "decode": (0.05, 0.95), "step_overhead": (0.02, 50.0), "seq_overhead": (0.2, 200.0),
+                                                "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0)}
 
 
 def dtype_class(dtype: str) -> str:
@@ -41,32 +62,23 @@ def dtype_class(dtype: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    family: str
-    engine: str
+    family: str  # hardware family, memory class (hbm/gddr/dram) or "*"
+    engine: str  # engine name, engine group (serving, llamacpp), generation id ("trtllm<0.8", kv_reread only) or "*"
     dtype: str
-    phase: str  # "prefill" (MFU) | "decode" (MBU)
+    phase: str
     tp: int | str  # int or "*"
     value: float
     source: str
-    prior: float | None = None  # the literature value a fitted entry started from
+    prior: float | None = None  # the value a fitted entry started from (None: a prior itself)
+    origin: str = ""  # the file a per-deployment entry came from ("" = the shipped table)
 
     @property
     def key(self) -> tuple[str, str, str, str, int | str]:
         return (self.family, self.engine, self.dtype, self.phase, self.tp)
 
-
-@dataclass(frozen=True, slots=True)
-class EngineDefaults:
-    name: str
-    overhead_ms: float  # fixed CPU/launch cost per engine step
-    request_overhead_ms: float  # fixed cost per request before its first token (admission, setup, sampling)
-    per_seq_us: float  # scheduling/sampling cost per running sequence per step
-    max_num_seqs: int
-    max_batched_tokens: int
-    kv_reserve: str  # "full": reserves input+output per sequence up front; "current": grows
-    kv_fraction_of: str  # "total": utilisation is a fraction of device memory; "free": of memory left after weights
-    source: str
-    request_overhead_prior_ms: float | None = None  # set when request_overhead_ms was fitted
+    @property
+    def fitted(self) -> bool:
+        return self.prior is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,57 +86,81 @@ class Calibration:
     entries: tuple[Entry, ...]
     engines: tuple[EngineDefaults, ...]
     smooth: float = 2.0  # exponent of the smooth maximum between compute and memory time
+    generations: tuple[Generation, ...] = ()
+    uncertainty: dict[str, Any] | None = field(default=None, compare=False)  # raw `uncertainty:` block (perfmodel.uncertainty)
+    residuals: dict[str, tuple[float, ...]] = field(default_factory=dict, compare=False)  # per-deployment: metric -> log errors
+    origin: str = ""  # "" for the shipped table, else the per-deployment file overlaid on it
 
-    def efficiency(self, family: str, engine: str, dtype: str, phase: str, tp: int) -> tuple[float, Entry]:
+    def lookup(self, family: str, engine: str, dtype: str, phase: str, tp: int | str, hw_class: str = "") -> tuple[float, Entry] | None:
+        """The best-matching entry of ``phase`` (see the module docstring), or None."""
         cls = dtype_class(dtype)
+        group = next((x.group for x in self.engines if x.name == engine), engine)
         best: tuple[tuple[float, ...], Entry] | None = None
         for e in self.entries:
-            if e.phase != phase:
+            if e.phase != phase or e.engine not in ("*", engine, group):
                 continue
-            if e.family not in ("*", family) or e.engine not in ("*", engine):
+            fs = 2.0 if e.family == family else 1.0 if (hw_class and e.family == hw_class) else 0.0 if e.family == "*" else -1.0
+            if fs < 0:
                 continue
-            if e.dtype == dtype:
-                ds = 2
-            elif e.dtype == cls:
-                ds = 1
-            elif e.dtype == "*":
-                ds = 0
-            else:
+            ds = 2 if e.dtype == dtype else 1 if e.dtype == cls else 0 if e.dtype == "*" else -1
+            if ds < 0:
                 continue
             if e.tp == tp:
                 ts = 2.0
             elif e.tp == "*":
                 ts = 1.0
+            elif tp == "*":
+                ts = 0.0
             else:
-                ts = -abs(math.log2(int(e.tp) / tp))
-            score = (float(e.family == family), float(e.engine == engine), float(ds), ts)
+                ts = -abs(math.log2(int(e.tp) / int(tp)))
+            score = (fs, 2.0 if e.engine == engine else 1.0 if e.engine == group else 0.0, float(ds), ts)
             if best is None or score > best[0]:
                 best = (score, e)
-        if best is None:
-            raise ConfigError(f"calibration has no {phase} entry for family {family!r}, engine {engine!r}, dtype {dtype!r}")
-        return best[1].value, best[1]
+        return None if best is None else (best[1].value, best[1])
 
-    def engine(self, name: str) -> EngineDefaults:
-        for e in self.engines:
-            if e.name == name:
-                return e
-        raise ConfigError(f"--engine {name!r} unknown; calibration knows {', '.join(e.name for e in self.engines)}")
+    def efficiency(self, family: str, engine: str, dtype: str, phase: str, tp: int, hw_class: str = "") -> tuple[float, Entry]:
+        found = self.lookup(family, engine, dtype, phase, tp, hw_class)
+        if found is None:
+            raise ConfigError(f"calibration has no {phase} entry for family {family!r}, engine {engine!r}, dtype {dtype!r}")
+        return found
+
+    def engine(self, spec: str) -> EngineDefaults:
+        """Defaults of ``NAME[@VERSION]``, with the generation that covers the version applied."""
+        return resolve_engine(self.engines, self.generations, spec)
+
+    def engine_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.engines)
 
     def with_entries(self, entries: tuple[Entry, ...], engines: tuple[EngineDefaults, ...] | None = None) -> Calibration:
         return replace(self, entries=entries, engines=self.engines if engines is None else engines)
 
+    def overlay(self, other: Calibration) -> Calibration:
+        """This table with ``other``'s entries first (they win ties), its engines' fitted costs, residuals and origin."""
+        engines = {e.name: e for e in self.engines}
+        for e in other.engines:
+            engines[e.name] = e
+        return replace(self, entries=other.entries + self.entries, engines=tuple(engines.values()),
+                       residuals=other.residuals or self.residuals, origin=other.origin or self.origin,
+                       uncertainty=other.uncertainty or self.uncertainty)
 
-def _entry(raw: dict[str, Any], origin: str) -> Entry:
+
+def _entry(raw: dict[str, Any], origin: str, mark: str) -> Entry:
     try:
         tp = raw.get("tp", "*")
-        return Entry(family=str(raw["family"]), engine=str(raw["engine"]), dtype=str(raw["dtype"]), phase=str(raw["phase"]),
-                     tp=tp if tp == "*" else int(tp), value=float(raw["value"]), source=str(raw["source"]),
-                     prior=None if raw.get("prior") is None else float(raw["prior"]))
+        e = Entry(family=str(raw["family"]), engine=str(raw["engine"]), dtype=str(raw.get("dtype", "*")), phase=str(raw["phase"]),
+                  tp=tp if tp == "*" else int(tp), value=float(raw["value"]), source=str(raw["source"]),
+                  prior=None if raw.get("prior") is None else float(raw["prior"]), origin=mark)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{origin}: bad calibration entry {raw!r} ({exc})") from None
+    if e.phase not in PHASES:
+        raise ConfigError(f"{origin}: calibration entry {raw!r}: phase {e.phase!r} unknown (use {', '.join(PHASES)})")
+    lo, hi = PHASE_BOUNDS[e.phase]
+    if not lo <= e.value <= hi:
+        raise ConfigError(f"{origin}: calibration entry {raw!r}: {e.phase} value {e.value} outside {lo}..{hi}")
+    return e
 
 
-def parse_calibration(data: dict[str, Any], origin: str) -> Calibration:
+def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
     fitted_eng = data.get("fitted_engines") or {}
     engines = []
     try:
@@ -137,20 +173,68 @@ def parse_calibration(data: dict[str, Any], origin: str) -> Calibration:
                 request_overhead_prior_ms=float(v["request_overhead_ms"]) if fe else None,
                 max_num_seqs=int(v["max_num_seqs"]), max_batched_tokens=int(v["max_batched_tokens"]),
                 kv_reserve=str(v.get("kv_reserve", "current")), kv_fraction_of=str(v.get("kv_fraction_of", "total")),
-                source=source))
-    except (KeyError, TypeError, ValueError) as exc:
+                layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")), source=source))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: bad engine entry ({exc})") from None
-    entries = tuple(_entry(r, origin) for r in (data.get("priors") or []) + (data.get("fitted") or []))
-    return Calibration(entries=entries, engines=tuple(engines), smooth=float(data.get("smooth", 2.0)))
+    return engines
 
 
-@functools.lru_cache(maxsize=4)
-def load_calibration(path: str | None = None) -> Calibration:
-    """The shipped table (``data/calibration.yaml``) or one at ``path``."""
+def _residuals(data: dict[str, Any], origin: str) -> dict[str, tuple[float, ...]]:
+    out: dict[str, tuple[float, ...]] = {}
+    for i, r in enumerate(data.get("residuals") or []):
+        try:
+            out[str(r["metric"])] = tuple(float(x) for x in r["log_errors"])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{origin}: residuals[{i}] needs metric and a list of log_errors (log(measured/predicted))") from None
+    return out
+
+
+def parse_calibration(data: dict[str, Any], origin: str, mark: str = "") -> Calibration:
+    """A table from a parsed YAML mapping; ``mark`` tags its entries' origin (a per-deployment file)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: expected a mapping (priors:, fitted:, engines:, ...)")
+    entries = tuple(_entry(r, origin, mark) for r in (data.get("fitted") or []) + (data.get("priors") or []))
+    generations = tuple(parse_generation(g, origin) for g in (data.get("engine_generations") or []))
+    engines = _engines(data, origin)  # empty for a per-deployment file (its fitted_engines are applied by load_calibration)
+    return Calibration(entries=entries, engines=tuple(engines), smooth=float(data.get("smooth", 2.0)), generations=generations,
+                       uncertainty=data.get("uncertainty"), residuals=_residuals(data, origin), origin=mark)
+
+
+def _read(p: Path) -> dict[str, Any]:
     import yaml
 
-    p = Path(path) if path else DATA_DIR / "calibration.yaml"
+    from infermeter.yamlfile import yaml_problem
+
     if not p.is_file():
         raise ConfigError(f"calibration file {str(p)!r}: no such file")
-    data = yaml.load(p.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    return parse_calibration(data or {}, str(p))
+    try:
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML ({yaml_problem(exc)})") from None
+    return data or {}
+
+
+@functools.lru_cache(maxsize=8)
+def load_calibration(path: str | None = None) -> Calibration:
+    """The shipped table (``data/calibration.yaml``), a full table at ``path``, or the shipped table
+    overlaid with the per-deployment calibration at ``path`` (a file without ``engines:``)."""
+    if not path:
+        return parse_calibration(_read(DATA_DIR / "calibration.yaml"), "calibration.yaml")
+    p = Path(path)
+    data = _read(p)
+    if data.get("engines"):
+        return parse_calibration(data, str(p), mark="")
+    user = parse_calibration(data, str(p), mark=str(p))
+    base = load_calibration()
+    engines = list(base.engines)
+    for name, fe in (data.get("fitted_engines") or {}).items():
+        i = next((k for k, e in enumerate(engines) if e.name == parse_engine(str(name))[0]), None)
+        if i is None:
+            raise ConfigError(f"{p}: fitted_engines: engine {name!r} unknown; known: {', '.join(base.engine_names())}")
+        try:
+            engines[i] = replace(engines[i], request_overhead_ms=float(fe["request_overhead_ms"]),
+                                 request_overhead_prior_ms=engines[i].request_overhead_ms,
+                                 source=f"{engines[i].source}; request overhead {fe.get('source', p)}")
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{p}: fitted_engines: {name}: needs request_overhead_ms") from None
+    return base.overlay(replace(user, engines=tuple(engines)))

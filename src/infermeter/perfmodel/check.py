@@ -68,7 +68,8 @@ class Verdict:
 def ideal_calibration(cal: Calibration | None = None) -> Calibration:
     cal = cal or load_calibration()
     entries = tuple(Entry(family="*", engine="*", dtype="*", phase=ph, tp="*", value=1.0, source="ideal") for ph in ("prefill", "decode"))
-    engines = tuple(replace(e, overhead_ms=0.0, per_seq_us=0.0, request_overhead_ms=0.0, max_num_seqs=10**7, kv_reserve="current")
+    engines = tuple(replace(e, overhead_ms=0.0, per_seq_us=0.0, request_overhead_ms=0.0, layer_overhead_us=0.0, max_num_seqs=10**7,
+                            kv_reserve="current")
                     for e in cal.engines)
     return Calibration(entries=entries, engines=engines, smooth=math.inf)
 

@@ -2,21 +2,30 @@
 
 Promises: :func:`fit` returns a :class:`Calibration` whose fitted values minimise
 ``sum(log(pred/measured)^2) + lambda * sum(log(value/prior)^2)`` by coordinate descent (a
-golden-section search per value, in log space), in two stages:
+golden-section search per value, in log space), in three stages, each shrunk towards the
+value the previous one gives (partial pooling: hardware class, then family, then the full key):
 
-1. pooled: one efficiency per (family, dtype class, phase) over all engines and TP degrees,
-   plus each engine's per-request overhead; priors are the literature entries; lambda 0.1;
-2. specific: one efficiency per (family, engine, dtype, phase, tp), shrunk towards the pooled
-   value of stage 1 (its prior); lambda 0.3.
+0. by memory class (lambda 0.1): one efficiency per (memory class hbm/gddr, engine group, dtype
+   class, phase) -- the engine group keeps llama.cpp's kernels apart from the serving engines';
+   per engine the request overhead; per engine (or engine generation, e.g. vLLM's V0 engine) and
+   hardware family -- the runtime stack, CUDA or ROCm -- the step overhead (the batch-1 cost the
+   literature puts at 0.5 to several ms), fitted on the rows with at most 16 sequences in flight,
+   where it shows; for engines that pay per-layer kernel launches (llama.cpp)
+   the layer overhead per memory class; for engine generations whose decode attention reads
+   K/V per query head (TensorRT-LLM before v0.8) the fraction of those re-reads reaching DRAM;
+1. by family (lambda 0.3): one efficiency per (family, engine group, dtype class, phase);
+2. specific (lambda 0.3): one efficiency per (family, engine, dtype, phase, tp).
 
-Efficiencies stay within [0.05, 0.95] (an MBU above ~0.9 of datasheet bandwidth is not
-achievable, research notes section 10), request overheads within [0.05, 50] ms. Only keys the
-rows exercise are fitted; every entry names the rows it was fitted on. A key without rows falls
-back (see calibration.py) to the pooled entry, then the prior::
+Each value is fitted on the rows that name it (a row names its own keys at each stage, and the
+prefill efficiency only when it measures more than decoding) and whose prediction depends on it. Values stay within ``calibration.PHASE_BOUNDS`` (an MBU above ~0.9 of datasheet bandwidth is not
+achievable, research notes section 10), request overheads within [0.05, 50] ms; every entry names
+the rows it was fitted on::
 
     python -m infermeter.perfmodel.fit tests/data/published-measurements.csv
 
-prints the ``fitted:`` and ``fitted_engines:`` blocks of ``data/calibration.yaml``.
+prints the ``fitted:`` and ``fitted_engines:`` blocks of ``data/calibration.yaml``. A trial value
+rescales each row's prebuilt deployment (:meth:`Deployment.with_values`) rather than rebuilding
+it, so a fit of ~130 rows takes seconds and leave-one-out stays affordable.
 """
 
 from __future__ import annotations
@@ -24,18 +33,21 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 
-from infermeter.perfmodel.calibration import Calibration, Entry, dtype_class, load_calibration
-from infermeter.perfmodel.validate import Row, deployment_for, log_error
+from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
+from infermeter.perfmodel.corpus import Row
+from infermeter.perfmodel.validate import deployment_for, value_of
 
 LAMBDA_POOLED, LAMBDA_SPECIFIC = 0.1, 0.3
 _GOLD = (math.sqrt(5) - 1) / 2
-_EFF_BOUNDS = (math.log(0.05), math.log(0.95))
-_REQ_BOUNDS = (math.log(0.05), math.log(50.0))
-
+_REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
-Param = tuple  # ("eff", family, engine, dtype, phase, tp) | ("req", engine)
+Param = tuple  # ("eff", family, engine, dtype, phase, tp) | ("oh", engine, family) | ("ohl", engine, class) | ("rr", generation) | ("req", engine)
+_PHASE_OF = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -43,11 +55,25 @@ def priors_only(cal: Calibration) -> Calibration:
     engines = tuple(replace(e, request_overhead_ms=e.request_overhead_prior_ms, request_overhead_prior_ms=None,
                             source=e.source.split(_REQ_TAG)[0])
                     if e.request_overhead_prior_ms is not None else e for e in cal.engines)
-    return cal.with_entries(tuple(e for e in cal.entries if e.prior is None), engines)
+    return cal.with_entries(tuple(e for e in cal.entries if not e.fitted and not e.origin), engines)
+
+
+def _key(p: Param) -> tuple:
+    """The calibration-entry key a parameter is stored under."""
+    if p[0] == "eff":
+        return p[1:]
+    if p[0] in ("ohl", "oh"):
+        return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
+    return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
+
+
+def _bounds(p: Param) -> tuple[float, float]:
+    lo, hi = _REQ_BOUNDS if p[0] == "req" else PHASE_BOUNDS[p[4] if p[0] == "eff" else _PHASE_OF[p[0]]]
+    return math.log(lo), math.log(hi)
 
 
 def _apply(base: Calibration, values: dict[Param, float], priors: dict[Param, float], used: dict[Param, list[str]]) -> Calibration:
-    entries = list(base.entries)
+    entries = []
     engines = {e.name: e for e in base.engines}
     for p, v in values.items():
         src = f"fit: rows {', '.join(used[p])}"
@@ -56,35 +82,75 @@ def _apply(base: Calibration, values: dict[Param, float], priors: dict[Param, fl
             engines[p[1]] = replace(e, request_overhead_ms=v, request_overhead_prior_ms=priors[p],
                                     source=e.source.split(_REQ_TAG)[0] + _REQ_TAG + src)
         else:
-            entries.append(Entry(family=p[1], engine=p[2], dtype=p[3], phase=p[4], tp=p[5], value=v, prior=priors[p], source=src))
-    return base.with_entries(tuple(entries), tuple(engines.values()))
+            fam, eng, dt, phase, tp = _key(p)
+            entries.append(Entry(family=fam, engine=eng, dtype=dt, phase=phase, tp=tp, value=v, prior=priors[p], source=src))
+    return base.with_entries(tuple(entries) + base.entries, tuple(engines.values()))
 
 
-def _stage(rows: list[Row], base: Calibration, params_of, lam: float, sweeps: int = 4, tol: float = 0.01) -> Calibration:  # noqa: ANN001
-    used: dict[Param, list[str]] = defaultdict(list)
-    rows_of: dict[Param, list[Row]] = defaultdict(list)
+class _RowModel:
+    """One row under a stage: its deployment at the stage's starting values, and which parameter feeds each slot."""
+
+    def __init__(self, row: Row, d: Deployment, slots: dict[str, Param | None], req: Param | None):
+        self.row, self.d, self.slots, self.req = row, d, slots, req
+        self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
+                      "ps": d.seq_overhead_us, "req": d.request_overhead_s * 1e3}
+
+    def log_error(self, values: dict[Param, float]) -> float:
+        v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
+        req = values[self.req] if self.req is not None else self.start["req"]
+        d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
+                               request_overhead_ms=req, seq_overhead_us=v["ps"])
+        return math.log(value_of(self.row, d) / self.row.value)
+
+
+def _prior(base: Calibration, p: Param) -> float:
+    if p[0] == "req":
+        return base.engine(p[1]).request_overhead_ms
+    fam, eng, dt, phase, tp = _key(p)
+    found = base.lookup(fam, eng, dt, phase, tp)
+    if found is not None:
+        return found[0]
+    e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
+    return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
+            "kv_reread": e.kv_reread}[phase]
+
+
+def _generation_defaults(base: Calibration, gen_id: str):  # noqa: ANN202 - EngineDefaults
+    """The engine defaults with generation ``gen_id``'s fields applied (its priors)."""
+    g = next(g for g in base.generations if g.id == gen_id)
+    return replace(base.engine(g.engine), **dict(g.fields))
+
+
+def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deployment], list[Param]], lam: float,
+           sweeps: int = 4, tol: float = 0.01) -> Calibration:
+    wanted: dict[Param, set[str]] = defaultdict(set)  # parameter -> rows whose residuals fit it
     for row in rows:
-        for p in params_of(row):
-            used[p].append(row.id)
-            rows_of[p].append(row)
-    priors: dict[Param, float] = {}
-    for p in used:
-        if p[0] == "req":
-            priors[p] = base.engine(p[1]).request_overhead_ms
-        else:
-            priors[p] = base.efficiency(p[1], p[2] if p[2] != "*" else "?", p[3], p[4], p[5] if p[5] != "*" else 1)[0]
-    values = dict(priors)
+        for p in params_of(row, deployment_for(row, base)):
+            wanted[p].add(row.id)
+    priors = {p: _prior(base, p) for p in wanted}
+    start = _apply(base, priors, priors, defaultdict(list))
+    by_key = {_key(p): p for p in wanted if p[0] != "req"}
+    rows_of: dict[Param, list[_RowModel]] = defaultdict(list)
+    for row in rows:
+        d = deployment_for(row, start)
+        slots = {k: by_key.get(e.key) if e is not None else None for k, e in zip(_SLOTS, d.calibration_entries)}
+        req = ("req", d.engine_defaults.name) if ("req", d.engine_defaults.name) in wanted else None
+        model = _RowModel(row, d, slots, req)
+        for p in {*(p for p in slots.values() if p is not None), *([req] if req else [])}:
+            if row.id in wanted[p]:
+                rows_of[p].append(model)
+    params = [p for p in wanted if rows_of[p]]
+    values = {p: priors[p] for p in params}
 
     def objective(p: Param, logv: float) -> float:
         values[p] = math.exp(logv)
-        cal = _apply(base, values, priors, used)
-        return sum(log_error(r, cal) ** 2 for r in rows_of[p]) + lam * (logv - math.log(priors[p])) ** 2
+        return sum(m.log_error(values) ** 2 for m in rows_of[p]) + lam * (logv - math.log(priors[p])) ** 2
 
     for _ in range(sweeps):
         moved = 0.0
-        for p in used:
+        for p in params:
             old = math.log(values[p])
-            a, b = _REQ_BOUNDS if p[0] == "req" else _EFF_BOUNDS
+            a, b = _bounds(p)
             c, d = b - _GOLD * (b - a), a + _GOLD * (b - a)
             fc, fd = objective(p, c), objective(p, d)
             while b - a > tol:
@@ -100,34 +166,54 @@ def _stage(rows: list[Row], base: Calibration, params_of, lam: float, sweeps: in
             moved = max(moved, abs(math.log(values[p]) - old))
         if moved < tol:
             break
+    used = {p: [m.row.id for m in rows_of[p]] for p in params}
     return _apply(base, {p: round(v, 3) for p, v in values.items()}, priors, used)
 
 
+SMALL_BATCH = 16
+
+
+def _small_batch(row: Row) -> bool:
+    """Rows that identify the per-step overhead: a batch of at most SMALL_BATCH sequences (at saturation it is lost in the noise)."""
+    return row.scenario != "saturated" and (row.concurrency or 1) <= SMALL_BATCH
+
+
+def _phases(row: Row) -> tuple[str, ...]:
+    """The efficiencies a row measures: a decode-only figure (TPOT, single-stream tokens/s) says nothing of prefill."""
+    return ("decode",) if row.metric in ("tpot_ms", "decode_tokens_per_s") else ("prefill", "decode")
+
+
 def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
-    """Stage 1 (pooled + engine request overheads), then stage 2 (specific keys)."""
+    """Stage 0 (memory class: efficiencies, engine overheads, generation re-reads), stage 1 (family), stage 2 (specific keys)."""
     base = priors_only(base or load_calibration())
-    info = {}
-    for row in rows:
-        d = deployment_for(row, base)
-        info[row.id] = (d.hw.family, d.dtype)
 
-    def pooled(row: Row) -> list[Param]:
-        fam, dt = info[row.id]
-        return [("req", row.engine)] + [("eff", fam, "*", dtype_class(dt), ph, "*") for ph in ("prefill", "decode")]
+    def by_class(row: Row, d: Deployment) -> list[Param]:
+        eng = d.engine_defaults
+        out: list[Param] = [("req", eng.name)] + ([("oh", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else [])
+        if d.hw.memory_class:
+            out += [("eff", d.hw.memory_class, eng.group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
+        if eng.layer_overhead_us > 0 and d.hw.memory_class:
+            out.append(("ohl", eng.name, d.hw.memory_class))
+        if d.gqa_group > 1 and eng.generation:
+            out.append(("rr", eng.generation))
+        return out
 
-    def specific(row: Row) -> list[Param]:
-        fam, dt = info[row.id]
-        return [("eff", fam, row.engine, dt, ph, row.tp) for ph in ("prefill", "decode")]
+    def by_family(row: Row, d: Deployment) -> list[Param]:
+        return [("eff", d.hw.family, d.engine_defaults.group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
 
-    stage1 = _stage(rows, base, pooled, LAMBDA_POOLED)
+    def specific(row: Row, d: Deployment) -> list[Param]:
+        return [("eff", d.hw.family, d.engine_defaults.name, d.dtype, ph, row.tp) for ph in _phases(row)]
+
+    stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)
+    stage1 = _stage(rows, stage0, by_family, LAMBDA_SPECIFIC)
     return _stage(rows, stage1, specific, LAMBDA_SPECIFIC)
 
 
 def to_yaml(cal: Calibration) -> str:
     lines = ["fitted:"]
     for e in cal.entries:
-        if e.prior is not None:
-            lines.append(f"  - {{family: {e.family}, engine: \"{e.engine}\", dtype: {e.dtype}, phase: {e.phase}, tp: \"{e.tp}\", "
+        if e.fitted and not e.origin:
+            lines.append(f"  - {{family: \"{e.family}\", engine: \"{e.engine}\", dtype: \"{e.dtype}\", phase: {e.phase}, tp: \"{e.tp}\", "
                          f"value: {e.value:.3f}, prior: {e.prior:.3f}, source: \"{e.source}\"}}")
     lines.append("fitted_engines:")
     for e in cal.engines:
@@ -138,7 +224,7 @@ def to_yaml(cal: Calibration) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from infermeter.perfmodel.validate import load_rows
+    from infermeter.perfmodel.corpus import load_rows
 
     path = argv[0] if argv else "tests/data/published-measurements.csv"
     sys.stdout.write(to_yaml(fit(load_rows(path))))

@@ -11,7 +11,8 @@ missing fields and bad values raise :class:`ConfigError` naming the file, id and
 
 CPU entries (``type: cpu``) derive TFLOPS from cores x clock x vector lanes x 2 (FMA) x FMA units:
 FP32 at that rate, FP16 the same (converted), BF16 twice (dot-product instructions), INT8 four
-times (VNNI), unless ``tflops`` lists explicit figures (e.g. AMX).
+times (VNNI), unless ``tflops`` lists explicit figures (e.g. AMX). ``memory_type`` (hbm3, gddr6x,
+ddr5, ...) gives :attr:`Hardware.memory_class`, by which calibration entries may be keyed.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ class Hardware:
     verified: str = ""
     cores: int = 0
     memory_gib: float = 0.0  # total the driver reports, when known; else memory_gb is used
+    memory_type: str = ""  # hbm2, hbm2e, hbm3, hbm3e, gddr6, gddr6x, ddr5, ...
+    fp16_acc16_tflops: float = 0.0  # FP16 GEMMs with FP16 accumulation, where faster than FP32 accumulation (GeForce)
+
+    @property
+    def memory_class(self) -> str:
+        """``hbm``, ``gddr`` or ``dram`` (calibration entries may be keyed by it); "" when unknown."""
+        t = self.memory_type.lower()
+        return "hbm" if t.startswith("hbm") else "gddr" if t.startswith("gddr") else "dram" if t.startswith(("ddr", "lpddr")) else ""
 
     @property
     def memory_bytes(self) -> float:
@@ -72,7 +81,12 @@ class Hardware:
         return any(k == dtype for k, _ in self.tflops)
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense TFLOPS at ``dtype``; ConfigError when the hardware has no such compute."""
+        """Dense TFLOPS at ``dtype``; ConfigError when the hardware has no such compute.
+
+        ``fp16_acc16`` is the FP16 rate with FP16 accumulation (``fp16_acc16_tflops`` where given, else the FP16 rate).
+        """
+        if dtype == "fp16_acc16":
+            return self.fp16_acc16_tflops or self.peak_tflops("fp16" if self.has("fp16") else "bf16")
         for k, v in self.tflops:
             if k == dtype:
                 return v
@@ -142,6 +156,8 @@ def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
         verified=str(entry.get("verified", "")),
         cores=int(entry.get("cores", 0)),
         memory_gib=_num(where, "memory_gib", entry.get("memory_gib", 0), allow_zero=True),
+        memory_type=str(entry.get("memory_type", "")),
+        fp16_acc16_tflops=_num(where, "fp16_acc16_tflops", entry.get("fp16_acc16_tflops", 0), allow_zero=True),
     )
 
 

@@ -11,17 +11,23 @@ Promises: :func:`plan` returns a frozen :class:`Plan` for one configuration, who
     (False, True)
 
 Throughputs and ``max_concurrency`` are for the whole configuration (all data-parallel
-replicas); ``kv_capacity_tokens`` is per replica (``replicas`` says how many).
+replicas); ``kv_capacity_tokens`` is per replica (``replicas`` says how many). Every predicted
+timing and throughput carries an 80% interval (``intervals``: metric -> [low, high], from
+:mod:`perfmodel.uncertainty`) and ``basis`` says where the intervals come from; the memory
+figures are computed from the catalogs and carry none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from infermeter.perfmodel.api import Deployment, build_deployment
+from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig
 from infermeter.perfmodel.serving import Estimate, at_concurrency, max_concurrency, saturation
+
+INTERVAL_METRICS = ("ttft_ms", "tpot_ms", "per_user_output_tokens_per_s", "output_tokens_per_s", "saturation_output_tokens_per_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,9 @@ class Plan:
     estimate: Estimate | None
     saturation_tokens_per_s: float | None
     saturation_batch: int | None
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> 80% interval
+    regimes: dict[str, str] = field(default_factory=dict)  # metric -> regime label (uncertainty.Regime)
+    basis: str = ""
 
     @property
     def fits(self) -> bool:
@@ -69,6 +78,9 @@ class Plan:
             "bound_shares": {k: round(v, 3) for k, v in e.shares.items()} if e else None,
             "mfu": d.mfu,
             "mbu": d.mbu,
+            "intervals": {k: [_r(lo, k), _r(hi, k)] for k, (lo, hi) in self.intervals.items()},
+            "regimes": dict(self.regimes),
+            "basis": self.basis or None,
             "notes": self.notes(),
         }
 
@@ -84,18 +96,38 @@ class Plan:
         return out
 
 
+def _r(v: float, metric: str) -> float:
+    return round(v, 3) if metric.endswith("_ms") else round(v, 2)
+
+
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
-         hardware_file: str | None = None) -> Plan:
+         hardware_file: str | None = None, calibration: Calibration | str | None = None) -> Plan:
+    """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table)."""
     from infermeter.errors import ConfigError
+    from infermeter.perfmodel.uncertainty import interval, regime_of, table_of
 
     for name, v in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens), ("--concurrency", concurrency)):
         if v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
+    cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
-                         max_model_len=input_tokens + output_tokens, hardware_file=hardware_file)
+                         max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
     est = at_concurrency(d, input_tokens, output_tokens, concurrency)
     sat, batch = saturation(d, input_tokens, output_tokens)
-    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch)
+    values = {"ttft_ms": est.ttft_s * 1e3, "tpot_ms": est.tpot_s * 1e3, "per_user_output_tokens_per_s": est.per_user_tokens_per_s,
+              "output_tokens_per_s": est.output_tokens_per_s, "saturation_output_tokens_per_s": sat}
+    table = table_of(cal)
+    intervals, regimes, cells = {}, {}, []
+    for metric in INTERVAL_METRICS:
+        running = batch if metric == "saturation_output_tokens_per_s" else est.running_per_replica * d.config.replicas
+        reg = regime_of(d, metric, input_tokens, output_tokens, running)
+        lo, hi, _ = interval(metric, values[metric], reg, table)
+        intervals[metric], regimes[metric] = (lo, hi), reg.label
+        cells.append(f"{metric} in {reg.label} (cell {table.multipliers(reg)[2]})")
+    basis = (f"predicted; 80% intervals from the out-of-sample errors of {table.rows} published measurements "
+             f"({table.publications} publications), each predicted by a fit without its publication, in the figure's regime: "
+             + "; ".join(cells))
+    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis)

@@ -13,7 +13,15 @@ combination cannot run::
 Rules: bf16/fp16 run natively; fp8 runs W8A8 at the FP8 rate where FP8 tensor cores exist and
 weight-only at the BF16 rate elsewhere; int8 runs W8A8 at the INT8 rate; int4 (AWQ/GPTQ, group
 128 with FP16 scale and 4-bit zero) and GGUF types are weight-only at the FP16 rate; fp4
-(NVFP4: 4 bits + FP8 scale per 16) needs FP4 tensor cores and is refused elsewhere.
+(NVFP4: 4 bits + FP8 scale per 16) needs FP4 tensor cores and is refused elsewhere. llama.cpp
+on a GPU runs its 16-bit and dequantised GEMMs with FP16 accumulation (``fp16_acc16``: twice the
+FP32-accumulate rate on GeForce cards, the same elsewhere).
+
+KV cache dtype when none is asked for (``None`` or ``"auto"``): :func:`default_kv_dtype`, the
+engine's own rule. TensorRT-LLM inherits the KV-cache scheme of the checkpoint, and NVIDIA's FP8
+and FP4 (ModelOpt) checkpoints carry an FP8 KV cache, so FP8/FP4 weights on hardware with FP8
+get an FP8 cache there; vLLM, SGLang and llama.cpp keep the model's 16-bit dtype unless told
+(``--kv-cache-dtype``). The same rule serves ``plan`` and ``plan --validate``.
 """
 
 from __future__ import annotations
@@ -56,9 +64,19 @@ def normalize_dtype(dtype: str, what: str = "--dtype") -> str:
     return d
 
 
+def default_kv_dtype(engine: str, weight_dtype: str, hw: Hardware) -> tuple[str | None, str]:
+    """The KV dtype ``engine`` picks for ``weight_dtype`` checkpoints on ``hw`` (None: 16-bit), and why."""
+    name = engine.split("@", 1)[0]
+    if name == "trtllm" and weight_dtype in ("fp8", "fp4", "nvfp4") and hw.has("fp8"):
+        return "fp8", (f"fp8 KV cache: TensorRT-LLM inherits the FP8 KV cache of {weight_dtype} (ModelOpt) checkpoints; "
+                       "give --kv-dtype bf16 for a 16-bit cache")
+    return None, ""
+
+
 def resolve_precision(hw: Hardware, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm") -> Precision:
     """Bytes and compute dtype for ``dtype`` weights and ``kv_dtype`` cache on ``hw`` under ``engine``."""
     d = normalize_dtype(dtype)
+    engine = engine.split("@", 1)[0]  # a version ("trtllm@0.6.1") does not change the precision rules
     if engine not in ENGINES:
         raise ConfigError(f"--engine {engine!r} unknown; use one of {', '.join(ENGINES)}")
     notes: list[str] = []
@@ -91,8 +109,14 @@ def resolve_precision(hw: Hardware, dtype: str = "bf16", kv_dtype: str | None = 
     else:  # int4/awq/gptq and GGUF quants: weight-only
         weight_only = True
         notes.append(f"{d} weights are weight-only: dequantised in the kernel, GEMMs at the {half.upper()} rate")
+    if engine == "llamacpp" and hw.type == "gpu" and compute in ("bf16", "fp16"):
+        compute = "fp16_acc16"  # ggml-cuda runs its dequantised/F16 GEMMs in cuBLAS with FP16 accumulation
     kv = _ALIASES.get((kv_dtype or "").strip().lower(), (kv_dtype or "").strip().lower()) if kv_dtype else None
     if kv is None or kv == "auto":
+        kv, why = default_kv_dtype(engine, d, hw)
+        if why:
+            notes.append(why)
+    if kv is None:
         kv = "fp16" if half == "fp16" or d in ("fp16", "f16") else "bf16"
     if kv not in KV_BYTES:
         raise ConfigError(f"--kv-dtype {kv_dtype!r} unknown; use one of {', '.join(KV_BYTES)}")

@@ -26,6 +26,8 @@ context ``I + O/2``:
 Users beyond the KV-capacity (or engine) limit wait for a free slot: their extra wait is
 ``(c / limit - 1) E2E``. Saturation: ``B`` = min(engine max_num_seqs, KV capacity / per-sequence
 reservation), and each step decodes ``B`` tokens and prefills ``B I / O`` prompt tokens.
+:func:`static_batch` models a batch that starts together and runs to completion (old
+TensorRT-LLM benchmarks, vLLM's ``benchmark_latency``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 
 from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.calibration import load_calibration
+from infermeter.perfmodel.engines import EngineDefaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +54,14 @@ class Estimate:
     shares: dict[str, float]  # fraction of the decode step by cause
 
 
+def engine_of(d: Deployment) -> EngineDefaults:
+    """The engine limits and costs ``d`` was built with (older Deployments: the shipped table's)."""
+    return d.engine_defaults or load_calibration().engine(d.engine)
+
+
 def max_concurrency(d: Deployment, input_tokens: int, output_tokens: int) -> int:
     """Sequences of I+O tokens one replica runs at once: KV capacity and the engine's batch limit."""
-    eng = load_calibration().engine(d.engine)
+    eng = engine_of(d)
     return min(eng.max_num_seqs, d.memory.max_concurrency(input_tokens + output_tokens))
 
 
@@ -80,7 +88,7 @@ def bound_of(d: Deployment, n: int, ctx: float) -> tuple[str, dict[str, float]]:
 
 
 def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurrency: int) -> Estimate:
-    eng = load_calibration().engine(d.engine)
+    eng = engine_of(d)
     replicas = d.config.replicas
     per_replica = max(1, math.ceil(concurrency / replicas))
     limit = max(1, max_concurrency(d, input_tokens, output_tokens))
@@ -115,7 +123,7 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
 
 def saturation(d: Deployment, input_tokens: int, output_tokens: int) -> tuple[float, int]:
     """(output tokens/s of the whole configuration with every replica full, sequences per replica)."""
-    eng = load_calibration().engine(d.engine)
+    eng = engine_of(d)
     reserve = input_tokens + output_tokens if eng.kv_reserve == "full" else input_tokens + output_tokens / 2
     b = max(1, min(eng.max_num_seqs, d.kv_capacity_tokens // max(int(reserve), 1)))
     o = max(output_tokens, 1)
@@ -129,3 +137,35 @@ def saturation(d: Deployment, input_tokens: int, output_tokens: int) -> tuple[fl
     if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
         t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s)
     return d.config.replicas * n * d.pipeline_depth / t, b
+
+
+def static_batch(d: Deployment, input_tokens: int, output_tokens: int, batch: int) -> Estimate:
+    """A static batch per replica: ``batch`` requests start together and run to completion.
+
+    What ``gptSessionBenchmark`` (TensorRT-LLM up to v0.9) and vLLM's ``benchmark_latency`` measure:
+    the prompts are prefilled in chunks of the engine's token budget, then ``O - 1`` decode steps
+    run the whole batch at a context growing by one token a step. The KV capacity is not applied (a
+    static engine allocates what the batch needs; a published batch ran); a batch beyond the
+    engine's ``max_num_seqs`` runs in waves. Throughput = replicas x batch x O / latency.
+    """
+    eng = engine_of(d)
+    per_replica = max(1, math.ceil(batch / d.config.replicas))
+    limit = max(1, eng.max_num_seqs)  # a static engine allocates what the batch needs: only the engine's limit applies
+    b = min(per_replica, limit)
+    waves = math.ceil(per_replica / b)
+    prompt = b * input_tokens
+    budget = max(eng.max_batched_tokens, input_tokens)
+    prefill, done = 0.0, 0
+    while done < prompt:
+        c = min(budget, prompt - done)
+        prefill += d.step_time(c, done + c, min(b, max(1, math.ceil(c / input_tokens))), attn_pairs=c * (input_tokens + 1) / 2)
+        done += c
+    o = max(output_tokens, 1)
+    decode = d.decode_span(b, b * (input_tokens + 1), o - 1)
+    ttft = d.request_overhead_s + prefill
+    latency = ttft + decode
+    tpot = decode / (o - 1) if o > 1 else 0.0
+    bound, shares = bound_of(d, b, input_tokens + o / 2)
+    return Estimate(concurrency=batch, running_per_replica=b, max_concurrency=limit, ttft_s=ttft, tpot_s=tpot, e2e_s=latency * waves,
+                    output_tokens_per_s=d.config.replicas * per_replica * o / (latency * waves),
+                    per_user_tokens_per_s=1.0 / tpot if tpot else 0.0, bound=bound, shares=shares)

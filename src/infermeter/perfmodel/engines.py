@@ -1,0 +1,118 @@
+"""Serving engines: per-step and per-request costs, scheduler limits, and versions.
+
+Promises: an engine is named ``NAME`` or ``NAME@VERSION`` (``trtllm@0.6.1``, ``llamacpp@b2837``);
+:func:`parse_engine` splits the two and :func:`version_key` orders versions (numeric parts, a
+leading ``b`` of llama.cpp builds dropped). :class:`EngineDefaults` is one engine's settings;
+a :class:`Generation` is a version range whose published data show a step change, with the fields
+it overrides, and :func:`resolve_engine` returns the defaults that apply to a versioned name (every covering generation, narrowest last)::
+
+    >>> parse_engine("trtllm@0.6.1")
+    ('trtllm', '0.6.1')
+    >>> version_key("0.6.1") < version_key("0.8") < version_key("0.12.0")
+    True
+
+A version that cannot be read (``"master 2024-04-19"``) or none at all gets the engine's current
+defaults: generations describe old versions that differ, not the other way round.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from infermeter.errors import ConfigError
+
+GQA_MODES = ("grouped", "per_query_head")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    name: str
+    overhead_ms: float  # fixed CPU/launch cost per engine step (the prior when a fitted value exists)
+    request_overhead_ms: float  # fixed cost per request before its first token (admission, setup, sampling)
+    per_seq_us: float  # scheduling/sampling cost per running sequence per step
+    max_num_seqs: int
+    max_batched_tokens: int
+    kv_reserve: str  # "full": reserves input+output per sequence up front; "current": grows
+    kv_fraction_of: str  # "total": utilisation is a fraction of device memory; "free": of memory left after weights
+    source: str
+    request_overhead_prior_ms: float | None = None  # set when request_overhead_ms was fitted
+    layer_overhead_us: float = 0.0  # per layer and step: kernel launches an engine without CUDA graphs pays
+    gqa_kv_reads: str = "grouped"  # "per_query_head": decode attention reads K/V once per query head, not per group
+    kv_reread: float = 0.0  # per_query_head only: fraction of the extra re-reads that reach DRAM (prior; may be fitted)
+    version: str = ""
+    generation: str = ""  # the Generation whose fields apply ("" = current defaults)
+    group: str = "serving"  # engines whose kernels are alike pool their efficiencies (llama.cpp is a group of its own)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """Versions of ``engine`` below ``below`` (exclusive) behave differently: ``fields`` override the defaults."""
+
+    id: str  # e.g. "trtllm<0.8"
+    engine: str
+    below: str
+    fields: tuple[tuple[str, Any], ...]
+    source: str
+
+    def covers(self, name: str, version: str) -> bool:
+        key = version_key(version)
+        return name == self.engine and key is not None and key < (version_key(self.below) or ())
+
+
+def parse_engine(spec: str) -> tuple[str, str]:
+    """``"trtllm@0.6.1"`` -> ``("trtllm", "0.6.1")``; ``"vllm"`` -> ``("vllm", "")``."""
+    name, _, version = (spec or "").strip().lower().partition("@")
+    return name.strip(), version.strip()
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """Numeric parts of a version (``"b2837"`` -> ``(2837,)``); None when it has none to compare."""
+    m = re.fullmatch(r"v?b?(\d+(?:\.\d+)*)(?:[.+-].*)?", (version or "").strip().lower())
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+_FIELD_TYPES = {"overhead_ms": float, "request_overhead_ms": float, "per_seq_us": float, "max_num_seqs": int,
+                "max_batched_tokens": int, "kv_reserve": str, "kv_fraction_of": str, "layer_overhead_us": float,
+                "gqa_kv_reads": str, "kv_reread": float}
+
+
+def parse_generation(raw: dict[str, Any], origin: str) -> Generation:
+    try:
+        engine, below, source = str(raw["engine"]), str(raw["below"]), str(raw["source"])
+    except (KeyError, TypeError):
+        raise ConfigError(f"{origin}: engine generation {raw!r} needs engine, below and source") from None
+    if version_key(below) is None:
+        raise ConfigError(f"{origin}: engine generation {engine!r}: 'below' {below!r} is not a version")
+    fields = []
+    for k, v in raw.items():
+        if k in ("engine", "below", "source"):
+            continue
+        if k not in _FIELD_TYPES:
+            raise ConfigError(f"{origin}: engine generation {engine}<{below}: unknown field {k!r}")
+        try:
+            fields.append((k, _FIELD_TYPES[k](v)))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{origin}: engine generation {engine}<{below}: field {k!r} has a bad value {v!r}") from None
+    if dict(fields).get("gqa_kv_reads", "grouped") not in GQA_MODES:
+        raise ConfigError(f"{origin}: engine generation {engine}<{below}: gqa_kv_reads must be one of {', '.join(GQA_MODES)}")
+    return Generation(id=f"{engine}<{below}", engine=engine, below=below, fields=tuple(fields), source=source)
+
+
+def resolve_engine(engines: tuple[EngineDefaults, ...], generations: tuple[Generation, ...], spec: str) -> EngineDefaults:
+    """The defaults of ``spec`` (``NAME[@VERSION]``): the engine's, overridden by the oldest generation covering the version."""
+    name, version = parse_engine(spec)
+    base = next((e for e in engines if e.name == name), None)
+    if base is None:
+        raise ConfigError(f"--engine {spec!r} unknown; calibration knows {', '.join(e.name for e in engines)} "
+                          "(optionally with @VERSION, e.g. trtllm@0.6.1)")
+    out = replace(base, version=version)
+    # widest range first, so a narrower (older) generation's fields win; the narrowest names the result
+    for g in sorted((g for g in generations if g.covers(name, version)), key=lambda g: version_key(g.below) or (), reverse=True):
+        out = replace(out, generation=g.id, source=f"{out.source}; {g.id}: {g.source}", **dict(g.fields))
+    return out

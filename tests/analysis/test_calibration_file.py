@@ -1,0 +1,85 @@
+"""``calibrate``: runs of one deployment in, a calibration file out that the twin reads back.
+
+The runs here are simulated on a linear engine of known timing and relabelled as measured (with the
+vLLM ``cache_config_info`` a scrape would have kept), so the fitted numbers can be checked exactly.
+"""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from infermeter.errors import ConfigError
+from infermeter.measure.calibrate import calibrate
+from infermeter.measure.feeder import local_stream
+from infermeter.measure.simulate import simulate
+from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
+from infermeter.twin.deploy import Twin, fake_twin
+from infermeter.twin.predictor import LinearStepTime
+from infermeter.twin.sources import ClosedLoopSource
+from infermeter.workload import build_workload
+
+TRUE = LinearStepTime(base_s=0.013, per_token_s=0.0005, per_seq_s=0.0008)
+INFO = {"block_size": "128", "kv_cache_size_tokens": "93184", "enable_prefix_caching": "True"}
+
+
+def measured_like(tmp_path, concurrency, n, name):
+    work = build_workload(input_tokens="128", output_tokens="64,16", seed=concurrency)
+    twin = fake_twin(predictor=TRUE)
+    twin = Twin(**{**twin.__dict__, "request_overhead_s": 0.03})
+    src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n, delay=0.03)
+    config = {"concurrency": concurrency, "requests": n, "input_tokens": "128", "output_tokens": "64,16",
+              "seed": concurrency, "model": "m"}
+    run = {"load": {"open_loop": False, "describe": f"closed loop, concurrency {concurrency}"}, "model": "m",
+           "config": config}
+    res = simulate(twin, src, out_dir=tmp_path / name, run=run, token_times=True)
+    head = json.loads((res.run_dir / "run.json").read_text())
+    head.update(source="measured", target={"url": "http://127.0.0.1:8000"}, server_metrics={"engine": "vllm"})
+    (res.run_dir / "run.json").write_text(json.dumps(head))
+    pq.write_table(pa.table({"t": [0.0], "name": ["vllm:cache_config_info"], "labels": [json.dumps(INFO)],
+                             "value": [1.0]}), res.run_dir / "server_metrics_raw.parquet")
+    return res.run_dir
+
+
+def test_a_calibration_recovers_the_engine_and_reads_back(tmp_path):
+    dirs = [measured_like(tmp_path, 1, 20, "c1"), measured_like(tmp_path, 4, 40, "c4")]
+    cal = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu")
+    assert cal.step_time.base_s == pytest.approx(0.013, rel=0.03)
+    assert cal.step_time.per_token_s == pytest.approx(0.0005, rel=0.03)
+    assert cal.frontend.overhead_s == pytest.approx(0.03, abs=0.003)
+    assert (cal.engine.block_size, cal.engine.kv_capacity_tokens, cal.engine.max_num_seqs) == (128, 93184, 128)
+    assert "cache_config_info" in cal.engine.source and "vllm-cpu defaults" in cal.engine.source
+    # simulated back, the fit reproduces its own runs
+    for check in cal.checks:
+        assert abs(check["tpot_p50_err_pct"]) < 3 and abs(check["output_tokens_per_s_err_pct"]) < 3, check
+    path = cal.write(tmp_path / "cal.yaml")
+    back = DeploymentCalibration.read(path)
+    assert back == cal
+    twin = calibrated_twin(back, max_num_seqs=8)
+    assert twin.config.max_num_seqs == 8 and twin.predictor.step_time(10, 0, 2) == pytest.approx(
+        cal.step_time.base_s + 10 * cal.step_time.per_token_s + 2 * cal.step_time.per_seq_s)
+
+
+def test_bad_calibration_files_name_the_file_the_line_and_the_field(tmp_path):
+    p = tmp_path / "cal.yaml"
+    p.write_text("kind: infermeter-calibration\nschema_version: 1\ndeployment: {model: m, hardware: h, engine: e}\n"
+                 "step_time:\n  base_s: -1\n  per_token_s: 0.001\nengine: {max_num_seqs: 8, max_num_batched_tokens: 64,"
+                 " kv_capacity_tokens: 1000}\n")
+    with pytest.raises(ConfigError, match=r"cal.yaml, line 5: step_time.base_s: Input should be greater than or equal"):
+        DeploymentCalibration.read(p)
+    p.write_text("kind: something-else\n")
+    with pytest.raises(ConfigError, match="not an infermeter calibration file"):
+        DeploymentCalibration.read(p)
+
+
+def test_only_measured_runs_of_one_deployment_calibrate(tmp_path):
+    a = measured_like(tmp_path, 1, 10, "a")
+    b = measured_like(tmp_path, 4, 20, "b")
+    head = json.loads((b / "run.json").read_text())
+    (b / "run.json").write_text(json.dumps({**head, "target": {"url": "http://elsewhere:1"}}))
+    with pytest.raises(ConfigError, match="different deployments"):
+        calibrate([a, b])
+    (a / "run.json").write_text(json.dumps({**json.loads((a / "run.json").read_text()), "source": "simulated"}))
+    with pytest.raises(ConfigError, match="measured runs only"):
+        calibrate([a])

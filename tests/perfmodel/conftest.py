@@ -1,0 +1,23 @@
+"""Shared fixtures: the published-measurements corpus and its leave-one-publication-out report (a dozen refits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CSV = Path(__file__).resolve().parents[1] / "data" / "published-measurements.csv"
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    from infermeter.perfmodel.corpus import load_rows
+
+    return load_rows(CSV)
+
+
+@pytest.fixture(scope="session")
+def lopo_report(corpus):
+    from infermeter.perfmodel.validate import validate
+
+    return validate(corpus, holdout="source")

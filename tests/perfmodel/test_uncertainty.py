@@ -1,0 +1,111 @@
+"""Prediction intervals: regimes, the interval of a value, the shipped table, coverage out of sample."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infermeter.errors import ConfigError
+from infermeter.perfmodel import build_deployment
+from infermeter.perfmodel.calibration import load_calibration
+from infermeter.perfmodel.planner import INTERVAL_METRICS, plan
+from infermeter.perfmodel.uncertainty import IntervalTable, Regime, interval, nested_coverage, regime_of, table_from_report, table_of
+
+ODD_GPU = """
+odd-gpu: {name: Odd, family: oddarch, memory_gb: 100, memory_bandwidth_gbs: 1000, tflops: {bf16: 500},
+          interconnect: {kind: link, bandwidth_gbs: 200, latency_us: 10}, tdp_w: 100, source: 'https://example', date: '2026-01-01'}
+"""
+
+
+def test_stated_coverage_holds_out_of_sample(lopo_report):
+    """Each row's 80% interval is built from a fit and an error table that both leave its publication out."""
+    frac, n, checks = nested_coverage(lopo_report)
+    assert n == len(lopo_report.results)
+    assert 0.70 <= frac <= 0.90
+    assert all(lo < hi for _, lo, hi, _ in checks)
+
+
+def test_shipped_table_is_derived_from_the_corpus(lopo_report):
+    shipped = {c.key: c for c in table_of().cells}
+    fresh = {c.key: c for c in table_from_report(lopo_report).cells}
+    assert shipped.keys() == fresh.keys()
+    for k, c in shipped.items():
+        assert c.n == fresh[k].n, k
+        assert c.mean == pytest.approx(fresh[k].mean, abs=2e-3) and c.sd == pytest.approx(fresh[k].sd, abs=2e-3), k
+
+
+def test_regimes_follow_what_calibrates_the_figure(tmp_path):
+    f = tmp_path / "odd.yaml"
+    f.write_text(ODD_GPU)
+    trt = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
+    assert regime_of(trt, "tpot_ms", 1000, 200, 1) == Regime("tpot", "decode", "calibrated")
+    assert regime_of(trt, "ttft_ms", 1000, 200, 1).bound == "prefill"
+    vllm_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")  # no vLLM rows on NVIDIA: TensorRT-LLM's family values
+    assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "pooled"
+    unseen = build_deployment("llama-3.1-8b", "odd-gpu", hardware_file=str(f))
+    assert regime_of(unseen, "output_tokens_per_s", 1000, 200, 8).calibration == "literature"
+    assert regime_of(trt, "output_tokens_per_s", 20000, 50, 1).bound == "prefill"
+    assert regime_of(trt, "output_tokens_per_s", 100, 2000, 64).bound == "decode"
+    with pytest.raises(ConfigError, match="no prediction interval for metric 'joules'"):
+        regime_of(trt, "joules", 1, 1, 1)
+
+
+def _table(errors: list[float], regime: Regime) -> IntervalTable:
+    return IntervalTable.from_records([(regime, e) for e in errors])
+
+
+def test_interval_reflects_bias_and_spread():
+    reg = Regime("tpot", "decode", "calibrated")
+    tight = _table([0.10 + 0.01 * (i % 5 - 2) for i in range(20)], reg)  # measured ~10% above predicted, little spread
+    loose = _table([0.10 + 0.10 * (i % 5 - 2) for i in range(20)], reg)
+    lo, hi, basis = interval("tpot_ms", 10.0, reg, tight)
+    assert lo > 10.0 and lo < 11.0 < hi  # the bias moves the whole interval above the prediction
+    lo2, hi2, _ = interval("tpot_ms", 10.0, reg, loose)
+    assert hi2 - lo2 > 3 * (hi - lo)
+    assert "80%" in basis and "tpot/decode/calibrated" in basis
+
+
+def test_reciprocal_metrics_flip_the_interval():
+    reg = Regime("tpot", "decode", "pooled")
+    table = _table([0.05 * (i % 7 - 3) + 0.02 for i in range(30)], reg)
+    lo, hi, _ = interval("tpot_ms", 8.0, reg, table)
+    rlo, rhi, _ = interval("decode_tokens_per_s", 125.0, reg, table)
+    assert rlo == pytest.approx(1000 / hi) and rhi == pytest.approx(1000 / lo)
+
+
+def test_small_cells_fall_back_to_coarser_ones():
+    own = Regime("ttft", "prefill", "literature")
+    other = Regime("throughput", "decode", "literature")
+    table = IntervalTable.from_records([(own, 0.5), (own, 0.6)] + [(other, 0.01 * i) for i in range(12)])
+    _, _, basis = interval("ttft_ms", 100.0, own, table)
+    assert "cell */*/literature" in basis  # two rows are too few: the calibration's cell over all metrics serves
+
+
+def test_a_per_deployment_calibration_brings_its_residuals(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text(
+        "fitted:\n"
+        "  - {family: hopper, engine: vllm, dtype: bf16, phase: decode, tp: 1, value: 0.85, prior: 0.75, source: 'calibrate: runs/a'}\n"
+        "residuals:\n"
+        "  - {metric: tpot_ms, log_errors: [0.01, -0.02, 0.0, 0.015, -0.01, 0.005, -0.005, 0.02, -0.015, 0.0]}\n")
+    cal = load_calibration(str(f))
+    d = build_deployment("llama-3.1-8b", "h100-sxm", calibration=cal)
+    reg = regime_of(d, "tpot_ms", 1000, 200, 1)
+    assert reg.calibration == "deployment"
+    lo, hi, basis = interval("tpot_ms", 6.0, reg, table_of(cal))
+    assert "tpot/*/deployment (n=10)" in basis
+    shipped_lo, shipped_hi, _ = interval("tpot_ms", 6.0, regime_of(build_deployment("llama-3.1-8b", "h100-sxm"), "tpot_ms", 1000, 200, 1))
+    assert hi - lo < (shipped_hi - shipped_lo) / 3  # its own residuals are far tighter than the corpus' pooled errors
+
+
+def test_every_predicted_plan_figure_carries_an_interval():
+    p = plan("llama-3.1-8b", "h100-sxm", concurrency=8).to_json()
+    assert set(p["intervals"]) == set(INTERVAL_METRICS)
+    for metric, (lo, hi) in p["intervals"].items():
+        assert 0 < lo < hi, metric
+        assert math.isfinite(hi)
+    assert p["basis"].startswith("predicted; 80% intervals") and "publications" in p["basis"]
+    assert set(p["regimes"]) == set(INTERVAL_METRICS)
+    nofit = plan("llama-3.1-70b", "h100-sxm").to_json()
+    assert nofit["intervals"] == {} and nofit["basis"] is None
