@@ -10,7 +10,15 @@ from infermeter.errors import ConfigError
 from infermeter.perfmodel import build_deployment
 from infermeter.perfmodel.calibration import load_calibration
 from infermeter.perfmodel.planner import INTERVAL_METRICS, plan
-from infermeter.perfmodel.uncertainty import IntervalTable, Regime, interval, nested_coverage, regime_of, table_from_report, table_of
+from infermeter.perfmodel.uncertainty import (
+    IntervalTable,
+    Regime,
+    interval,
+    nested_coverage,
+    regime_of,
+    table_from_report,
+    table_of,
+)
 
 ODD_GPU = """
 odd-gpu: {name: Odd, family: oddarch, memory_gb: 100, memory_bandwidth_gbs: 1000, tflops: {bf16: 500},

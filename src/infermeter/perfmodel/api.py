@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
-from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
+from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
 from infermeter.perfmodel.models import ModelSpec, get_model
@@ -128,7 +128,7 @@ class Deployment:
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
-            request_overhead_s=request_overhead_ms * 1e-3)
+            request_overhead_s=request_overhead_ms * 1e-3, _coeffs={})
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
             object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
