@@ -86,3 +86,19 @@ def test_eta_from_the_pace_so_far(monkeypatch):
     now[0] = 104.0
     e(400.0, 1100)
     assert len(lines) == 1  # at most every 5 s
+
+
+def test_clients_give_up_as_measured_ones_do_and_the_queue_stays_bounded(tmp_path):
+    twin = fake_twin(predictor=P, engine=EngineConfig(max_num_seqs=32, max_num_batched_tokens=4096))
+    cfg = RunConfig(rate=3 * CAP, arrival="constant", duration_s=120.0, grace_s=5.0, input_tokens="100",
+                    output_tokens="50", first_token_timeout_s=10.0, timeout_s=30.0, out=str(tmp_path / "t"), seed=1)
+    res = SimPlan(cfg, twin=twin, token_times="off").run()
+    s, sm = res.summary, res.run["server_metrics"]
+    t = pq.read_table(res.run_dir / "requests.parquet").to_pydict()
+    timed = [i for i, c in enumerate(t["error_class"]) if c == "first_token_timeout"]
+    assert timed and s["errors"]["first_token_timeout"] == len(timed)
+    assert all(t["outcome"][i] == "error" and t["first_token_at"][i] is None for i in timed)
+    assert all(t["ended_at"][i] - t["sent_at"][i] == pytest.approx(10.0) for i in timed)
+    # the engine let go of them: its queue holds about 10 s of arrivals, not the whole backlog
+    assert sm["num_requests_waiting_max"] <= 3 * CAP * 10 + 40
+    assert s["scheduled"] == len(t["outcome"]) == s["completed"] + s["failed"] + s["cancelled"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from infermeter.cli.flags import GRACE, LOAD, OUTPUT, SLO, TWIN, WORKLOAD
+from infermeter.cli.flags import GRACE, LOAD, OUTPUT, SLO, TIMEOUTS, TWIN, WORKLOAD
 from infermeter.cli.options import FlagSpec, model_flags, with_flags
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig
@@ -26,7 +26,8 @@ from infermeter.measure.simplan import TOKEN_TIMES_AUTO_LIMIT, SimPlan
 from infermeter.twin.spec import TwinSpec
 
 API = model_flags(RunConfig, {"api": FlagSpec(help="chat | completions (what the prompt text looks like)")})
-SIM_LOAD = [f for f in LOAD if f.field != "seed"] + [f for f in GRACE]
+SIM_LOAD = [f for f in LOAD if f.field != "seed"] + [f for f in GRACE] + [
+    f for f in TIMEOUTS if f.field != "connect_timeout_s"]
 SIM_SCALE = model_flags(RunConfig, {
     "workers": FlagSpec(help="worker processes the fleet's replicas are split over (with --ray: Ray actors; "
                              "1 = one per CPU of the cluster)"),

@@ -164,12 +164,14 @@ class ChildStream:
                 return
             if kind == "error":
                 raise UserError(f"workload process: {payload}")
-            at, pt, mt, conv, grp, kcount, kflat = (c.tolist() for c in payload)
+            at, pt, mt, conv, grp, kcount = (c.tolist() for c in payload[:6])
+            kflat = payload[6]  # keys stay int64 arrays: each request gets its own small copy
+            ends = np.cumsum(payload[5]).tolist()
             pos = 0
             for j in range(len(at)):
-                c = kcount[j]
-                keys = kflat[pos : pos + c]
-                pos += c
+                end = ends[j]
+                keys = kflat[pos:end].copy() if end > pos else ()
+                pos = end
                 cid, gid = conv[j], grp[j]
                 yield SimRequest(rid, at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
                                  None if gid < 0 else gid)

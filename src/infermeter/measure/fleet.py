@@ -47,7 +47,7 @@ def fleet_jobs(plan: Any, workers: int) -> list[FleetJob]:
     return [FleetJob(twin=twin, router=twin.router, workload=workload_args(cfg), shape=plan.shape, seed=cfg.seed,
                      requests=cfg.requests, warmup=cfg.warmup, duration_s=cfg.duration_s, cancel_at=plan.cancel_at,
                      token_times=plan.token_times, chars_per_block=plan.calibrate(), window=WINDOW, workers=w,
-                     worker=k) for k in range(w)]
+                     worker=k, timeouts=plan.timeouts) for k in range(w)]
 
 
 def run_fleet(plan: Any, out: Path, run: dict[str, Any], *,

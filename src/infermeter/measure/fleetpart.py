@@ -64,6 +64,7 @@ class FleetJob:
     window: int
     workers: int
     worker: int
+    timeouts: tuple[float | None, float | None] = (None, None)
 
     @property
     def owned(self) -> list[int]:
@@ -106,12 +107,14 @@ class FedSource:
             if msg[0] == "error":
                 raise UserError(f"fleet feeder: {msg[1]}")
             _, t_end, cols = msg
-            rid, at, pt, mt, conv, grp, rep, kcount, kflat = (c.tolist() for c in cols)
+            rid, at, pt, mt, conv, grp, rep = (c.tolist() for c in cols[:7])
+            kflat = cols[8]  # keys stay int64 arrays: each request gets its own small copy
+            ends = np.cumsum(cols[7]).tolist()
             pos = 0
             for j in range(len(rid)):
-                c = kcount[j]
-                keys = kflat[pos: pos + c]
-                pos += c
+                end = ends[j]
+                keys = kflat[pos:end].copy() if end > pos else ()
+                pos = end
                 cid, gid = conv[j], grp[j]
                 r = SimRequest(rid[j], at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
                                None if gid < 0 else gid)
@@ -170,7 +173,7 @@ class FleetPart:
         """``(window, its end, its canonical table or None)``, the last with end ``inf``."""
         clock = VirtualClock()
         for k, t in self.loop.run(self.source, self.sink.add, clock, cancel_at=self.job.cancel_at,
-                                  window=self.job.window):
+                                  window=self.job.window, timeouts=self.job.timeouts):
             yield k, t, self.sink.window()
 
     def final(self) -> dict[str, Any]:

@@ -28,7 +28,8 @@ request as ``(ended_at - first_token_at) / (completion_tokens - 1)`` (the accumu
 ``derive_itl``). Rejected requests (prompt + max_tokens over ``max_model_len``) are ``error`` /
 ``http_4xx`` / 400, as vLLM answers them. Requests still in flight when the run gave up
 (``grace_s`` after the duration) are ``cancelled``, ended then, with the tokens they had
-streamed (``stream_tokens``) and no usage, as a measured run records them.
+streamed (``stream_tokens``) and no usage, as a measured run records them; requests whose client
+timed out are ``error`` / ``first_token_timeout`` or ``total_timeout``, likewise.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import pyarrow.parquet as pq
 
 from infermeter.analysis.accumulator import Accumulator
 from infermeter.records.record import ARROW_SCHEMA
-from infermeter.twin.request import CANCELLED, FINISHED, SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest
 
 BATCH_ROWS = 1 << 16
 
@@ -59,7 +60,8 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
                        r.conversation_id, r.prefix_group, r.state, r.error) for r in buf])
     state = np.array(state_l, dtype=np.int64)
     ok = state == FINISHED
-    cancelled = state == CANCELLED
+    timed_out = state == TIMED_OUT
+    cancelled = (state == CANCELLED) | timed_out  # no usage: only what streamed
     all_ok = bool(ok.all())
     okp = pa.array(ok)
     rid = np.array(rid_l, dtype=np.int64)
@@ -82,15 +84,20 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         usage = pa.array(np.full(n, "server", dtype=object), pa.string())
         detail = pa.nulls(n, pa.string())
     else:
-        failed = ~ok & ~cancelled
-        outcome = pa.array(np.where(ok, "ok", np.where(cancelled, "cancelled", "error")), pa.string())
-        error_class = pc.if_else(pa.array(failed), "http_4xx", no_str)
-        http_status = pc.if_else(pa.array(failed), pa.scalar(400, pa.int32()), no_int)
+        rejected = ~ok & ~cancelled
+        outcome = pa.array(np.where(ok, "ok", np.where(cancelled & ~timed_out, "cancelled", "error")), pa.string())
+        ec = np.full(n, None, dtype=object)
+        ec[rejected] = "http_4xx"
+        if timed_out.any():
+            ec[timed_out] = [r.error_class for r, t in zip(buf, timed_out) if t]
+        error_class = pa.array(ec, pa.string())
+        http_status = pa.array(np.where(rejected, 400, 200), pa.int32(), mask=~(rejected | timed_out))
+        failed = rejected
         completion = pa.array(np.where(ok, n_out, 0), pa.int64(), mask=cancelled)
         prompt = pa.array(n_in, pa.int64(), mask=cancelled)
         stream_tok = np.where(failed, 0, n_out)
         usage = pc.if_else(okp, "server", no_str)
-        detail = pa.array([d if s != CANCELLED else None for d, s in zip(details, state_l)], pa.string())
+        detail = pa.array([None if s == CANCELLED else d for d, s in zip(details, state_l)], pa.string())
     return pa.table(
         {
             "request_id": rid,

@@ -15,7 +15,8 @@ Where it runs: one process (any load, any router), or -- ``RunConfig.workers > 1
 (:mod:`infermeter.measure.fleet`), which needs an open loop without ``--max-concurrency`` and a
 router decided from the arrival stream (``round-robin`` or ``session``). Both give the same
 records and the same summary for the same seed. A run with ``--duration`` ends ``grace_s``
-after it, as a measured run does: what is still in flight is cancelled.
+after it, as a measured run does: what is still in flight is cancelled; and a request waits for
+its first token (and its end) no longer than the client's ``--first-token-timeout`` (``--timeout``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class SimPlan:
         """Virtual time at which what is still in flight is cancelled (``--duration`` + ``--grace``)."""
         cfg = self.cfg
         return math.inf if cfg.duration_s is None else cfg.duration_s + cfg.grace_s
+
+    @property
+    def timeouts(self) -> tuple[float | None, float | None]:
+        """The clients' (first-token, total) timeouts: a request waiting longer fails as it would measured."""
+        return self.cfg.first_token_timeout_s, self.cfg.timeout_s
 
     def check_fleet(self) -> None:
         """A split fleet needs routing and sends decided from the arrival stream alone (ConfigError names why)."""
@@ -156,4 +162,5 @@ class SimPlan:
             return run_fleet(self, out, self.run_header(label), progress=progress)
         source = self.source()
         return simulate(self.twin, source, out_dir=out, run=self.run_header(label), warmup=cfg.warmup,
-                        token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at)
+                        token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
+                        timeouts=self.timeouts)

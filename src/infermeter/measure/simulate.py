@@ -15,7 +15,8 @@ groups and go batch by batch to the run's
 :class:`~infermeter.analysis.accumulator.Accumulator` -- the same builder and verdict as a
 measured run -- so no run, however long, reads its records back, and the summary does not
 depend on how many processes simulated it. ``cancel_at`` (duration + ``grace_s``) ends the run
-as a measured one ends: what is still in flight is cancelled.
+as a measured one ends: what is still in flight is cancelled; ``timeouts`` are the clients'
+(first token, total) and fail a request as the client would (:mod:`infermeter.twin.loop`).
 
 ``server_metrics`` (vLLM's signals, as a scrape of the twin would give them): time-weighted
 means over the run of KV usage, running and waiting requests, their maxima, prefix-cache hits /
@@ -74,6 +75,7 @@ def simulate(
     on_progress: Callable[[float, int], None] | None = None,
     cancel_at: float = math.inf,
     router: Router | None = None,
+    timeouts: tuple[float | None, float | None] = (None, None),
 ) -> SimulationResult:
     """Run ``source`` through ``twin``'s engines in this process; write the run directory; return the summary."""
     t0 = time.perf_counter()
@@ -88,7 +90,7 @@ def simulate(
     seen = 0
     try:
         with gc_paused():
-            for _, t in loop.run(source, sink.add, clock, cancel_at=cancel_at, window=WINDOW):
+            for _, t in loop.run(source, sink.add, clock, cancel_at=cancel_at, window=WINDOW, timeouts=timeouts):
                 table = sink.window()
                 if table is not None:
                     seen += table.num_rows

@@ -244,8 +244,15 @@ class Engine:
         """A request was just added at ``t`` during a decode span: end the span with the step in progress
         at ``t`` (the request joins the next step, as step by step). The span's new end time, or None
         when nothing changed (no span in flight, or the arrival waits behind others)."""
+        if len(self.waiting) != 1:
+            return None
+        return self.cut(t)
+
+    def cut(self, t: float) -> float | None:
+        """End a decode span in flight with the step in progress at ``t`` (an arrival, or a client that
+        gave up: the engine sees it between steps); its new end time, or None when nothing changed."""
         p = self._pending
-        if p is None or p[0] <= 1 or len(self.waiting) != 1:
+        if p is None or p[0] <= 1:
             return None
         steps, n_dec, plan, ends, start, kv, dur, d0 = p
         if t >= start + dur:
@@ -390,7 +397,7 @@ class Engine:
                 break
             keys = r.keys
             hits = free_hits = 0
-            if keys and keys[0] in index:  # most prompts miss on their first block
+            if len(keys) and keys[0] in index:  # most prompts miss on their first block
                 hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
             hit_tokens = hits * bs
             todo = r.num_tokens - hit_tokens
@@ -430,7 +437,7 @@ class Engine:
     def _advance_prefill(self, r: SimRequest, chunk: int, now: float, finished: list[SimRequest]) -> None:
         computed = r.computed = r.computed + chunk
         keys = r.keys
-        if keys and r.next_reg < len(keys):
+        if r.next_reg < len(keys):
             upto = computed // self.block_size
             if upto > len(keys):
                 upto = len(keys)

@@ -110,7 +110,7 @@ class BlockPool:
 
     def match(self, keys: Sequence[int], limit: int) -> tuple[int, int, list[list[Any]]]:
         """Leading keys (at most ``limit``) that are cached: (hit blocks, of which free, path to acquire)."""
-        if not self.caching or limit <= 0 or not keys:
+        if not self.caching or limit <= 0 or not len(keys):
             return 0, 0, []
         end_all = min(limit, len(keys))
         index = self._index
@@ -231,6 +231,10 @@ class BlockPool:
             raise RuntimeError(f"allocate({n}) with only {self.num_free} free blocks")
         self.num_free -= n
         queue = self._queue
+        seg = queue[0]
+        if seg[0] is None and seg[1] > n:  # the common case: the head is a run of anonymous blocks
+            seg[1] -= n
+            return
         while n:
             seg = queue[0]
             g = seg[0]

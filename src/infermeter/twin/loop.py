@@ -36,6 +36,12 @@ spans there: ``known_arrivals``). Every replica's trajectory depends only on its
 been handled (records of requests done before ``t`` are final); sources may also yield
 :class:`Boundary` markers for sends other processes simulate. The last window is ``(k, inf)``.
 
+**Clients' timeouts.** ``timeouts`` (first token, total; seconds from the send, as the client's
+``--first-token-timeout`` and ``--timeout``): a request without a first token (or not finished)
+by then gets an error record at that moment (``first_token_timeout`` / ``total_timeout``, with
+the tokens it had streamed), and the engine aborts it (a waiting one at once, a running one after
+the step in progress), so an overloaded fleet's queue stays bounded, as a real one's does.
+
 **End of the run.** ``cancel_at`` (the duration plus ``grace_s``): events at or after it are not
 handled; steps in flight keep what ended by then, and every request still in the system (in an
 API server, waiting or running) ends ``CANCELLED`` at ``cancel_at``.
@@ -43,6 +49,7 @@ API server, waiting or running) ends ``CANCELLED`` at ``cancel_at``.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -50,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infermeter.twin.engine import Engine
-from infermeter.twin.request import SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, WAITING, SimRequest
 from infermeter.twin.router import Router
 
 _INF = math.inf
@@ -181,9 +188,11 @@ class EventLoop:
 
     def run(self, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock, *,
             until: float = _INF, cancel_at: float = _INF, window: int | None = None,
+            timeouts: tuple[float | None, float | None] = (None, None),
             ) -> Generator[tuple[int, float], None, None]:
         """Handle events until the source is exhausted and every engine idle, the clock passes ``until``
-        or ``cancel_at`` comes; yields ``(window, its end time)`` at every window boundary."""
+        or ``cancel_at`` comes; yields ``(window, its end time)`` at every window boundary. ``timeouts``:
+        the clients' (first token, total) seconds from the send (module docstring)."""
         engines, lanes = self.engines, self.lanes
         router = self.router
         pick, done_at = router.pick, router.done
@@ -206,23 +215,55 @@ class EventLoop:
         seq = 0
         inf = _INF
 
-        def settle(r: SimRequest, now: float, replica: int) -> None:
-            on_done(r)
-            finished(r, now)
+        # events at or after ``stop`` are not handled (with ``until``: after it)
+        stop = stop if strict else math.nextafter(stop, inf)
+        arrived = done = 0
+        t_first, t_total = timeouts
+        dl: list[tuple[float, int, int, SimRequest]] = []  # clients' deadlines: (time, rid, 0 first | 1 total, r)
+
+        def give_up(r: SimRequest, t: float, kind: int) -> None:
+            """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
+            nonlocal done
+            rec = copy.copy(r)
+            lane = r.lane
+            rec.state, rec.ended_at = TIMED_OUT, t
+            if kind == 0:
+                rec.error_class, rec.error = "first_token_timeout", f"no token within {t_first:g} s"
+            else:
+                rec.error_class, rec.error = "total_timeout", f"not finished within {t_total:g} s"
+            r.timed_out = True
+            if lane >= 0:
+                eng = engines[lane]
+                rec.outputs = eng.outputs_of(r)
+                waiting = r.state == WAITING
+                eng.abort(r, t)  # waiting: gone now; running: after the step in progress
+                if not waiting:
+                    end = eng.cut(t)
+                    if end is not None:
+                        ver[lane] += 1
+                        heappush(steps, (end, lane, ver[lane]))
+            done += 1
+            on_done(rec)
+            finished(rec, t)
             if track:
-                done_at(replica)
+                done_at(r.replica)
 
         def arrive(r: SimRequest, j: int, t: float) -> None:
+            nonlocal arrived, done
             if lanes == 1:
                 lane = j
             else:
                 lane = j * lanes + engines.index(route(engines[j * lanes:(j + 1) * lanes]), j * lanes)
             eng = engines[lane]
-            st.arrived += 1
+            arrived += 1
+            r.lane = lane
             if not eng.add(r, t):
                 r.ended_at = t
-                st.done += 1
-                settle(r, t, j)
+                done += 1
+                on_done(r)
+                finished(r, t)
+                if track:
+                    done_at(j)
                 return
             if not busy[lane]:
                 busy[lane] = True
@@ -233,17 +274,34 @@ class EventLoop:
                     ver[lane] += 1
                     heappush(steps, (end, lane, ver[lane]))
 
+        fast = direct and lanes == 1
         while True:
             t_src = next_time()
             t_fe = fe[0][0] if fe else inf
             t_step = steps[0][0] if steps else inf
+            if dl:
+                t_dl = dl[0][0]
+                if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
+                    if t_dl >= stop:
+                        break
+                    _, _, kind, r = heappop(dl)
+                    if r.state >= FINISHED or r.timed_out:
+                        continue
+                    if kind == 0 and r.first_token_at is not None:  # its first token came in time
+                        if t_total:
+                            heappush(dl, (r.arrival + t_total, r.rid, 1, r))
+                        continue
+                    clock.now = t_dl
+                    give_up(r, t_dl, kind)
+                    continue
             if t_src <= t_fe and t_src <= t_step:
-                if t_src == inf or t_src > stop or (strict and t_src == stop):
+                if t_src >= stop:
                     break
                 clock.now = t_src
                 r = pop()
                 if r.rid >= next_b > 0:
                     while r.rid >= next_b:
+                        st.arrived, st.done = arrived, done
                         yield k_win, t_src
                         k_win += 1
                         next_b += window  # type: ignore[operator]
@@ -252,7 +310,31 @@ class EventLoop:
                 j = r.replica
                 if j < 0:
                     j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
-                if direct:
+                if t_first or t_total:
+                    if t_first and (not t_total or t_first <= t_total):
+                        heappush(dl, (t_src + t_first, r.rid, 0, r))
+                    else:
+                        heappush(dl, (t_src + t_total, r.rid, 1, r))
+                if fast:  # arrive(r, j, t_src), inlined: the common case
+                    eng = engines[j]
+                    arrived += 1
+                    r.lane = j
+                    if not eng.add(r, t_src):
+                        r.ended_at = t_src
+                        done += 1
+                        on_done(r)
+                        finished(r, t_src)
+                        if track:
+                            done_at(j)
+                    elif not busy[j]:
+                        busy[j] = True
+                        heappush(steps, (t_src, j, ver[j]))
+                    else:
+                        end = eng.interrupt(t_src)
+                        if end is not None:
+                            ver[j] += 1
+                            heappush(steps, (end, j, ver[j]))
+                elif direct:
                     arrive(r, j, t_src)
                 else:
                     t_e = t_src + o
@@ -263,22 +345,30 @@ class EventLoop:
                     seq += 1
                     heappush(fe, (t_e, seq, r, j))
             elif arrival_first(t_fe, t_step):
-                if t_fe > stop or (strict and t_fe == stop):
+                if t_fe >= stop:
                     break
                 clock.now = t_fe
                 _, _, r, j = heappop(fe)
-                arrive(r, j, t_fe)
+                if not r.timed_out:  # its client gave up while it was in the API server
+                    arrive(r, j, t_fe)
             else:
-                if t_step > stop or (strict and t_step == stop):
+                if t_step >= stop:
                     break
                 now, lane, v = heappop(steps)
                 if v != ver[lane]:
                     continue  # superseded by an interrupted span's new end
                 clock.now = now
                 eng = engines[lane]
-                for r in eng.complete(now):
-                    st.done += 1
-                    settle(r, now, lane // lanes)
+                out = eng.complete(now)
+                if out:
+                    for r in out:
+                        if r.timed_out:
+                            continue  # reported when its client gave up
+                        done += 1
+                        on_done(r)
+                        finished(r, now)
+                        if track:
+                            done_at(lane // lanes)
                 if known:
                     h = next_time() + o
                     if fe and fe[0][0] < h:
@@ -290,6 +380,7 @@ class EventLoop:
                     busy[lane] = False
                 else:
                     heappush(steps, (now + d, lane, v))
+        st.arrived, st.done = arrived, done
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
             self._cancel(cancel_at, fe, busy, on_done, finished, clock)
         for e in engines:  # integrals up to the end of the run (idle time adds nothing)
@@ -302,8 +393,6 @@ class EventLoop:
                 on_done: Callable[[SimRequest], None], finished: Callable[[SimRequest, float], None],
                 clock: VirtualClock) -> None:
         """The run gives up at ``t``: finish what ends by then, cancel the rest (module docstring)."""
-        from infermeter.twin.request import CANCELLED
-
         st = self.stats
         clock.now = t
         for lane, eng in enumerate(self.engines):
@@ -311,14 +400,20 @@ class EventLoop:
                 end = eng.settle(t)
                 if end is not None:
                     for r in eng.complete(end):
+                        if r.timed_out:
+                            continue
                         st.done += 1
                         on_done(r)
                         finished(r, end)
             left = eng.cancel_all(t)
             for r in left:
+                if r.timed_out:
+                    continue
                 st.cancelled += 1
                 on_done(r)
         for _, _, r, _ in sorted(fe, key=lambda x: x[2].rid):
+            if r.timed_out:
+                continue
             r.state = CANCELLED
             r.ended_at = t
             st.cancelled += 1

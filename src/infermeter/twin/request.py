@@ -27,6 +27,7 @@ FINISHED = 3
 REJECTED = 4
 ABORTED = 5  # the client went away (live)
 CANCELLED = 6  # still in flight when the run gave up on it (``grace_s`` after the duration)
+TIMED_OUT = 7  # its client gave up (first-token or total timeout): the record's copy; the engine aborts it
 
 
 @dataclass(slots=True, eq=False)
@@ -41,6 +42,8 @@ class SimRequest:
     prefix_group: int | None = None
     tag: Any = None  # caller's handle (the live backend's stream)
     replica: int = -1  # the replica a stream-decided router sent it to (-1: route at send)
+    lane: int = -1  # the engine it was added to (-1: not yet, or never)
+    timed_out: bool = False  # its client gave up; the engine still holds it until it aborts it
 
     state: int = WAITING
     num_tokens: int = 0
@@ -62,7 +65,8 @@ class SimRequest:
     cached_tokens: int | None = None  # prefix-cache hit at first admission
     preemptions: int = 0
     token_times: list[float] | None = None  # per-token times when the engine keeps them
-    error: str | None = None  # rejection reason
+    error: str | None = None  # rejection (or timeout) reason
+    error_class: str | None = None  # a record's error class when not a rejection (http_4xx)
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens

@@ -37,9 +37,17 @@ class LevelSeries:
 
     def set(self, t: float, level: int) -> None:
         """The level becomes ``level`` at time ``t`` (times never decrease)."""
-        if self.level and t > self.t:
-            self._add(self.t, t, self.level)
-        if t > self.t:
+        t0 = self.t
+        if t > t0:
+            c = self.level
+            if c:
+                w = self.width
+                i = int(t0 / w)
+                sums = self.sums
+                if i == int(t / w) and i < len(sums):  # within one bucket (the usual case)
+                    sums[i] += c * (t - t0)
+                else:
+                    self._add(t0, t, c)
             self.t = t
         self.level = level
 
