@@ -76,7 +76,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         zeros = pa.array(np.zeros(n + 1, dtype=np.int32))
         chunk_times = pa.ListArray.from_arrays(zeros, pa.array([], pa.float64()))
         chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int32()))
-    no_str, no_int = pa.scalar(None, pa.string()), pa.scalar(None, pa.int32())
+    no_str = pa.scalar(None, pa.string())
     if all_ok:
         outcome: pa.Array = pa.array(np.full(n, "ok", dtype=object), pa.string())
         error_class, http_status = pa.nulls(n, pa.string()), pa.nulls(n, pa.int32())
