@@ -34,8 +34,8 @@ import numpy as np
 from infermeter.errors import UserError
 from infermeter.measure.feeder import timed_specs
 from infermeter.measure.recorder import WindowSink
+from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
-from infermeter.twin.engine import engine_stats
 from infermeter.twin.hashing import KeyMaker
 from infermeter.twin.loop import Boundary, EventLoop, VirtualClock
 from infermeter.twin.request import SimRequest

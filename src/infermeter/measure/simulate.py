@@ -43,7 +43,7 @@ from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
 from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
-from infermeter.twin.engine import engine_stats
+from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, EventLoop, LoopStats, VirtualClock
 from infermeter.twin.router import Router
 from infermeter.twin.series import series_mean, sum_series
@@ -195,3 +195,12 @@ def server_metrics(stats: Sequence[dict[str, Any]], loop: LoopStats, waiting: tu
         "busy_fraction": None if span is None else total("busy_s") / (span * lanes),
         "in_system_mean": mean(in_system),
     }
+
+
+def engine_stats(e: Engine) -> dict[str, float | int]:
+    """An engine's counters and integrals as plain numbers (what a run's ``server_metrics`` sums)."""
+    return {"usage_integral": e.usage_integral, "max_usage": e.max_usage, "running_integral": e.running_integral,
+            "max_running": e.max_running, "max_waiting": e.max_waiting, "prefix_queries": e.prefix_queries,
+            "prefix_hits": e.prefix_hits, "num_preemptions": e.num_preemptions,
+            "prompt_tokens_total": e.prompt_tokens_total, "generation_tokens_total": e.generation_tokens_total,
+            "steps": e.steps, "busy_s": e.busy_s, "in_system_integral": e.in_system_integral}

@@ -262,7 +262,11 @@ class BlockPool:
                         seg[3] = top
                         return
                 seg[2] = seg[3] = top
-                g.segs = [x for x in g.segs if x is not seg]
+                segs = g.segs
+                if segs and segs[0] is seg:  # the group's oldest: usually the one at the queue's head
+                    del segs[0]
+                else:
+                    g.segs = [x for x in segs if x is not seg]
             if len(queue) > 1:
                 queue.popleft()
             elif n:

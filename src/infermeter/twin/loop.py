@@ -52,6 +52,7 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -202,6 +203,7 @@ class EventLoop:
         known = self.known_arrivals
         fe_free = [0.0] * self.replicas
         fe: list[tuple[float, int, SimRequest, int]] = []  # requests in API servers: (engine arrival, seq, r, replica)
+        fe_q: deque[tuple[float, int, SimRequest, int]] = deque()  # the same without serial work: in order
         steps: list[tuple[float, int, int]] = []  # (step end, lane, version)
         ver = [0] * len(engines)
         busy = [False] * len(engines)
@@ -219,7 +221,15 @@ class EventLoop:
         stop = stop if strict else math.nextafter(stop, inf)
         arrived = done = 0
         t_first, t_total = timeouts
-        dl: list[tuple[float, int, int, SimRequest]] = []  # clients' deadlines: (time, rid, 0 first | 1 total, r)
+        # clients' deadlines, (time, kind 0 first token | 1 total, r): sends come in time order, so each
+        # kind's deadlines do too: two FIFO queues
+        dl1: deque[tuple[float, int, SimRequest]] = deque()
+        dl2: deque[tuple[float, int, SimRequest]] = deque()
+        first_fifo = t_first is not None and (not t_total or t_first <= t_total)
+        dlq = dl1 if first_fifo else dl2
+        dl_kind = 0 if first_fifo else 1
+        dl_after = (t_first if first_fifo else t_total) or 0.0
+        use_dl = bool(t_first or t_total)
 
         def give_up(r: SimRequest, t: float, kind: int) -> None:
             """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
@@ -277,19 +287,20 @@ class EventLoop:
         fast = direct and lanes == 1
         while True:
             t_src = next_time()
-            t_fe = fe[0][0] if fe else inf
+            t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
             t_step = steps[0][0] if steps else inf
-            if dl:
-                t_dl = dl[0][0]
+            if dl1 or dl2:
+                q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                t_dl = q[0][0]
                 if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
                     if t_dl >= stop:
                         break
-                    _, _, kind, r = heappop(dl)
+                    _, kind, r = q.popleft()
                     if r.state >= FINISHED or r.timed_out:
                         continue
                     if kind == 0 and r.first_token_at is not None:  # its first token came in time
                         if t_total:
-                            heappush(dl, (r.arrival + t_total, r.rid, 1, r))
+                            dl2.append((r.arrival + t_total, 1, r))
                         continue
                     clock.now = t_dl
                     give_up(r, t_dl, kind)
@@ -310,11 +321,8 @@ class EventLoop:
                 j = r.replica
                 if j < 0:
                     j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
-                if t_first or t_total:
-                    if t_first and (not t_total or t_first <= t_total):
-                        heappush(dl, (t_src + t_first, r.rid, 0, r))
-                    else:
-                        heappush(dl, (t_src + t_total, r.rid, 1, r))
+                if use_dl:
+                    dlq.append((t_src + dl_after, dl_kind, r))
                 if fast:  # arrive(r, j, t_src), inlined: the common case
                     eng = engines[j]
                     arrived += 1
@@ -336,19 +344,20 @@ class EventLoop:
                             heappush(steps, (end, j, ver[j]))
                 elif direct:
                     arrive(r, j, t_src)
-                else:
+                elif s:  # the replica's API server works one request at a time
                     t_e = t_src + o
-                    if s:
-                        free = fe_free[j]
-                        t_e = (free if free > t_e else t_e) + s
-                        fe_free[j] = t_e
+                    free = fe_free[j]
+                    t_e = (free if free > t_e else t_e) + s
+                    fe_free[j] = t_e
                     seq += 1
                     heappush(fe, (t_e, seq, r, j))
+                else:  # a fixed overhead: arrivals keep the send order
+                    fe_q.append((t_src + o, 0, r, j))
             elif arrival_first(t_fe, t_step):
                 if t_fe >= stop:
                     break
                 clock.now = t_fe
-                _, _, r, j = heappop(fe)
+                _, _, r, j = heappop(fe) if fe else fe_q.popleft()
                 if not r.timed_out:  # its client gave up while it was in the API server
                     arrive(r, j, t_fe)
             else:
@@ -373,6 +382,8 @@ class EventLoop:
                     h = next_time() + o
                     if fe and fe[0][0] < h:
                         h = fe[0][0]
+                    elif fe_q and fe_q[0][0] < h:
+                        h = fe_q[0][0]
                     d = eng.schedule(now, h)
                 else:
                     d = eng.schedule(now)
@@ -381,6 +392,7 @@ class EventLoop:
                 else:
                     heappush(steps, (now + d, lane, v))
         st.arrived, st.done = arrived, done
+        fe.extend(fe_q)
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
             self._cancel(cancel_at, fe, busy, on_done, finished, clock)
         for e in engines:  # integrals up to the end of the run (idle time adds nothing)
