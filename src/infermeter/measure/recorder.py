@@ -176,18 +176,56 @@ class RecordWriter:
     """Window tables in, parquet row groups of ``batch_rows`` and accumulator batches out."""
 
     def __init__(self, path: Path, accumulator: Accumulator, *, batch_rows: int = BATCH_ROWS,
-                 on_flush: Callable[[int, float], None] | None = None) -> None:
+                 on_flush: Callable[[int, float], None] | None = None, parts_dir: Path | None = None) -> None:
         self.path = Path(path)
         self.accumulator = accumulator
         self.batch_rows = batch_rows
         self.on_flush = on_flush  # (rows written so far, end time of the batch's last request)
         self.rows = 0
         self.intended_span = [math.inf, -math.inf]  # every request's intended send: the run's arrival span
-        self._writer = pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd")
+        # resumable runs write part files, one per checkpoint interval, joined into ``path`` at the end
+        self.parts_dir = None if parts_dir is None else Path(parts_dir)
+        self.part = 0  # complete parts (the current one is being written)
         self._parts: list[pa.Table] = []
         self._held = 0
+        self._open()
+
+    def _open(self) -> None:
+        self._writer: pq.ParquetWriter | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="infermeter-records")
         self._pending: Future[None] | None = None
+
+    def _target(self) -> pq.ParquetWriter:
+        if self._writer is None:
+            where = self.path if self.parts_dir is None else self.parts_dir / f"part-{self.part:05d}.parquet"
+            where.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(where, ARROW_SCHEMA, compression="zstd")
+        return self._writer
+
+    def checkpoint(self) -> None:
+        """Close the current part file (parts mode): what is written so far survives a crash."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self.part += 1
+
+    def __getstate__(self) -> dict[str, object]:  # after checkpoint(): counts, the unwritten rows, the accumulator
+        d = dict(self.__dict__)
+        for k in ("_writer", "_pool", "_pending", "on_flush"):
+            d.pop(k, None)
+        return d
+
+    def __setstate__(self, d: dict[str, object]) -> None:
+        self.__dict__.update(d)
+        self.on_flush = None
+        self._open()
+        if self.parts_dir is not None:  # a part begun after the checkpoint died with the run
+            for stale in self.parts_dir.glob("part-*.parquet"):
+                if int(stale.stem.split("-")[1]) >= self.part:
+                    stale.unlink()
 
     def add(self, table: pa.Table | None) -> None:
         if table is None or not table.num_rows:
@@ -208,7 +246,7 @@ class RecordWriter:
         batch = batch.combine_chunks()
         if self._pending is not None:  # one write in flight at most: bounded memory
             self._pending.result()
-        self._pending = self._pool.submit(self._writer.write_table, batch)
+        self._pending = self._pool.submit(self._target().write_table, batch)
         self.rows += batch.num_rows
         self.accumulator.add(batch)
         if self.on_flush is not None:
@@ -223,4 +261,17 @@ class RecordWriter:
             self._pending.result()
             self._pending = None
         self._pool.shutdown()
-        self._writer.close()
+        if self.parts_dir is None:
+            self._target().close()
+            return
+        self.checkpoint()
+        with pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd") as out:  # the parts, in order
+            for k in range(self.part):
+                part = self.parts_dir / f"part-{k:05d}.parquet"
+                with pq.ParquetFile(part) as f:
+                    for g in range(f.num_row_groups):
+                        out.write_table(f.read_row_group(g))
+        for k in range(self.part):
+            (self.parts_dir / f"part-{k:05d}.parquet").unlink()
+        if self.parts_dir.exists():
+            self.parts_dir.rmdir()

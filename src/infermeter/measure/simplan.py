@@ -17,22 +17,25 @@ router decided from the arrival stream (``round-robin`` or ``session``). Both gi
 records and the same summary for the same seed. A run with ``--duration`` ends ``grace_s``
 after it, as a measured run does: what is still in flight is cancelled; and a request waits for
 its first token (and its end) no longer than the client's ``--first-token-timeout`` (``--timeout``).
+With ``RunConfig.checkpoint_s`` a one-process run saves itself that often; an interrupted run goes
+on from its last checkpoint (``SimPlan.resume(dir)``, ``simulate --resume DIR``) to the same result.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig, build_shape, workload_args
-from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream
+from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream, sim_requests, timed_specs
 from infermeter.measure.header import build_header, default_out_dir
 from infermeter.measure.simulate import SimulationResult, simulate
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
-from infermeter.twin.hashing import calibrate_chars_per_block
+from infermeter.twin.hashing import KeyMaker, calibrate_chars_per_block
 from infermeter.twin.loop import ArrivalSource
 from infermeter.twin.sources import ClosedLoopSource, OpenLoopSource
 from infermeter.twin.spec import TwinSpec
@@ -50,6 +53,7 @@ class SimPlan:
         self.cfg = cfg
         self.spec = spec or TwinSpec(model=cfg.model or "llama-3.1-8b")
         self.shape = build_shape(cfg)
+        self._given_twin = twin
         self.twin = twin if twin is not None else self.spec.twin()
         self.workload = build_workload(**workload_args(cfg))
         self.child_feeder = True
@@ -89,6 +93,9 @@ class SimPlan:
         if self.cfg.max_concurrency is not None:
             raise ConfigError(f"{flag}: --max-concurrency couples the replicas (sends wait for any answer); "
                               "it runs in one process")
+        if self.cfg.checkpoint_s is not None:
+            raise ConfigError(f"{flag}: --checkpoint (a resumable run) needs one process for now; "
+                              "drop --workers/--ray or --checkpoint")
 
     def _expected_requests(self) -> float | None:
         cfg = self.cfg
@@ -110,17 +117,23 @@ class SimPlan:
                         duration_s=cfg.duration_s if self.shape.open_loop else None,
                         chars_per_block=self.calibrate(), block_size=self.twin.block_size, skip=skip)
 
-    def source(self) -> ArrivalSource:
-        """The arrival source; huge runs make their requests in a child process (measure.feeder)."""
+    def stream(self, skip: int = 0) -> Any:
+        """The request stream from request ``skip`` on; huge runs make it in a child process (measure.feeder)."""
         cfg = self.cfg
         cpb = self.calibrate()
         expected = self._expected_requests()
-        reqs: Any
         if self.child_feeder and (expected is None or expected > CHILD_FEEDER_MIN):
-            reqs = ChildStream(self.feed_spec())
-        else:
-            reqs = local_stream(self.shape, iter(self.workload.requests()), seed=cfg.seed, chars_per_block=cpb,
+            return ChildStream(self.feed_spec(skip=skip))
+        if not skip:
+            return local_stream(self.shape, iter(self.workload.requests()), seed=cfg.seed, chars_per_block=cpb,
                                 block_size=self.twin.block_size)
+        timed = itertools.islice(timed_specs(self.shape, iter(self.workload.requests()), cfg.seed), skip, None)
+        return sim_requests(timed, KeyMaker(cpb, self.twin.block_size), first_rid=skip)
+
+    def source(self) -> ArrivalSource:
+        """The arrival source (the load's stop rules over :meth:`stream`)."""
+        cfg = self.cfg
+        reqs = self.stream()
         streams = self.shape.streams
         if streams is not None:
             return ClosedLoopSource(streams, reqs, requests=cfg.requests, duration_s=cfg.duration_s,
@@ -151,7 +164,8 @@ class SimPlan:
         label = cfg.label or f"sim-{self.twin.model}-{self.twin.hardware}-{kind}"
         return (Path(cfg.out) if cfg.out else default_out_dir(label)), label
 
-    def run(self, progress: Any = None) -> SimulationResult:
+    def run(self, progress: Any = None, *, resume: dict[str, Any] | None = None) -> SimulationResult:
+        """Simulate and write the run directory; ``resume``: a checkpoint of this plan to go on from."""
         cfg = self.cfg
         out, label = self.out_dir()
         if (out / store.SUMMARY).exists():
@@ -160,7 +174,23 @@ class SimPlan:
             from infermeter.measure.fleet import run_fleet
 
             return run_fleet(self, out, self.run_header(label), progress=progress)
-        source = self.source()
-        return simulate(self.twin, source, out_dir=out, run=self.run_header(label), warmup=cfg.warmup,
+        if resume is not None:
+            source, header = resume["source"], resume["run"]
+            source.attach(self.stream(skip=source.consumed))
+        else:
+            source, header = self.source(), self.run_header(label)
+        extra = {"cfg": cfg, "spec": self.spec, "token_times": self.token_times, "run": header,
+                 "twin": self._given_twin}
+        return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
                         token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
-                        timeouts=self.timeouts)
+                        timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra, resume=resume)
+
+    @classmethod
+    def resume(cls, out_dir: Path) -> tuple[SimPlan, dict[str, Any]]:
+        """The plan of an interrupted run in ``out_dir`` and its last checkpoint (``plan.run(resume=state)``)."""
+        from infermeter.measure.simulate import load_checkpoint
+
+        state = load_checkpoint(Path(out_dir))
+        cfg = state["cfg"].model_copy(update={"out": str(out_dir)})
+        plan = cls(cfg, state["spec"], token_times="on" if state["token_times"] else "off", twin=state["twin"])
+        return plan, state

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import pickle
 import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
+from infermeter.errors import DataError, UserError
+from infermeter.measure import recorder
 from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
@@ -76,18 +79,33 @@ def simulate(
     cancel_at: float = math.inf,
     router: Router | None = None,
     timeouts: tuple[float | None, float | None] = (None, None),
+    checkpoint_s: float | None = None,
+    checkpoint_extra: dict[str, Any] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> SimulationResult:
-    """Run ``source`` through ``twin``'s engines in this process; write the run directory; return the summary."""
+    """Run ``source`` through ``twin``'s engines in this process; write the run directory; return the summary.
+
+    ``checkpoint_s``: every so many seconds (at a window's end) the whole simulation is saved to
+    ``checkpoint.pkl`` (records so far in part files), with ``checkpoint_extra`` (what the caller needs
+    to rebuild its plan); ``resume``: such a checkpoint, read back, to go on from (``source`` restored
+    from it and attached to its stream)."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    engines = twin.engines(keep_token_times=token_times)
-    loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
-                     known_arrivals=twin.lanes == 1)
-    writer = open_writer(out_dir, run, token_times, exact_summary_limit)
-    sink = WindowSink(warmup=warmup, token_times=token_times)
-    clock = VirtualClock()
-    seen = 0
+    if resume is not None:
+        loop, writer, sink, seen = resume["loop"], resume["writer"], resume["sink"], resume["seen"]
+        engines = loop.engines
+        clock = VirtualClock(resume["now"])
+        writer.on_flush = _collector()
+    else:
+        engines = twin.engines(keep_token_times=token_times)
+        loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
+                         known_arrivals=twin.lanes == 1)
+        writer = open_writer(out_dir, run, token_times, exact_summary_limit, parts=checkpoint_s is not None)
+        sink = WindowSink(warmup=warmup, token_times=token_times)
+        clock = VirtualClock()
+        seen = 0
+    last = time.monotonic()
     try:
         with gc_paused():
             for _, t in loop.run(source, sink.add, clock, cancel_at=cancel_at, window=WINDOW, timeouts=timeouts):
@@ -97,15 +115,45 @@ def simulate(
                     writer.add(table)
                 if on_progress is not None:
                     on_progress(min(t, clock.now), seen)
+                if checkpoint_s is not None and math.isfinite(t) and time.monotonic() - last >= checkpoint_s:
+                    writer.checkpoint()
+                    save_checkpoint(out_dir, {**(checkpoint_extra or {}), "loop": loop, "now": clock.now,
+                                              "source": source, "sink": sink, "writer": writer, "seen": seen})
+                    last = time.monotonic()
     finally:
         close = getattr(source, "close", None)
         if close is not None:
             close()
-    return finish_run(out_dir, run, writer, [engine_stats(e) for e in engines],
-                      [e.waiting_series.state() for e in engines], loop.stats, t0)
+    res = finish_run(out_dir, run, writer, [engine_stats(e) for e in engines],
+                     [e.waiting_series.state() for e in engines], loop.stats, t0,
+                     runtime={"resumed": True} if resume is not None else None)
+    (out_dir / CHECKPOINT).unlink(missing_ok=True)
+    return res
 
 
-def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_limit: int) -> RecordWriter:
+CHECKPOINT = "checkpoint.pkl"
+
+
+def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:
+    """The simulation's whole state, replaced atomically (a crash while writing keeps the previous one)."""
+    tmp = Path(out_dir) / (CHECKPOINT + ".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, Path(out_dir) / CHECKPOINT)
+
+
+def load_checkpoint(out_dir: Path) -> dict[str, Any]:
+    path = Path(out_dir) / CHECKPOINT
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        raise UserError(f"--resume {out_dir}: no {CHECKPOINT} there (was it simulated with --checkpoint?)") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise DataError(f"--resume {out_dir}: {CHECKPOINT} cannot be read ({exc})") from None
+
+
+def _collector() -> Callable[[int, float], None]:
     flushes = [0]
 
     def on_flush(rows: int, t_virtual: float) -> None:
@@ -113,8 +161,14 @@ def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_lim
         if flushes[0] % GC_EVERY == 0:
             gc.collect()
 
+    return on_flush
+
+
+def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_limit: int, *,
+                parts: bool = False) -> RecordWriter:
     acc = Accumulator.for_run(run, exact_limit=exact_limit, derive_itl=not token_times)
-    return RecordWriter(Path(out_dir) / (store.PARQUET + ".tmp"), acc, on_flush=on_flush)
+    return RecordWriter(Path(out_dir) / (store.PARQUET + ".tmp"), acc, on_flush=_collector(),
+                        batch_rows=recorder.BATCH_ROWS, parts_dir=Path(out_dir) / "parts" if parts else None)
 
 
 def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: Sequence[dict[str, Any]],

@@ -186,6 +186,7 @@ class EventLoop:
         self.router = router or Router("least-outstanding", self.replicas)
         self.overhead, self.service = frontend
         self.stats = LoopStats()
+        self._state: dict[str, Any] | None = None  # set at each window boundary: what a checkpoint keeps
 
     def run(self, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock, *,
             until: float = _INF, cancel_at: float = _INF, window: int | None = None,
@@ -201,7 +202,8 @@ class EventLoop:
         o, s = self.overhead, self.service
         direct = o == 0 and s == 0
         known = self.known_arrivals
-        fe_free = [0.0] * self.replicas
+        saved = self._state  # a loop restored from a checkpoint goes on where it stopped
+        fe_free: list[float] = [0.0] * self.replicas
         fe: list[tuple[float, int, SimRequest, int]] = []  # requests in API servers: (engine arrival, seq, r, replica)
         fe_q: deque[tuple[float, int, SimRequest, int]] = deque()  # the same without serial work: in order
         steps: list[tuple[float, int, int]] = []  # (step end, lane, version)
@@ -230,6 +232,12 @@ class EventLoop:
         dl_kind = 0 if first_fifo else 1
         dl_after = (t_first if first_fifo else t_total) or 0.0
         use_dl = bool(t_first or t_total)
+        resume: tuple[Any, float] | None = None
+        if saved is not None:
+            fe_free, fe, fe_q, steps, ver, busy, dl1, dl2 = saved["queues"]
+            next_b, k_win, seq, arrived, done = saved["counts"]
+            resume = saved["resume"]
+            dlq = dl1 if first_fifo else dl2
 
         def give_up(r: SimRequest, t: float, kind: int) -> None:
             """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
@@ -286,111 +294,121 @@ class EventLoop:
 
         fast = direct and lanes == 1
         while True:
-            t_src = next_time()
-            t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
-            t_step = steps[0][0] if steps else inf
-            if dl1 or dl2:
-                q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
-                t_dl = q[0][0]
-                if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
-                    if t_dl >= stop:
+            if resume is not None:  # the send a checkpoint was taken at
+                r, t_src = resume
+                resume = None
+                clock.now = t_src
+            else:
+                t_src = next_time()
+                t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
+                t_step = steps[0][0] if steps else inf
+                if dl1 or dl2:
+                    q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                    t_dl = q[0][0]
+                    if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
+                        if t_dl >= stop:
+                            break
+                        _, kind, r = q.popleft()
+                        if r.state >= FINISHED or r.timed_out:
+                            continue
+                        if kind == 0 and r.first_token_at is not None:  # its first token came in time
+                            if t_total:
+                                dl2.append((r.arrival + t_total, 1, r))
+                            continue
+                        clock.now = t_dl
+                        give_up(r, t_dl, kind)
+                        continue
+                if not (t_src <= t_fe and t_src <= t_step):
+                    if arrival_first(t_fe, t_step):
+                        if t_fe >= stop:
+                            break
+                        clock.now = t_fe
+                        _, _, r, j = heappop(fe) if fe else fe_q.popleft()
+                        if not r.timed_out:  # its client gave up while it was in the API server
+                            arrive(r, j, t_fe)
+                        continue
+                    if t_step >= stop:
                         break
-                    _, kind, r = q.popleft()
-                    if r.state >= FINISHED or r.timed_out:
-                        continue
-                    if kind == 0 and r.first_token_at is not None:  # its first token came in time
-                        if t_total:
-                            dl2.append((r.arrival + t_total, 1, r))
-                        continue
-                    clock.now = t_dl
-                    give_up(r, t_dl, kind)
+                    now, lane, v = heappop(steps)
+                    if v != ver[lane]:
+                        continue  # superseded by an interrupted span's new end
+                    clock.now = now
+                    eng = engines[lane]
+                    out = eng.complete(now)
+                    if out:
+                        for r in out:
+                            if r.timed_out:
+                                continue  # reported when its client gave up
+                            done += 1
+                            on_done(r)
+                            finished(r, now)
+                            if track:
+                                done_at(lane // lanes)
+                    if known:
+                        h = next_time() + o
+                        if fe and fe[0][0] < h:
+                            h = fe[0][0]
+                        elif fe_q and fe_q[0][0] < h:
+                            h = fe_q[0][0]
+                        d = eng.schedule(now, h)
+                    else:
+                        d = eng.schedule(now)
+                    if d is None:
+                        busy[lane] = False
+                    else:
+                        heappush(steps, (now + d, lane, v))
                     continue
-            if t_src <= t_fe and t_src <= t_step:
                 if t_src >= stop:
                     break
                 clock.now = t_src
                 r = pop()
-                if r.rid >= next_b > 0:
-                    while r.rid >= next_b:
-                        st.arrived, st.done = arrived, done
-                        yield k_win, t_src
-                        k_win += 1
-                        next_b += window  # type: ignore[operator]
-                if r.__class__ is Boundary:
-                    continue
-                j = r.replica
-                if j < 0:
-                    j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
-                if use_dl:
-                    dlq.append((t_src + dl_after, dl_kind, r))
-                if fast:  # arrive(r, j, t_src), inlined: the common case
-                    eng = engines[j]
-                    arrived += 1
-                    r.lane = j
-                    if not eng.add(r, t_src):
-                        r.ended_at = t_src
-                        done += 1
-                        on_done(r)
-                        finished(r, t_src)
-                        if track:
-                            done_at(j)
-                    elif not busy[j]:
-                        busy[j] = True
-                        heappush(steps, (t_src, j, ver[j]))
-                    else:
-                        end = eng.interrupt(t_src)
-                        if end is not None:
-                            ver[j] += 1
-                            heappush(steps, (end, j, ver[j]))
-                elif direct:
-                    arrive(r, j, t_src)
-                elif s:  # the replica's API server works one request at a time
-                    t_e = t_src + o
-                    free = fe_free[j]
-                    t_e = (free if free > t_e else t_e) + s
-                    fe_free[j] = t_e
-                    seq += 1
-                    heappush(fe, (t_e, seq, r, j))
-                else:  # a fixed overhead: arrivals keep the send order
-                    fe_q.append((t_src + o, 0, r, j))
-            elif arrival_first(t_fe, t_step):
-                if t_fe >= stop:
-                    break
-                clock.now = t_fe
-                _, _, r, j = heappop(fe) if fe else fe_q.popleft()
-                if not r.timed_out:  # its client gave up while it was in the API server
-                    arrive(r, j, t_fe)
-            else:
-                if t_step >= stop:
-                    break
-                now, lane, v = heappop(steps)
-                if v != ver[lane]:
-                    continue  # superseded by an interrupted span's new end
-                clock.now = now
-                eng = engines[lane]
-                out = eng.complete(now)
-                if out:
-                    for r in out:
-                        if r.timed_out:
-                            continue  # reported when its client gave up
-                        done += 1
-                        on_done(r)
-                        finished(r, now)
-                        if track:
-                            done_at(lane // lanes)
-                if known:
-                    h = next_time() + o
-                    if fe and fe[0][0] < h:
-                        h = fe[0][0]
-                    elif fe_q and fe_q[0][0] < h:
-                        h = fe_q[0][0]
-                    d = eng.schedule(now, h)
+            # a send: r at t_src
+            if r.rid >= next_b > 0:
+                while r.rid >= next_b:
+                    k_win += 1
+                    next_b += window  # type: ignore[operator]
+                    st.arrived, st.done = arrived, done
+                    self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
+                                   "counts": (next_b, k_win, seq, arrived, done), "resume": (r, t_src)}
+                    yield k_win - 1, t_src
+                self._state = None
+            if r.__class__ is Boundary:
+                continue
+            j = r.replica
+            if j < 0:
+                j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
+            if use_dl:
+                dlq.append((t_src + dl_after, dl_kind, r))
+            if fast:  # arrive(r, j, t_src), inlined: the common case
+                eng = engines[j]
+                arrived += 1
+                r.lane = j
+                if not eng.add(r, t_src):
+                    r.ended_at = t_src
+                    done += 1
+                    on_done(r)
+                    finished(r, t_src)
+                    if track:
+                        done_at(j)
+                elif not busy[j]:
+                    busy[j] = True
+                    heappush(steps, (t_src, j, ver[j]))
                 else:
-                    d = eng.schedule(now)
-                if d is None:
-                    busy[lane] = False
-                else:
-                    heappush(steps, (now + d, lane, v))
+                    end = eng.interrupt(t_src)
+                    if end is not None:
+                        ver[j] += 1
+                        heappush(steps, (end, j, ver[j]))
+            elif direct:
+                arrive(r, j, t_src)
+            elif s:  # the replica's API server works one request at a time
+                t_e = t_src + o
+                free = fe_free[j]
+                t_e = (free if free > t_e else t_e) + s
+                fe_free[j] = t_e
+                seq += 1
+                heappush(fe, (t_e, seq, r, j))
+            else:  # a fixed overhead: arrivals keep the send order
+                fe_q.append((t_src + o, 0, r, j))
         st.arrived, st.done = arrived, done
         fe.extend(fe_q)
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):

@@ -49,6 +49,19 @@ class _Limited:
         if close is not None:
             close()
 
+    @property
+    def consumed(self) -> int:
+        """Requests taken from the stream so far (a resumed run's stream starts after them)."""
+        return self._n
+
+    def __getstate__(self) -> dict[str, object]:  # a checkpoint keeps the state, not the stream
+        return {**self.__dict__, "_reqs": None, "_it": None}
+
+    def attach(self, reqs: Iterator[SimRequest]) -> None:
+        """Go on with ``reqs``: the stream from request ``consumed`` on (after a checkpoint)."""
+        self._reqs = reqs
+        self._it = iter(reqs)
+
 
 class OpenLoopSource(_Limited):
     """Open loop: requests at their intended offsets (their ``arrival`` as given)."""
