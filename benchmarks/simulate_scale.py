@@ -201,7 +201,7 @@ def main() -> int:
                 fleet = f"{4 * n}xa100-80gb:tp4"
             else:
                 fleet, n, why, sizing_s = size_fleet(out)
-            print(f"\nfleet for (b) and (c): {fleet} = {n} replicas ({why}; sized in {sizing_s:.0f} s)", flush=True)
+            print(f"\nfleet for (b) and (c): {fleet} = {n} replicas ({why}; sized in {sizing_s:.1f} s)", flush=True)
             for name, workers in (("b", 1), ("c", 2)):
                 if name in cases:
                     results[name] = simulate_case(name, hours=args.hours, gpu=fleet, workers=workers,

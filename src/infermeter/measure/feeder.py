@@ -170,7 +170,8 @@ class ChildStream:
             pos = 0
             for j in range(len(at)):
                 end = ends[j]
-                keys = kflat[pos:end].copy() if end > pos else ()
+                # short key lists as lists (cheaper to index), long ones as their own small int64 array
+                keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
                 pos = end
                 cid, gid = conv[j], grp[j]
                 yield SimRequest(rid, at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,

@@ -113,7 +113,7 @@ class FedSource:
             pos = 0
             for j in range(len(rid)):
                 end = ends[j]
-                keys = kflat[pos:end].copy() if end > pos else ()
+                keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
                 pos = end
                 cid, gid = conv[j], grp[j]
                 r = SimRequest(rid[j], at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,

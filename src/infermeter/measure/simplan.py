@@ -65,8 +65,8 @@ class SimPlan:
 
     @property
     def fleet(self) -> bool:
-        """True when the replicas are split over worker processes or Ray actors."""
-        return self.cfg.workers > 1 or self.cfg.ray is not None
+        """True when the replicas are split over worker processes or Ray actors (one replica: never)."""
+        return (self.cfg.workers > 1 and self.twin.replicas > 1) or self.cfg.ray is not None
 
     @property
     def cancel_at(self) -> float:

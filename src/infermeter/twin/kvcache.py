@@ -47,20 +47,17 @@ BLOCK_SIZE = 16  # vLLM's default on GPUs; an engine's own is ``EngineConfig.blo
 class Group:
     """A run of cached blocks registered by one request (see the module docstring)."""
 
-    __slots__ = ("keys", "start", "n", "cached", "max_h", "holders", "segs")
+    __slots__ = ("keys", "start", "n", "cached", "max_h", "holders", "segs", "first")
 
     def __init__(self, keys: Sequence[int], start: int, n: int) -> None:
         self.keys = keys  # the registering request's key list (absolute block positions)
         self.start = start
+        self.first = keys[start]  # the key it is found by
         self.n = n  # blocks registered
         self.cached = n  # the first ``cached`` are still cached (eviction takes the top)
         self.max_h = n  # the most blocks any holder holds (free: [max_h, cached))
         self.holders: dict[int, int] = {n: 1}  # blocks held -> holders
         self.segs: list[list[Any]] = []  # its live segments in the LRU queue
-
-    @property
-    def first(self) -> int:
-        return self.keys[self.start]
 
 
 def _run(keys: Sequence[int], gkeys: Sequence[int], p: int, end: int) -> int:
@@ -188,7 +185,7 @@ class BlockPool:
                     break
         else:
             own = Group(keys, p, added)
-            index[keys[p]] = own
+            index[own.first] = own
             held.append([own, added])
         return own, own, added
 

@@ -200,7 +200,10 @@ class EventLoop:
         pick, done_at = router.pick, router.done
         track = not router.stream_decided  # least-outstanding: count what each replica has
         o, s = self.overhead, self.service
-        direct = o == 0 and s == 0
+        # a fixed overhead and a router decided at send: handle each send when it reaches its engine
+        shifted = o > 0 and s == 0 and router.stream_decided
+        direct = (o == 0 and s == 0) or shifted
+        shift = o if shifted else 0.0
         known = self.known_arrivals
         saved = self._state  # a loop restored from a checkpoint goes on where it stopped
         fe_free: list[float] = [0.0] * self.replicas
@@ -299,7 +302,7 @@ class EventLoop:
                 resume = None
                 clock.now = t_src
             else:
-                t_src = next_time()
+                t_src = next_time() + shift
                 t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
                 t_step = steps[0][0] if steps else inf
                 if dl1 or dl2:
@@ -324,7 +327,28 @@ class EventLoop:
                             break
                         clock.now = t_fe
                         _, _, r, j = heappop(fe) if fe else fe_q.popleft()
-                        if not r.timed_out:  # its client gave up while it was in the API server
+                        if r.timed_out:  # its client gave up while it was in the API server
+                            continue
+                        if lanes == 1:  # arrive(r, j, t_fe), inlined
+                            eng = engines[j]
+                            arrived += 1
+                            r.lane = j
+                            if not eng.add(r, t_fe):
+                                r.ended_at = t_fe
+                                done += 1
+                                on_done(r)
+                                finished(r, t_fe)
+                                if track:
+                                    done_at(j)
+                            elif not busy[j]:
+                                busy[j] = True
+                                heappush(steps, (t_fe, j, ver[j]))
+                            else:
+                                end = eng.interrupt(t_fe)
+                                if end is not None:
+                                    ver[j] += 1
+                                    heappush(steps, (end, j, ver[j]))
+                        else:
                             arrive(r, j, t_fe)
                         continue
                     if t_step >= stop:
@@ -378,7 +402,7 @@ class EventLoop:
             if j < 0:
                 j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
             if use_dl:
-                dlq.append((t_src + dl_after, dl_kind, r))
+                dlq.append((r.arrival + dl_after, dl_kind, r))
             if fast:  # arrive(r, j, t_src), inlined: the common case
                 eng = engines[j]
                 arrived += 1
@@ -411,6 +435,11 @@ class EventLoop:
                 fe_q.append((t_src + o, 0, r, j))
         st.arrived, st.done = arrived, done
         fe.extend(fe_q)
+        if shifted and cancel_at < inf and cancel_at <= until:  # sent, not yet at their engine: in its API server
+            while next_time() < cancel_at:
+                r = pop()
+                if r.__class__ is not Boundary:
+                    fe.append((cancel_at, 0, r, -1))
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
             self._cancel(cancel_at, fe, busy, on_done, finished, clock)
         for e in engines:  # integrals up to the end of the run (idle time adds nothing)
