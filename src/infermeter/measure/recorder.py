@@ -5,11 +5,12 @@ at each window boundary (:mod:`infermeter.twin.loop`) the sink turns them into o
 :data:`infermeter.records.record.ARROW_SCHEMA`, sorted by ``(ended_at, request_id)``. A
 :class:`RecordWriter` takes the windows of one or several workers (:func:`merge_windows`
 puts a window's tables from every worker in that same order), cuts them into row groups of
-exactly ``batch_rows`` rows, writes them with a ``pyarrow.parquet.ParquetWriter`` (on a helper
-thread: parquet encoding releases the GIL) and feeds each to the run's
-:class:`~infermeter.analysis.accumulator.Accumulator` (the one summary builder). So the file and
-the summary are the same bytes whatever the number of workers, and memory does not grow with
-the run::
+exactly ``batch_rows`` rows, writes them with a ``pyarrow.parquet.ParquetWriter`` and feeds each
+to the run's
+:class:`~infermeter.analysis.accumulator.Accumulator` (the one summary builder), both on a helper thread
+(parquet encoding and numpy release the GIL), one batch after the other. So the file and the
+summary are the same bytes whatever the number of workers, and memory does not grow with the
+run (:meth:`RecordWriter.close` waits for the last batch before the summary is read)::
 
     sink = WindowSink(warmup=0, token_times=False)
     writer = RecordWriter(out_dir / "requests.parquet", Accumulator.for_run(run))
@@ -244,13 +245,18 @@ class RecordWriter:
 
     def _write(self, batch: pa.Table) -> None:
         batch = batch.combine_chunks()
-        if self._pending is not None:  # one write in flight at most: bounded memory
+        if self._pending is not None:  # one batch in flight at most: bounded memory
             self._pending.result()
-        self._pending = self._pool.submit(self._target().write_table, batch)
+        # the helper thread writes and summarizes it (both release the GIL for much of their work);
+        # batches reach the accumulator one after the other, in order
+        self._pending = self._pool.submit(self._write_and_add, self._target(), batch)
         self.rows += batch.num_rows
-        self.accumulator.add(batch)
         if self.on_flush is not None:
             self.on_flush(self.rows, float(batch.column("ended_at")[-1].as_py()))
+
+    def _write_and_add(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
+        writer.write_table(batch)
+        self.accumulator.add(batch)
 
     def close(self) -> None:
         if self._held:
