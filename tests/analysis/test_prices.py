@@ -139,7 +139,8 @@ offers:
 def test_bad_override_files_name_the_file_and_offer(tmp_path: Path, offer, match):
     f = tmp_path / "bad.yaml"
     f.write_text(f"schema_version: 1\noffers:\n  - {offer}\n")
-    with pytest.raises(DataError, match=rf"price file {f}: {match}" if "offers" in match else match):
+    # the file, the line of the offer and the field
+    with pytest.raises(DataError, match=rf"price file {f}: line 3: {match}" if "offers" in match else match):
         load_catalog(overrides=f)
 
 

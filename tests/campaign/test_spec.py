@@ -67,7 +67,7 @@ def test_bad_entries_are_named(tmp_path, change, needle):
 
 @pytest.mark.parametrize("text,needle", [
     ("targets: [{name: a, url: 'http://x', engine: emulator}]\nloads: [{requests: 1}]", "exactly one of url: or engine:"),
-    ("targets: [{name: a, engine: sglang}]\nloads: [{requests: 1}]", "targets.0.engine"),
+    ("targets: [{name: a, engine: sglang}]\nloads: [{requests: 1}]", "line 1: targets[0].engine"),
     ("targets: []\nloads: [{requests: 1}]", "targets"),
     ("targets: [{name: a, engine: emulator}, {name: a, engine: emulator}]\nloads: [{requests: 1}]", "distinct names"),
     ("- just a list", "expected a mapping"),

@@ -37,7 +37,41 @@ def test_sigint_stops_cleanly_and_writes_summary(emulator, tmp_path, cli, inferm
     while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 5000):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert b"interrupted (SIGINT)" in err and str(out).encode() in err
     s = json.loads((out / "summary.json").read_text())
     assert s["completed"] > 0
     assert (out / "requests.parquet").exists() and not journal.exists()
+
+
+def test_sigterm_stops_cleanly_and_exits_143(emulator, tmp_path, infermeter_bin):
+    out = tmp_path / "t"
+    proc = subprocess.Popen([str(infermeter_bin), "run", "--url", emulator.base_url, "--concurrency", "2", "--requests", "100000",
+                             "--output-tokens", "3", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    journal = out / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (journal.exists() and journal.stat().st_size > 2000):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and b"interrupted (SIGTERM)" in err
+    assert json.loads((out / "summary.json").read_text())["completed"] > 0
+
+
+def test_ctrl_c_in_a_command_that_does_not_trap_it_exits_130_saying_so(tmp_path, infermeter_bin):
+    import threading
+
+    proc = subprocess.Popen([str(infermeter_bin), "simulate", "--rate", "50", "--requests", "50000000",
+                             "--out", str(tmp_path / "sim")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, b"")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(b"simulating" in x for x in lines):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    reader.join(timeout=10)
+    assert proc.returncode == 130 and any(b"interrupted" in x for x in lines), lines

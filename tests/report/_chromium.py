@@ -3,8 +3,10 @@
 ``ensure_chromium()`` returns the browser path, installing Debian's ``chromium`` with apt-get when
 it is missing (pytest skips with the reason when it cannot). ``inspect_page(path)`` opens a local
 file and reports console errors, uncaught exceptions, log errors (CSP violations land there),
-dialogs, pixel statistics of a screenshot of every chart (decoded by the browser's own canvas), and
-then the values of extra expressions, which may click around.
+dialogs, pixel statistics of a screenshot of every chart panel (decoded by the browser's own canvas),
+and then the values of extra expressions, which may click around. ``OPEN_ALL``, ``CLIPPED_TEXT``
+and ``EMPTY_PLOTS`` are expressions for the checks every report page gets: open the folded
+sections, list chart labels drawn outside their plot, list plots without data.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ class _Cdp:
         return res["result"].get("value")
 
 
-async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int, height: int) -> PageReport:
+async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int, height: int,
+                   before: str | None = None) -> PageReport:
     with tempfile.TemporaryDirectory(prefix="infermeter-chromium-") as profile:
         proc = subprocess.Popen(
             [str(browser), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -123,7 +126,7 @@ async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int,
                     targets = await resp.json(content_type=None)
                 ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t.get("type") == "page")
                 async with http.ws_connect(ws_url, max_msg_size=0) as ws:
-                    return await _drive(_Cdp(ws), page, extra)
+                    return await _drive(_Cdp(ws), page, extra, before)
         finally:
             proc.terminate()
             try:
@@ -132,7 +135,7 @@ async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int,
                 proc.kill()
 
 
-async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
+async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str], before: str | None = None) -> PageReport:
     for domain in ("Page", "Runtime", "Log"):
         await cdp.call(f"{domain}.enable")
     await cdp.call("Page.navigate", url=page.resolve().as_uri())
@@ -142,17 +145,31 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
             raise RuntimeError("the page did not finish loading")
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
+    deadline = time.monotonic() + 30  # the chart script marks the page when every chart is drawn
+    while not await cdp.evaluate("document.body.hasAttribute('data-charts-ready') || "
+                                 "document.body.hasAttribute('data-charts-error')"):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    if before:
+        await cdp.evaluate(before)
+        await asyncio.sleep(0.3)
     rep = PageReport()
     boxes = await cdp.evaluate(
-        "JSON.stringify(Array.from(document.querySelectorAll('figure.chart')).map(f => {"
-        "const r = f.querySelector('svg').getBoundingClientRect();"
-        "return {id: f.id, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height}; }))")
+        "JSON.stringify(Array.from(document.querySelectorAll('figure.chart .js-plotly-plot')).map((p, i) => {"
+        "const r = p.getBoundingClientRect();"
+        "return {id: p.closest('figure').id, panel: i, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height}; }))")
     for box in json.loads(boxes):
-        shot = await cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+        # scroll it into view and shoot the viewport: growing the viewport to the page instead would make the
+        # charts redraw at the new size while the picture is taken
+        await cdp.evaluate(f"window.scrollTo(0, {max(0.0, box['y'] - 20)})")
+        await asyncio.sleep(0.05)
+        shot = await cdp.call("Page.captureScreenshot", format="png",
                               clip={"x": box["x"], "y": box["y"], "width": max(1, box["w"]),
                                     "height": max(1, box["h"]), "scale": 1})
         stats = json.loads(await cdp.evaluate(f"{_PIXELS_JS}({json.dumps(shot['data'])})"))
         rep.charts.append({"id": box["id"], **stats})
+    await cdp.evaluate("window.scrollTo(0, 0)")
     rep.screenshot = base64.b64decode((await cdp.call("Page.captureScreenshot", format="png"))["data"])
     for name, expr in extra.items():  # after the screenshots: these may click and change the page
         rep.values[name] = await cdp.evaluate(expr)
@@ -171,6 +188,29 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str]) -> PageReport:
 
 
 def inspect_page(browser: Path, page: Path, extra: dict[str, str] | None = None,
-                 width: int = 1400, height: int = 1000) -> PageReport:
-    """Open ``page`` in headless Chromium and report what happened (see the module docstring)."""
-    return asyncio.run(asyncio.wait_for(_inspect(browser, page, extra or {}, width, height), 120))
+                 width: int = 1400, height: int = 1000, before: str | None = None) -> PageReport:
+    """Open ``page`` in headless Chromium and report what happened (see the module docstring); ``before`` runs
+    (awaited) once the charts are drawn and before the screenshots, e.g. :data:`OPEN_ALL`."""
+    return asyncio.run(asyncio.wait_for(_inspect(browser, page, extra or {}, width, height, before), 120))
+
+
+# open every folded section and fit its charts to their now visible width
+OPEN_ALL = ("(async () => { document.querySelectorAll('details').forEach(d => { d.open = true; });"
+            " await new Promise(r => setTimeout(r, 100));"
+            " for (const gd of document.querySelectorAll('.js-plotly-plot')) await Plotly.Plots.resize(gd);"
+            " return true; })()")
+
+# every text label of every chart lies inside its plot (nothing clipped), as "chart id: text" for those that do not
+CLIPPED_TEXT = ("JSON.stringify((() => { const bad = [];"
+                " document.querySelectorAll('figure.chart .js-plotly-plot').forEach(gd => {"
+                "  const box = gd.getBoundingClientRect();"
+                "  gd.querySelectorAll('svg text').forEach(t => {"
+                "   if (!t.textContent.trim()) return; const r = t.getBoundingClientRect(); if (!r.width) return;"
+                "   if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)"
+                "    bad.push(gd.closest('figure').id + ': ' + t.textContent); }); });"
+                " return bad; })())")
+
+# plots with no finite value in any trace (an empty chart), as their chart ids
+EMPTY_PLOTS = ("JSON.stringify(Array.from(document.querySelectorAll('figure.chart .js-plotly-plot'))"
+               ".filter(gd => !gd.data.some(t => (t.y || []).some(v => v !== null && isFinite(v))))"
+               ".map(gd => gd.closest('figure').id))")

@@ -15,18 +15,27 @@ CLICKS = {
     "pwned": "typeof window.__pwned",
     "ready": "Number(document.body.getAttribute('data-charts-ready'))",
     "label_text": f"document.body.innerText.includes({json.dumps(EVIL)})",
+    "clipped": "CLIPPED",
+    "empty": "EMPTY",
+    "colors": "JSON.stringify(Array.from(document.querySelectorAll('figure[id^=chart-dist] .js-plotly-plot')).flatMap(gd =>"
+              " gd.data.filter(t => t.line).map(t => [t.name, t.line.color])))",
     "histogram": "(() => { const f = document.getElementById('chart-dist-ttft_ms');"
                  " f.querySelectorAll('.views button')[1].click();"
-                 " return f.querySelector('svg').getAttribute('aria-label'); })()",
-    "legend": "(() => { const f = document.getElementById('chart-dist-e2e_ms');"
-              " const before = f.querySelectorAll('svg path').length;"
-              " f.querySelector('.legend button').click();"
-              " return [before, f.querySelectorAll('svg path').length]; })()",
-    "select": "(() => { const s = document.querySelector('.ts select'); s.value = String(s.options.length - 1);"
-              " s.dispatchEvent(new Event('change')); return document.querySelectorAll('.ts figure.chart').length; })()",
+                 " return f.querySelector('.panel-title').textContent; })()",
+    "legend": "(async () => { const gd = document.querySelector('#chart-dist-e2e_ms .js-plotly-plot');"
+              " const shown = () => gd.data.filter(t => t.visible !== 'legendonly').length; const before = shown();"
+              " const item = gd.querySelector('.legendtoggle'); const r = item.getBoundingClientRect();"
+              " for (const type of ['mousedown', 'mouseup'])"
+              "   item.dispatchEvent(new MouseEvent(type, {bubbles: true, clientX: r.left + 2, clientY: r.top + 2}));"
+              " await new Promise(r => setTimeout(r, 1000)); return [before, shown()]; })()",
+    "select": "(() => { const s = document.querySelector('#chart-timeseries select'); s.value = String(s.options.length - 1);"
+              " s.dispatchEvent(new Event('change'));"
+              " return document.querySelectorAll('#chart-timeseries .panel').length; })()",
     "sort": "(() => { const t = document.querySelector('table[data-key=throughput]');"
             " t.querySelectorAll('th')[3].click();"
             " return Array.from(t.tBodies[0].rows).map(r => Number(r.cells[3].dataset.v)); })()",
+    "export": "(() => { const f = document.getElementById('chart-cost');"
+              " return Array.from(f.querySelectorAll('.modebar-btn')).map(b => b.getAttribute('data-title')); })()",
 }
 
 
@@ -37,7 +46,23 @@ def page_report(chromium, grid_runs, make_sweep_module, tmp_path_factory):
     files = build_report([*grid_runs, sweep], root / "out", ReportOptions(
         price_options=PriceOptions(price_per_gpu_hour=2.0), api_usd_per_1m=0.5,
         now=dt.datetime(2025, 1, 10, tzinfo=dt.timezone.utc)))
-    return files, chromium(files.html, CLICKS)
+    cdp = _chromium_module()
+    clicks = {**CLICKS, "clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS}
+    return files, chromium(files.html, clicks)
+
+
+def _chromium_module():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "_chromium" in sys.modules:
+        return sys.modules["_chromium"]
+    spec = importlib.util.spec_from_file_location("_chromium", Path(__file__).with_name("_chromium.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_chromium"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_page_loads_without_errors(page_report):
@@ -50,14 +75,33 @@ def test_every_chart_is_drawn(page_report):
     files, rep = page_report
     ids = {c["id"] for c in rep.charts}
     for expected in ("chart-dist-ttft_ms", "chart-dist-tpot_ms", "chart-dist-e2e_ms", "chart-throughput-vs-load",
-                     "chart-latency-vs-throughput", "chart-cost", "chart-break-even", "chart-ts-request_rate",
-                     "chart-ts-token_rate", "chart-ts-in_flight", "chart-ts-ttft_p95", "chart-ts-kv_cache",
-                     "chart-ts-queue", "chart-ts-gpu_temperature", "chart-ts-gpu_power"):
+                     "chart-latency-vs-throughput", "chart-cost", "chart-break-even", "chart-timeseries"):
         assert expected in ids
     for c in rep.charts:
         # not blank: the pixels vary, and coloured series pixels are there
         assert c["width"] > 300 and c["std"] > 8 and c["colored"] > 40, c  # axes and grid are grey
-    assert rep.values["ready"] == 8  # chart specs: 3 distributions, 2 load curves, time series, cost, break-even
+    # panels drawn: 3 distributions, 2 load curves, the first run's time series signals, cost, break-even
+    assert rep.values["ready"] == len(rep.charts) >= 12
+
+
+def test_no_chart_text_is_clipped_and_no_plot_is_empty(page_report):
+    _, rep = page_report
+    assert json.loads(rep.values["clipped"]) == []
+    assert json.loads(rep.values["empty"]) == []
+
+
+def test_a_run_has_one_colour_in_every_chart(page_report):
+    _, rep = page_report
+    colors: dict[str, set[str]] = {}
+    for name, color in json.loads(rep.values["colors"]):
+        colors.setdefault(name, set()).add(color)
+    from infermeter.report.figures import PALETTE
+
+    runs = [n for n in colors if "<br>" not in n]  # one series per run in the distribution charts
+    assert len(runs) >= 3
+    assert all(len(colors[n]) == 1 for n in runs), colors
+    # different runs, different colours (until the palette runs out)
+    assert len({next(iter(colors[n])) for n in runs}) == min(len(runs), len(PALETTE))
 
 
 def test_user_strings_are_shown_not_run(page_report):
@@ -68,9 +112,11 @@ def test_user_strings_are_shown_not_run(page_report):
 
 def test_charts_and_tables_are_interactive(page_report):
     _, rep = page_report
-    assert rep.values["histogram"] == "TTFT distribution — histogram"
+    assert rep.values["histogram"] == "TTFT: requests per bin"  # the second view of the chart
     before, after = rep.values["legend"]
-    assert after == before - 1  # one series hidden
+    assert after == before - 1  # a legend click hid one series
     assert rep.values["select"] >= 4  # the last run's client-side signals at least
     values = rep.values["sort"]
     assert values == sorted(values)
+    titles = set(rep.values["export"])
+    assert "Download as SVG" in titles and any(str(t).startswith("Download plot as a PNG") for t in titles), titles

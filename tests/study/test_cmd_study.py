@@ -49,15 +49,27 @@ def test_example_dry_run_is_the_built_in_study() -> None:
     assert [c["config"] for c in s["configurations"]] == ["h100-sxm", "h200", "a100-80gb", "a100-40gb"]
 
 
+def test_examples_by_name_are_the_seed_studies_written_down() -> None:
+    res = invoke("--example", "seed-003", "--dry-run")
+    assert res.exit_code == 0, res.output
+    s = yaml.safe_load(res.output)
+    confs = {c.get("name"): c for c in s["configurations"]}
+    assert confs["h100 (lambda)"]["provider"] == "lambda" and confs["h100 (vultr)"]["provider"] == "vultr"
+    assert confs["rtx-4090 8b (vast.ai)"]["model"] == "llama-3-8b" and confs["rtx-4090 8b (vast.ai)"]["dtype"] == "fp16"
+    assert [c["metric"] for c in s["claims"]] == ["decode_tokens_per_s"] * 4
+    for name in ("seed-000", "seed-002"):
+        assert invoke("--example", name, "--dry-run").exit_code == 0
+
+
 def test_bad_flags_name_themselves(tmp_path: Path) -> None:
     cases = [
-        ((), "give a study file, --example, or at least one --hardware"),
+        ((), "give a study file, --example [NAME], or at least one --hardware"),
         (("--hardware", "h100-sxm", "--target", "a100-40gb=http://x:1"), "--target a100-40gb=http://x:1: no configuration"),
         (("--hardware", "h100-sxm", "--target", "h100-sxm"), "--target 'h100-sxm': expected CONFIG=VALUE"),
         (("--hardware", "h100-sxm", "--soak", "1h"), "--soak DURATION and --rate R go together"),
         (("--hardware", "h100-sxm", "--load", "ramp"), "--load 'ramp'"),
         (("--hardware", "h100-sxm", "--price", "h100-sxm=cheap"), "--price: 'cheap'"),
-        (("--example", tmp_path / "x.yaml"), "not both"),
+        (("--example", tmp_path / "x.yaml"), "no such example; use one of default, seed-000, seed-002, seed-003"),
         ((tmp_path / "missing.yaml",), "cannot read"),
     ]
     for args, needle in cases:
@@ -72,4 +84,5 @@ def test_a_small_study_runs_from_the_command_line(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.output[res.output.index("{"):])
     assert Path(out["files"]["html"]).is_file() and out["best_value"].keys() == {"code"}
-    assert any(f.startswith("code: ") and "highest throughput at saturation" in f for f in out["findings"])
+    assert out["findings"][0].startswith("code: best value is ")  # the decision's finding comes first
+    assert out["decisions"]["code"]["best"]["config"] == out["best_value"]["code"]

@@ -1,4 +1,5 @@
-"""Measured and simulated cells in one study: an emulator process stands in for a live endpoint."""
+"""Measured and simulated cells in one study: an emulator process stands in for a live endpoint (and is labelled
+emulated: it measures infermeter's own twin, not hardware)."""
 
 from __future__ import annotations
 
@@ -36,27 +37,38 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_each_cell_is_measured_or_simulated_as_configured(mixed: Any) -> None:
     m, s = mixed.cell("a10g", "chat"), mixed.cell("h100-sxm", "chat")
-    assert (m.source, s.source) == ("measured", "simulated")
+    assert (m.source, s.source) == ("emulated", "simulated")  # the endpoint said it is infermeter's emulator
     assert m.target["url"].startswith("http://127.0.0.1:") and s.target["kind"] == "twin"
     assert m.saturation["output_tokens_per_s"] > 0 and m.saturation["concurrency"] == 8
     step0 = json.loads((Path(m.run_dir) / "steps" / "0" / "run.json").read_text())
-    assert (step0["source"], step0["hardware"], step0["profile"]) == ("measured", "a10g", "chat")
+    assert (step0["source"], step0["hardware"], step0["profile"]) == ("emulated", "a10g", "chat")
 
 
 def test_every_figure_says_where_it_came_from(mixed: Any) -> None:
     md = mixed.files["markdown"].read_text()
     m, s = mixed.cell("a10g", "chat"), mixed.cell("h100-sxm", "chat")
-    from infermeter.report.table import fmt_num
+    from infermeter.study.matrix import fmt_sig
 
     matrix = md.split("### Output tokens/s at saturation", 1)[1].split("###", 1)[0]
     row = {line.split("|")[1].strip(): line for line in matrix.splitlines() if line.startswith("| ")}
-    assert f"{fmt_num(m.saturation['output_tokens_per_s'])} (meas.)" in row["a10g"]
-    assert f"{fmt_num(s.saturation['output_tokens_per_s'])} (sim.)" in row["h100-sxm"]
+    assert f"{fmt_sig(m.saturation['output_tokens_per_s'])} (emul.)" in row["a10g"]
+    assert f"{fmt_sig(s.saturation['output_tokens_per_s'])} (sim.)" in row["h100-sxm"]
     html = mixed.files["html"].read_text()
-    assert "(meas.)</td>" in html and 'class="simulated"' in html
-    first, second = mixed.findings[:2]
-    assert first.topic == "sources" and first.text.startswith("1 of 2 cells were measured on live endpoints (a10g × chat)")
+    assert "(emul.)</td>" in html and 'class="simulated"' in html
+    first, second = [f for f in mixed.findings if f.topic == "sources"][:2]
+    assert first.text.startswith("1 of 2 cells were measured on live endpoints (a10g × chat)")
     assert second.text.startswith("The endpoint of a10g reported itself as an infermeter emulator")
+    assert "Every figure is simulated" not in " ".join(mixed.decisions["chat"].caveats)
+    assert any("emulated endpoint" in c for c in mixed.decisions["chat"].caveats)
+
+
+def test_an_emulated_endpoint_is_not_priced_as_the_gpu_it_models(mixed: Any) -> None:
+    from infermeter.study.pricing import price_study
+
+    study = mixed.study.model_copy(update={"configurations": tuple(
+        c.model_copy(update={"price_per_hour": None, "price_date": None}) for c in mixed.study.configurations)})
+    cc = price_study(study, mixed.cells, dt.date(2026, 11, 30)).cost[("a10g", "chat")]
+    assert cc.result is None and cc.reason.startswith("not priced: an emulated endpoint")
 
 
 def test_profile_overrides_reach_both_kinds_of_cell(mixed: Any) -> None:

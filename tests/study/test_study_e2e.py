@@ -11,6 +11,7 @@ import pytest
 
 from infermeter.study.config import build_study
 from infermeter.study.findings import shown, write_findings
+from infermeter.study.matrix import fmt_sig
 from infermeter.study.pricing import price_study
 from infermeter.study.report import study_content
 from infermeter.study.runner import run_study
@@ -42,8 +43,8 @@ def test_writes_the_report_files(result: Any) -> None:
     data = json.loads(result.files["json"].read_text())
     assert [(c["config"], c["profile"], c["source"]) for c in data["cells"]] == [(g, "chat", "simulated") for g in GPUS]
     md = result.files["markdown"].read_text()
-    for c in result.cells:  # each cell's headline figure is in the Markdown matrix, labelled simulated
-        assert f"{c.saturation['output_tokens_per_s']:,.0f} (sim.)" in md
+    for c in result.cells:  # each cell's headline figure is in the Markdown matrix: 3 significant figures, simulated
+        assert f"{fmt_sig(c.saturation['output_tokens_per_s'])} (sim.)" in md
     assert result.files["html"].read_text().startswith("<!doctype html>")
     assert len(result.files["csv"].read_text().splitlines()) == 1 + len(GPUS)
 
@@ -59,7 +60,7 @@ def test_a_40gb_kv_cache_fills_before_an_80gb_one(result: Any) -> None:
     assert small["num_requests_running_max"] < big["num_requests_running_max"]
     assert small["num_preemptions"] > 0 == big["num_preemptions"]
     kv = [f for f in result.findings if f.topic == "kv"]
-    assert kv and kv[0].text.startswith("chat: the KV cache filled on a100-40gb")
+    assert kv and kv[0].text.startswith("chat: the KV cache limited a100-40gb at saturation")
 
 
 def test_every_finding_points_at_a_cell_showing_its_number(result: Any) -> None:
@@ -136,7 +137,8 @@ def test_report_renders_in_a_browser(result: Any, tmp_path: Path) -> None:
     path, why = cdp.ensure_chromium()
     if path is None:
         pytest.skip(why)
-    page = cdp.inspect_page(path, result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"})
+    page = cdp.inspect_page(path, result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"},
+                            before=cdp.OPEN_ALL)
     assert (page.console_errors, page.exceptions, page.log_errors) == ([], [], [])
     assert int(page.values["charts"]) >= 4
     assert all(c["std"] > 0 for c in page.charts)

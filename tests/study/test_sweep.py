@@ -89,3 +89,62 @@ def test_capacity_is_the_passing_step_with_the_most_requests_per_second() -> Non
     steps = [out(0, 1.0, True), out(1, 5.0, True), out(2, 9.0, False), out(3, 4.0, True)]
     assert capacity_step(steps).spec.k == 1
     assert capacity_step([out(0, 1.0, False)]) is None
+
+
+def test_refinement_stops_when_the_slo_edge_is_bracketed_within_the_precision() -> None:
+    # the SLO holds up to 0.7 x saturation: bisection keeps going until the bracket is within 5%
+    plan = LoadPlan(rate_fractions=(0.3, 0.6, 0.9), refine=12, precision=0.05)
+
+    class Edge(dict):
+        def get(self, key: str, default: bool = True) -> bool:  # type: ignore[override]
+            return key == "sync" or (key != "saturation" and float(key) <= 0.7)
+
+    specs = drive(plan, Slo(ttft_ms=500), Edge())
+    fr = [s.fraction for s in specs if s.kind == "rate"]
+    lo = max(f for f in fr if f <= 0.7)
+    hi = min(f for f in fr if f > 0.7)
+    assert hi / lo - 1 <= 0.05 and lo <= 0.7 < hi
+    assert len(fr) < 3 + 12  # it stopped on the precision, not on the step limit
+
+
+def test_a_synchronous_step_short_of_samples_does_not_stop_the_search() -> None:
+    plan = LoadPlan(rate_fractions=(0.5,), refine=1)
+    gen = plan_steps(plan, Slo(ttft_ms=500), default_concurrency=8)
+    sync = next(gen)
+    why = ("ttft_ms p95 over offered work: p95 needs >= 20 samples, has 6",)
+    sat = gen.send(StepOutcome(sync, _summary(), None, meets_slo=False, slo_failures=why))
+    rate = gen.send(StepOutcome(sat, _summary(), _rates(10.0), meets_slo=False))
+    nxt = gen.send(StepOutcome(rate, _summary(), _rates(5.0, ARRIVAL), meets_slo=True))
+    assert nxt.kind == "rate" and round(nxt.fraction, 3) == 0.75
+    # a real limit broken one request at a time does stop it
+    gen = plan_steps(plan, Slo(ttft_ms=500), default_concurrency=8)
+    sync = next(gen)
+    sat = gen.send(StepOutcome(sync, _summary(), None, meets_slo=False, slo_failures=("ttft_ms p95 900.0 > 500",)))
+    rate = gen.send(StepOutcome(sat, _summary(), _rates(10.0), meets_slo=False))
+    try:
+        gen.send(StepOutcome(rate, _summary(), _rates(5.0, ARRIVAL), meets_slo=False))
+        raise AssertionError("the planner went on")
+    except StopIteration:
+        pass
+
+
+def test_an_exact_mean_schedule_realizes_its_label_and_the_default_does_not() -> None:
+    import itertools
+
+    import numpy as np
+
+    from infermeter.load.shapes import ConstantArrivalRate
+
+    def realized(shape: ConstantArrivalRate, n: int, seed: int) -> float:
+        t = list(itertools.islice(shape.arrivals(np.random.default_rng(seed)), n))
+        return (n - 1) / (t[-1] - t[0])
+
+    for seed in range(5):
+        assert abs(realized(ConstantArrivalRate(rate_per_s=3.0, exact_over=200), 200, seed) / 3.0 - 1) < 1e-9
+    # drawn as is, 200 Poisson arrivals miss the label by several percent for some seeds
+    misses = [abs(realized(ConstantArrivalRate(rate_per_s=3.0), 200, seed) / 3.0 - 1) for seed in range(5)]
+    assert max(misses) > 0.02
+    # gaps stay random (not evenly spaced) and later arrivals continue past the scaled head
+    s = ConstantArrivalRate(rate_per_s=3.0, exact_over=50)
+    t = np.array(list(itertools.islice(s.arrivals(np.random.default_rng(1)), 80)))
+    assert np.std(np.diff(t[:50])) > 0.1 and np.all(np.diff(t) > 0)

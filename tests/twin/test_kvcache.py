@@ -262,3 +262,15 @@ def _register(pool, ref, r, upto):
             ref.refs[k] = 1
             r["ref_held"].append(k)
     r["reg"] = upto
+
+
+def test_reset_forgets_the_cache_only_when_nothing_is_held():
+    pool = BlockPool(8)
+    held = _run(pool, [1, 2, 3])
+    assert not pool.reset_prefix_cache()  # a request still holds its blocks
+    pool.free(held, 0)
+    assert pool.match([1, 2, 3], 3)[:2] == (3, 3)
+    assert pool.reset_prefix_cache()
+    assert pool.match([1, 2, 3], 3)[:2] == (0, 0) and pool.num_free == 8
+    pool.allocate(8)
+    pool.check()

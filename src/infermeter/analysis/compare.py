@@ -6,7 +6,10 @@ run, :func:`compare_runs` returns, for each metric, both values, the change
 error rate) and a confidence interval for that change from a bootstrap over
 the requests. A metric *regresses* only when the whole interval lies beyond
 the threshold on the bad side, so two runs of the same system differ by noise
-and pass, while a real slowdown fails::
+and pass, while a real slowdown fails. A relative change smaller than
+``min_effect`` (default 1 %) is ``negligible`` whatever its interval: a fixed
+output length makes the interval of the throughput almost zero-wide, and a
+0.2 % difference in run length is not a finding::
 
     >>> base = per_request_metrics(pq.read_table("a/requests.parquet", columns=READ_COLUMNS))
     >>> cand = per_request_metrics(pq.read_table("b/requests.parquet", columns=READ_COLUMNS))
@@ -122,7 +125,9 @@ METRICS: dict[str, MetricSpec] = {
 }
 DEFAULT_METRICS = tuple(METRICS)
 
-Verdict = Literal["regression", "improvement", "worse, within threshold", "better, within threshold", "no significant change", "no data"]
+Verdict = Literal["regression", "improvement", "worse, within threshold", "better, within threshold", "negligible",
+                  "no significant change", "no data"]
+MIN_EFFECT = 0.01  # relative changes below this are "negligible", whatever their interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,7 @@ class Comparison:
     error_threshold: float
     confidence: float
     resamples: int
+    min_effect: float = MIN_EFFECT
 
     @property
     def regressions(self) -> tuple[MetricChange, ...]:
@@ -198,7 +204,10 @@ def _bootstrap(spec: MetricSpec, values: np.ndarray, scale: float, resamples: in
     return rng.normal(float(v.mean()), sd, size=resamples) * scale
 
 
-def _verdict(spec: MetricSpec, lo: float, hi: float, threshold: float) -> Verdict:
+def _verdict(spec: MetricSpec, lo: float, hi: float, threshold: float, change: float | None = None,
+             min_effect: float = 0.0) -> Verdict:
+    if change is not None and spec.kind != "proportion" and abs(change) < min_effect:
+        return "negligible"
     worse_lo, worse_hi = (lo, hi) if spec.better == "lower" else (-hi, -lo)  # positive = worse
     if worse_lo > threshold:
         return "regression"
@@ -223,6 +232,7 @@ def compare_metric(
     confidence: float,
     resamples: int,
     rng: np.random.Generator,
+    min_effect: float = MIN_EFFECT,
 ) -> MetricChange:
     """Bootstrap one metric; see the module docstring."""
     scales = (1.0, 1.0)
@@ -248,7 +258,7 @@ def compare_metric(
         return MetricChange(spec, b_point, c_point, change, None, None, "no data", nb, nc)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = (float(x) for x in np.quantile(deltas, [alpha, 1.0 - alpha]))
-    return MetricChange(spec, b_point, c_point, change, lo, hi, _verdict(spec, lo, hi, limit), nb, nc)
+    return MetricChange(spec, b_point, c_point, change, lo, hi, _verdict(spec, lo, hi, limit, change, min_effect), nb, nc)
 
 
 def compare_runs(
@@ -263,12 +273,16 @@ def compare_runs(
     confidence: float = 0.95,
     resamples: int = 2000,
     metrics: tuple[str, ...] = DEFAULT_METRICS,
+    min_effect: float = MIN_EFFECT,
 ) -> Comparison:
-    """Compare every metric in ``metrics``; thresholds are fractions (0.05 = 5 %, 0.01 = 1 pp)."""
+    """Compare every metric in ``metrics``; thresholds are fractions (0.05 = 5 %, 0.01 = 1 pp); a relative
+    change below ``min_effect`` is ``negligible``."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence {confidence}: must be between 0 and 1")
     if base_duration_s <= 0 or cand_duration_s <= 0:
         raise ValueError("run durations must be positive")
+    if not 0 <= min_effect < 1:
+        raise ValueError(f"min_effect {min_effect}: must be a fraction in [0, 1)")
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
@@ -276,8 +290,8 @@ def compare_runs(
         compare_metric(
             METRICS[m], base, cand, base_duration_s=base_duration_s, cand_duration_s=cand_duration_s,
             threshold=threshold, error_threshold=error_threshold, confidence=confidence,
-            resamples=resamples, rng=rng,
+            resamples=resamples, rng=rng, min_effect=min_effect,
         )
         for m in metrics
     )
-    return Comparison(changes, threshold, error_threshold, confidence, resamples)
+    return Comparison(changes, threshold, error_threshold, confidence, resamples, min_effect)

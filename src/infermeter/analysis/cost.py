@@ -253,6 +253,10 @@ def load_subject(run_dir: Path | str) -> Subject:
 def hardware_for(subject: Subject, flag: str | None) -> HardwareConfig:
     """``--hardware`` when given, else the run's own ``hardware`` field; an error names the run."""
     text = flag or subject.hardware
+    if not flag and subject.source == "emulated":
+        raise DataError(f"{subject.run_dir or subject.label}: an emulated run (infermeter's digital twin of "
+                        f"{subject.hardware or 'a GPU'} on this machine), not a measurement of that hardware; "
+                        f"pass --hardware CONFIG to price it as if it were")
     if not text:
         raise DataError(f"{subject.run_dir or subject.label}: no hardware in run.json or summary.json; "
                         f"pass --hardware CONFIG (e.g. 4xa100-80gb:tp4)")

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from infermeter.errors import ConfigError, DataError
 from infermeter.perfmodel.configspec import HardwareConfig
-from infermeter.yamlfile import yaml_problem
+from infermeter.yamlfile import line_of, yaml_problem
 
 STALE_AFTER_DAYS = 180
 
@@ -259,7 +259,7 @@ def _price_from(offer: Offer, config: HardwareConfig, cost: float, whole_instanc
                  notes=tuple(notes))
 
 
-def _format_errors(exc: ValidationError, where: str, raw: Any) -> str:
+def _format_errors(exc: ValidationError, where: str, raw: Any, text: str | None = None) -> str:
     parts = []
     for err in exc.errors():
         loc = list(err["loc"])
@@ -269,11 +269,12 @@ def _format_errors(exc: ValidationError, where: str, raw: Any) -> str:
                 loc[1] = f"{loc[1]} ({o.get('provider')} {o.get('instance')})"
             except (KeyError, IndexError, TypeError, AttributeError):
                 pass
-        parts.append(f"{'.'.join(str(x) for x in loc) or 'file'}: {err['msg']}")
+        line = line_of(text, err["loc"]) if text is not None else None
+        parts.append((f"line {line}: " if line else "") + f"{'.'.join(str(x) for x in loc) or 'file'}: {err['msg']}")
     return f"price file {where}: " + "; ".join(parts)
 
 
-def parse_catalog(raw: Any, where: str) -> PriceCatalog:
+def parse_catalog(raw: Any, where: str, text: str | None = None) -> PriceCatalog:
     """Validate a catalog mapping (the YAML's content); ``where`` names it in errors."""
     if not isinstance(raw, dict):
         raise DataError(f"price file {where}: expected a mapping with schema_version, providers, offers")
@@ -282,7 +283,7 @@ def parse_catalog(raw: Any, where: str) -> PriceCatalog:
     try:
         doc = CatalogFile.model_validate(raw)
     except ValidationError as exc:
-        raise DataError(_format_errors(exc, where, raw)) from None
+        raise DataError(_format_errors(exc, where, raw, text)) from None
     return PriceCatalog(dict(doc.providers), tuple(doc.offers), tuple(doc.gaps), tuple(doc.references.items()))
 
 
@@ -298,12 +299,13 @@ def load_catalog(path: Path | None = None, overrides: Path | None = None) -> Pri
 
 def _read(path: Path) -> PriceCatalog:
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
     except OSError as exc:
         raise DataError(f"--prices {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise DataError(f"--prices {path}: not valid YAML ({yaml_problem(exc)})") from None
-    return parse_catalog(raw, str(path))
+    return parse_catalog(raw, str(path), text)
 
 
 class PriceOptions(_Frozen):

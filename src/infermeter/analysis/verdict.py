@@ -23,7 +23,9 @@ saturated when any of these holds:
   ``min(0.9, 1 - 3/sqrt(n))`` for n completions, so noise of small runs does not trip it);
 - ``trend``: TTFT from the intended send grows through the run: the mean over ``TREND_BLOCKS``
   equal spans of intended send time rises with a one-sided Mann-Kendall p < ``TREND_P`` and a
-  Theil-Sen growth over the run above the median block latency (and above 50 ms), over the
+  Theil-Sen growth over the run above the median block latency, above 50 ms and above
+  ``TREND_MIN_SLOPE`` x the run's span (a queue that outgrows its server adds at least a few
+  hundredths of a second per second; prompts that lengthen through a chat do not), over the
   requests that got a first token (those cancelled at the end are censored at one moment, and
   their waits would bend the series down where the queue is longest);
 - ``queue``: the server's own waiting queue (scraped ``num_requests_waiting``, or the twin's)
@@ -55,6 +57,7 @@ TREND_BLOCKS = 8
 TREND_P = 0.01
 TREND_MIN_SAMPLES = 20
 TREND_FLOOR_S = 0.05
+TREND_MIN_SLOPE = 0.02  # seconds of added latency per second of run
 RATE_MIN_COMPLETED = 20
 QUEUE_GROWTH = 5.0
 
@@ -184,7 +187,8 @@ def saturation(f: Facts) -> Saturation:
             evidence.append(f"completed {f.completion_rate:.3g} req/s of {f.offered_rate:.3g} offered ({ratio:.0%})")
     # latency trend
     tr = trend(f.trend, f.span_s) if f.trend_samples >= TREND_MIN_SAMPLES else None
-    if tr is not None and tr["p"] < TREND_P and tr["growth"] > max(tr["median"], TREND_FLOOR_S):
+    if tr is not None and tr["p"] < TREND_P and tr["growth"] > max(tr["median"], TREND_FLOOR_S,
+                                                                   TREND_MIN_SLOPE * f.span_s):
         evidence.append(f"TTFT from the intended send grew {_s(tr['start'])} -> {_s(tr['end'])} across the run "
                         f"(Mann-Kendall p={tr['p']:.2g})")
     # the server's own queue
@@ -232,7 +236,7 @@ def completeness(run: dict[str, Any], records: int) -> list[Finding]:
     planned = (load.get("limits") or {}).get("requests") if isinstance(load, dict) else None
     of = f"; {records} of {planned} requests" if planned else ""
     runtime = run.get("runtime")
-    if not runtime and run.get("source", "measured") == "measured" and "load" in run:
+    if not runtime and run.get("source", "measured") in ("measured", "emulated") and "load" in run:
         return [Finding(code="incomplete", severity="warning",
                         message="the run did not finish (killed?); this summary covers the records on disk" + of)]
     if isinstance(runtime, dict) and runtime.get("interrupted"):

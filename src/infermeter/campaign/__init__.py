@@ -10,6 +10,7 @@ reset, logs), ``state`` (resume), ``runner`` (the matrix), ``spread`` (the repor
 from __future__ import annotations
 
 from infermeter.campaign.runner import CampaignRunner
-from infermeter.campaign.spec import Campaign, Cell, Target, load_campaign
+from infermeter.campaign.spec import Campaign, Cell, load_campaign
+from infermeter.engines.target import Target
 
 __all__ = ["Campaign", "CampaignRunner", "Cell", "Target", "load_campaign"]

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infermeter.campaign.spec import Campaign, Cell, Target
+from infermeter.campaign.spec import Campaign, Cell
 from infermeter.campaign.spread import campaign_report, cell_metrics, report_markdown
 from infermeter.campaign.state import CampaignState, set_aside
-from infermeter.campaign.targets import LiveTarget, running, stop_leftover
+from infermeter.engines.target import LiveTarget, Target, running, stop_leftover
 from infermeter.errors import UserError
 from infermeter.measure import Measurement
 from infermeter.records import store
@@ -45,10 +46,13 @@ class CampaignRunner:
         self.notify = notify
         self.restart = restart
         self.stopping = False
+        self.signal: int | None = None  # the signal that stopped it (SIGINT, SIGTERM)
         self._current: Measurement | None = None
+        self._handler: Any = None
 
-    def stop(self) -> None:
+    def stop(self, signum: int | None = None) -> None:
         self.stopping = True
+        self.signal = self.signal or signum
         if self._current is not None:
             self._current.stop()
 
@@ -62,16 +66,45 @@ class CampaignRunner:
         left = len(state.todo(self.campaign.cells()))
         if left < total:
             self.notify(f"resuming campaign {self.campaign.name}: {total - left} of {total} runs already done")
-        for target in self.campaign.targets:
-            todo = state.todo(self.campaign.cells_by_target[target.name])
-            if not todo or self.stopping:
-                continue
-            self._run_target(target, todo, state)
-            self._write_report(state)
+        restore = self._trap_signals()
+        try:
+            for target in self.campaign.targets:
+                todo = state.todo(self.campaign.cells_by_target[target.name])
+                if not todo or self.stopping:
+                    continue
+                self._run_target(target, todo, state)
+                self._write_report(state)
+        except KeyboardInterrupt:  # between runs (an engine starting): nothing to finish, stop now
+            self.stopping = True
+        finally:
+            restore()
         report = self._write_report(state)
         if self.stopping:
             report["interrupted"] = True
         return report
+
+    def _trap_signals(self) -> Callable[[], None]:
+        """SIGINT/SIGTERM stop the campaign: during a run, after that run (``_measure``); between runs
+        (an engine starting, a health wait), at once. Returns what puts the old handlers back."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum: int, frame: Any) -> None:
+            self.stop(signum)
+            if self._current is None:
+                raise KeyboardInterrupt
+
+        for sig in old:
+            signal.signal(sig, handler)
+        self._handler = handler
+
+        def restore() -> None:
+            for sig, h in old.items():
+                signal.signal(sig, h)
+            self._handler = None
+
+        return restore
 
     def _run_target(self, target: Target, cells: list[Cell], state: CampaignState) -> None:
         what = target.url or f"{target.engine} {' '.join(target.args)}".strip()
@@ -81,7 +114,8 @@ class CampaignRunner:
             state.engine(target.name, pid, MARKERS.get(target.engine or ""))
 
         try:
-            with running(target, self.out / "logs" / f"{target.name}.log", on_pid=on_pid) as live:
+            with running(target, self.out / "logs" / f"{target.name}.log", on_pid=on_pid,
+                         notify=lambda s: self.notify(f"  {target.name}: {s}")) as live:
                 for cell in cells:
                     if self.stopping:
                         break
@@ -111,6 +145,9 @@ class CampaignRunner:
             return
         finally:
             self._current = None
+            if self._handler is not None:  # asyncio.run put the default handlers back when its loop closed
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, self._handler)
         log_bytes = live.copy_log(log0, run_dir / "server.log") if live.log_path else 0
         status = "interrupted" if m.stopped else "done"
         state.set(cell.key, status=status, prefix_cache=reset, server_log_bytes=log_bytes,
@@ -121,7 +158,7 @@ class CampaignRunner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, self.stop, sig)
             except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not the main thread
                 pass
         if self.stopping:

@@ -29,42 +29,18 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infermeter.durations import parse_duration
+from infermeter.engines.target import Target
 from infermeter.errors import ConfigError
 from infermeter.measure import RunConfig, build_plan, build_shape, parse_slo
-from infermeter.yamlfile import yaml_mapping
+from infermeter.yamlfile import field_error, yaml_mapping
 
-ENGINES = ("emulator", "vllm-cpu")
 _NOT_IN_CELLS = ("url", "out", "label", "api_key", "emulator_args", "model", "resume")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class Target(BaseModel):
-    """A server to measure: a URL, or an engine infermeter starts with these arguments."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    url: str | None = None
-    engine: Literal["emulator", "vllm-cpu"] | None = None
-    args: tuple[str, ...] = ()
-    settings: dict[str, Any] = {}
-    model: str | None = None
-    hardware: str | None = None
-    reset_prefix_cache: bool = True
-    health_timeout_s: float = Field(900.0, gt=0)
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Target:
-        if (self.url is None) == (self.engine is None):
-            raise ValueError("give exactly one of url: or engine: (emulator | vllm-cpu)")
-        if self.url is not None and (self.args or self.settings):
-            raise ValueError("args:/settings: apply to engines infermeter starts, not to url: targets")
-        return self
 
 
 class _Spec(BaseModel):
@@ -149,8 +125,7 @@ def load_campaign(path: Path | str) -> Campaign:
     try:
         spec = _Spec(**raw)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        raise ConfigError(f"{path}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}") from None
+        raise field_error(str(path), text, exc) from None
     names = [t.name for t in spec.targets]
     if len(set(names)) != len(names) or not all(_NAME.match(n) for n in names):
         raise ConfigError(f"{path}: targets need distinct names of letters, digits, '.', '_' or '-'")

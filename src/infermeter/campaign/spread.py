@@ -15,6 +15,7 @@ the head step, plus the capacity.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,8 @@ def cell_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def spread(values: list[float]) -> dict[str, Any]:
+def spread(values: Sequence[float | None]) -> dict[str, Any]:
+    """n, mean, stdev, min, max and cv of the finite values (None and NaN are runs without the figure)."""
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if a.size == 0:
         return {"n": 0, "mean": None, "stdev": None, "min": None, "max": None, "cv": None}

@@ -8,8 +8,9 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from infermeter.cli.fit import Fit, make_table
+from infermeter.cli.interrupt import interrupted
 from infermeter.errors import UserError
 
 
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out_dir = out or Path(camp.out or f"results/campaign-{camp.name}")
         err = Console(stderr=True)
         if dry_run:
-            done = {}
+            done: dict[str, Any] = {}  # campaign-state.json cells (JSON)
             if (out_dir / "campaign-state.json").exists() and not restart:
                 done = store.read_json(out_dir / "campaign-state.json").get("cells") or {}
             for c in camp.cells():
@@ -45,24 +46,21 @@ def register(app: typer.Typer) -> None:
             Console().print(report_table(report))
             Console().print(f"campaign: {out_dir} (campaign.json, campaign.md, runs/)")
         if report.get("interrupted"):
-            raise UserError(f"campaign interrupted after {report['done']} of {report['cells']} runs; "
-                            f"run the same command again to resume ({out_dir})")
+            interrupted(err, f"campaign stopped after {report['done']} of {report['cells']} runs (the current run's "
+                             f"records kept); run the same command again to resume ({out_dir})", runner.signal)
         if report["failed"]:
             raise UserError(f"{report['failed']} of {report['cells']} runs failed; see {out_dir}/campaign-state.json "
                             "(rerun the same command to retry them)")
 
 
-def report_table(report: dict[str, Any]) -> Table:
+def report_table(report: dict[str, Any]) -> Fit:
     from infermeter.campaign.spread import FIGURES, fmt_spread
 
-    t = Table(title=f"Campaign {report['campaign']}: mean ± stdev (cv) over {report['repeats']} repeats",
-              title_justify="left", show_edge=False)
-    for c in ("target", "profile", "load", "runs"):
-        t.add_column(c)
     keep = [f for f in FIGURES if any(g["figures"][f[0]]["n"] for g in report["groups"])]
-    for _, label, _ in keep:
-        t.add_column(label, justify="right")
+    t = make_table(f"Campaign {report['campaign']}: mean ± stdev (cv) over {report['repeats']} repeats",
+                   [("target", "name"), ("profile", "name"), ("load", "name"), ("runs", "num"),
+                    *((label, "num") for _, label, _ in keep)], title_justify="left")
     for g in report["groups"]:
         t.add_row(g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}",
                   *(fmt_spread(g["figures"][name], fmt) for name, _, fmt in keep))
-    return t
+    return Fit(t, key_columns=3)

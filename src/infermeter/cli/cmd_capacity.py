@@ -21,7 +21,6 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from infermeter.analysis.capacity import (
     BreakEven,
@@ -51,6 +50,7 @@ from infermeter.cli.costview import (
     source_tag,
     with_price_flags,
 )
+from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 
@@ -73,17 +73,17 @@ def parse_workload(text: str) -> tuple[str, int, int]:
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
-def sizing_table(sizings: Sequence[Sizing]) -> Table:
-    t = Table(title="Fleet at the requested volume")
-    for col in ("config", "source", "profile", "req/s per replica", "capacity basis", "replicas", "GPUs",
-                "$/month", "$/1M req", "$/1M req at capacity"):
-        t.add_column(col, justify="left" if col in ("config", "source", "profile", "capacity basis") else "right")
+def sizing_table(sizings: Sequence[Sizing]) -> Fit:
+    t = make_table("Fleet at the requested volume",
+                   [(c, "name" if c in ("config", "source", "profile") else "text" if c == "basis" else "num") for c in
+                    ("config", "source", "profile", "req/s per replica", "basis", "replicas", "GPUs",
+                     "$/month", "$/1M req", "$/1M req at capacity")])
     for s in sizings:
         c = s.candidate
         t.add_row(c.cost.hardware, source_tag(c.source), c.profile, count(c.capacity_rps), c.capacity_basis,
                   str(s.replicas), str(s.gpus), money(s.usd_per_month), money(s.usd_per_1m_requests),
                   money(c.cost.usd_per_1m_requests))
-    return t
+    return Fit(t)
 
 
 def print_break_even(console: Console, be: BreakEven, names: Sequence[str]) -> None:
@@ -99,13 +99,11 @@ def print_break_even(console: Console, be: BreakEven, names: Sequence[str]) -> N
         console.print(f"  ... {len(be.bands) - 30} more bands (see --json)")
     for v, lo, hi in be.crossings[:30]:
         console.print(f"  crossing at {count(v)} req/day: {lo} -> {hi}", highlight=False, markup=False)
-    t = Table(title=f"$/month by daily volume, profile {be.group} (* = cheapest)")
-    t.add_column("req/day", justify="right")
-    for n in names:
-        t.add_column(escape(n), justify="right")
+    t = make_table(f"$/month by daily volume, profile {be.group} (* = cheapest)",
+                   [("req/day", "num"), *((escape(n), "num") for n in names)])
     for v, costs, best in be.grid:
         t.add_row(count(v), *[money(costs[n]) + ("*" if n == best else "") for n in names])
-    console.print(t)
+    console.print(Fit(t))
 
 
 def print_best_value(console: Console, picks: dict[str, Pick[Sizing]], requests_per_day: float) -> None:

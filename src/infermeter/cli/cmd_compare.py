@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
-                  "better, within threshold": "cyan", "no significant change": "", "no data": "dim"}
+                  "better, within threshold": "cyan", "negligible": "dim", "no significant change": "", "no data": "dim"}
 
 
 def parse_fraction(text: str, flag: str) -> float:
@@ -49,6 +50,16 @@ def _val(v: float | None) -> str:
     return "–" if v is None else (f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 1 else f"{v:.2f}")
 
 
+def run_names(base: Any, cand: Any) -> tuple[str, str]:
+    """What to call the two runs: their labels, or (when those are the same) their directories."""
+    if base.label != cand.label:
+        return str(base.label), str(cand.label)
+    b, c = Path(str(base.path)), Path(str(cand.path))
+    if b.name != c.name:
+        return b.name, c.name
+    return str(b), str(c)
+
+
 def differences(base: Any, cand: Any) -> list[str]:
     """Setup fields that differ between the two runs (a comparison across setups is worth a warning)."""
     out = []
@@ -69,6 +80,7 @@ def register(app: typer.Typer) -> None:
         candidate: Annotated[str, typer.Argument(help="Result directory of the run to check.")],
         threshold: Annotated[str, typer.Option("--threshold", help="Relative change that counts as a regression (5% or 0.05).")] = "5%",
         error_threshold: Annotated[str, typer.Option("--error-threshold", help="Increase of the error rate, in percentage points, that counts as a regression.")] = "1%",
+        min_effect: Annotated[str, typer.Option("--min-effect", help="Relative changes smaller than this are 'negligible', whatever their interval (1% or 0.01).")] = "1%",
         confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the intervals.")] = 0.95,
         resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")] = 2000,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
@@ -80,6 +92,7 @@ def register(app: typer.Typer) -> None:
 
         thr = parse_fraction(threshold, "--threshold")
         err_thr = parse_fraction(error_threshold, "--error-threshold")
+        min_eff = parse_fraction(min_effect, "--min-effect")
         if not 0 < confidence < 1:
             raise ConfigError(f"--confidence {confidence}: must be between 0 and 1, e.g. 0.95")
         if resamples < 100:
@@ -95,14 +108,14 @@ def register(app: typer.Typer) -> None:
         result = compare_runs(base, cand, base_duration_s=float(base_run.summary["duration_s"]),
                               cand_duration_s=float(cand_run.summary["duration_s"]), rng=np.random.default_rng(seed),
                               threshold=thr, error_threshold=err_thr, confidence=confidence, resamples=resamples,
-                              metrics=names)
+                              metrics=names, min_effect=min_eff)
         warnings = [f"the runs differ in {d}" for d in differences(base_run, cand_run)]
         warnings += [f"{role} {r.label} is marked invalid: {'; '.join(r.summary.get('invalid_reasons') or [])}"
                      for role, r in (("baseline", base_run), ("candidate", cand_run)) if not r.summary.get("valid", True)]
         if json_out:
             print(json.dumps({
                 "baseline": str(base_run.path), "candidate": str(cand_run.path), "threshold": thr,
-                "error_threshold": err_thr, "confidence": confidence, "resamples": resamples,
+                "error_threshold": err_thr, "min_effect": min_eff, "confidence": confidence, "resamples": resamples,
                 "regressed": result.regressed, "warnings": warnings,
                 "metrics": [{"metric": c.spec.name, "unit": c.spec.unit, "better": c.spec.better,
                              "baseline": c.baseline, "candidate": c.candidate,
@@ -112,16 +125,17 @@ def register(app: typer.Typer) -> None:
             }, indent=2))
         else:
             console = Console()
-            table = Table(title=f"{escape(cand_run.label)} vs {escape(base_run.label)} (threshold {thr:.1%}, errors {err_thr * 100:g} pp, "
-                                f"{confidence:.0%} CI)")
-            for col in ("metric", "baseline", "candidate", "change", f"{confidence:.0%} CI", "verdict"):
-                table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+            b_name, c_name = run_names(base_run, cand_run)
+            table = make_table(f"{escape(c_name)} vs {escape(b_name)} (threshold {thr:.1%}, errors {err_thr * 100:g} pp, "
+                               f"min effect {min_eff:.1%}, {confidence:.0%} CI)",
+                               [("metric", "text"), ("baseline", "num"), ("candidate", "num"), ("change", "num"),
+                                (f"{confidence:.0%} CI", "num"), ("verdict", "text")])
             for c in result.changes:
                 ci = "–" if c.ci_low is None else f"[{_pct(c.ci_low, c.relative)}, {_pct(c.ci_high, c.relative)}]"
                 table.add_row(f"{c.spec.label} ({c.spec.unit})", _val(c.baseline), _val(c.candidate),
                               _pct(c.change, c.relative), ci, f"[{_VERDICT_STYLE[c.verdict]}]{c.verdict}[/]" if
                               _VERDICT_STYLE[c.verdict] else c.verdict)
-            console.print(table)
+            console.print(Fit(table))
             for w in warnings:
                 console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
             names_bad = ", ".join(c.spec.label for c in result.regressions)

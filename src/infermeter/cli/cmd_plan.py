@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
 
 from infermeter.errors import ConfigError
 
-_ROWS = [  # (label, json key, formatter)
+Fmt = Callable[[Any], str]  # formats one value of a plan's JSON
+
+_ROWS: list[tuple[str, str, Fmt]] = [  # (label, json key, formatter)
     ("fits", "fits", lambda v: "yes" if v else "NO"),
     ("weights per GPU", "weights_gib_per_gpu", lambda v: f"{v:.1f} GiB"),
     ("KV cache per GPU", "kv_gib_per_gpu", lambda v: f"{v:.1f} GiB"),
@@ -39,11 +42,11 @@ _ROWS = [  # (label, json key, formatter)
 
 
 # plain number formats of the figures that carry an 80% interval ("8.0 ms (6.9–9.4)")
-_NUM = {"ttft_ms": lambda v: f"{v:,.1f}", "tpot_ms": lambda v: f"{v:,.2f}", "per_user_output_tokens_per_s": lambda v: f"{v:,.1f}",
+_NUM: dict[str, Callable[[float], str]] = {"ttft_ms": lambda v: f"{v:,.1f}", "tpot_ms": lambda v: f"{v:,.2f}", "per_user_output_tokens_per_s": lambda v: f"{v:,.1f}",
         "output_tokens_per_s": lambda v: f"{v:,.0f}", "saturation_output_tokens_per_s": lambda v: f"{v:,.0f}"}
 
 
-def _cell(fmt: Any, v: Any, key: str = "", intervals: dict[str, Any] | None = None) -> str:
+def _cell(fmt: Fmt, v: Any, key: str = "", intervals: dict[str, Any] | None = None) -> str:
     if v is None:
         return "-"
     iv = (intervals or {}).get(key)
@@ -189,7 +192,7 @@ _PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_
 _NUM.update({"usd_per_1m_output_tokens": lambda v: f"${v:,.3f}", "usd_per_1m_total_tokens": lambda v: f"${v:,.3f}",
              "usd_per_1m_requests": lambda v: f"${v:,.2f}"})
 
-_COST_ROWS = [
+_COST_ROWS: list[tuple[str, str, Fmt]] = [
     ("$/hour", "usd_per_hour", lambda v: f"${v:,.2f}"),
     ("$/1M output tokens", "usd_per_1m_output_tokens", lambda v: f"${v:,.3f}"),
     ("$/1M total tokens", "usd_per_1m_total_tokens", lambda v: f"${v:,.3f}"),

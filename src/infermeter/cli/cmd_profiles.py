@@ -16,8 +16,8 @@ import json
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 
 
@@ -42,18 +42,16 @@ def register(app: typer.Typer) -> None:
         console = Console()
         for row in rows:
             flags = {v: k for k, v in FLAG_FIELDS[row["profile"]].items()}
-            table = Table(title=f"{row['profile']}: {row['summary']}", title_justify="left", show_lines=False)
-            table.add_column("field")
-            table.add_column("default")
-            table.add_column("flag")
-            table.add_column("meaning")
+            table = make_table(f"{row['profile']}: {row['summary']}",
+                               [("field", "name"), ("default", "name"), ("flag", "name"), ("meaning", "text")],
+                               title_justify="left")
             for f in row["fields"]:
                 flag = "--" + flags[f["field"]].replace("_", "-") if f["field"] in flags else ""
                 default = "" if f["default"] is None else str(f["default"])
                 table.add_row(f["field"], default, flag, f["description"])
-            console.print(table)
+            console.print(Fit(table))
         console.print(
-            "Lengths are 'mean[,stdev[,min,max]]' tokens (normal, rounded, clamped). Override any field "
-            "by name; see docs/workloads.md.",
+            "Lengths are 'mean[,stdev[,min,max]]' tokens (normal, rounded, clamped). Override any field with "
+            "--set FIELD=VALUE (repeatable), e.g. --set questions_per_document=8; see docs/workloads.md.",
             highlight=False,
         )

@@ -7,19 +7,37 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
-from infermeter.cli.flags import GRACE, LOAD, OUTPUT, PLANS, SCALE, SLO, SOAK, TARGET, TELEMETRY, TIMEOUTS, WORKLOAD
+from infermeter.cli.fit import Fit, make_table
+from infermeter.cli.flags import (
+    GRACE,
+    LOAD,
+    OUTPUT,
+    PLANS,
+    SALT,
+    SCALE,
+    SLO,
+    SOAK,
+    TARGET,
+    TELEMETRY,
+    TIMEOUTS,
+    WORKLOAD,
+)
+from infermeter.cli.interrupt import interrupted
 from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError, UserError
+
+if TYPE_CHECKING:  # annotations only: the command imports measure.run when it runs
+    from infermeter.measure.run import Measurement, RunResult
 
 
 def _config_error(exc: ValidationError) -> ConfigError:
@@ -32,24 +50,28 @@ def _config_error(exc: ValidationError) -> ConfigError:
 
 def register(app: typer.Typer) -> None:
     @app.command("run", no_args_is_help=False)
-    @with_flags(TARGET, LOAD, GRACE, PLANS, SCALE, SOAK, WORKLOAD, TIMEOUTS, SLO, OUTPUT, TELEMETRY)
+    @with_flags(TARGET, LOAD, GRACE, PLANS, SCALE, SOAK, WORKLOAD, SALT, TIMEOUTS, SLO, OUTPUT, TELEMETRY)
     def run(
         values: dict[str, Any],
         resume: Optional[Path] = typer.Option(None, help="Continue the killed soak run in this directory (other flags come from its run.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
+        progress_every: str = typer.Option("10s", "--progress-every", metavar="DURATION",
+                                           help="Without a terminal (CI, a pipe, a log file), print a progress line "
+                                                "this often; 0: never. A terminal shows a live panel instead."),
     ) -> None:
         """Measure an OpenAI-compatible server under a precise load and write summary.json, requests.parquet, run.json."""
         from infermeter.measure import Measurement, RunConfig
 
         console = Console(stderr=True)
         out_console = Console()
+        every = 0.0 if progress_every.strip() in ("0", "0s") else (parse_duration(progress_every, "--progress-every") or 0.0)
 
         def notify(msg: str) -> None:
             console.print(f"[yellow]{msg}[/]", highlight=False)
 
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json)
+            _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
             return
         try:
             cfg = RunConfig(**values)
@@ -58,21 +80,27 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(asyncio.run(_run_with_progress(measurement, console)), out_console, as_json)
+        _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
 
 
-def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _finish(result: RunResult, out_console: Console, as_json: bool, measurement: Measurement | None = None,
+            console: Console | None = None) -> None:
     s = result.summary
     if as_json:
         print(json.dumps(s, indent=2))
     else:
-        emu = (result.run.get("target") or {}).get("emulated")
+        target = result.run.get("target") or {}
+        emu = target.get("emulated")
         if emu:
-            out_console.print(f"[cyan]target: embedded emulator[/] — {target_line(emu)}", highlight=False)
+            what = "embedded emulator" if target.get("embedded") else f"infermeter emulator at {target.get('url')}"
+            out_console.print(f"[cyan]target: {what}[/] — {target_line(emu)}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
         out_console.print(summary_table(s, None))
         out_console.print(f"results: {result.run_dir}")
+    if measurement is not None and measurement.stopped:
+        interrupted(console or out_console, f"the summary covers the requests that finished; results in {result.run_dir}",
+                    getattr(measurement, "signal", None))
     if s["completed"] == 0 and s["failed"]:
         top = max(s["errors"].items(), key=lambda kv: kv[1])[0]
         raise UserError(f"every request failed ({s['failed']}; mostly {top}); results kept in {result.run_dir}")
@@ -80,11 +108,12 @@ def _finish(result, out_console: Console, as_json: bool) -> None:  # type: ignor
         raise typer.Exit(3)
 
 
-def steps_table(s: dict) -> Group:
-    """The steps of a sweep / find-max run, and the capacity when there is one."""
-    t = Table(title=f"Steps: {s.get('load')}", title_justify="left", show_edge=False)
-    for c in ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99", "errors", "SLO"):
-        t.add_column(c, justify="left" if c in ("kind", "SLO") else "right")
+def steps_table(s: dict[str, Any]) -> Group:
+    """The steps of a sweep / find-max run, why each one that missed the SLO missed it, and the capacity."""
+    t = make_table(f"Steps: {s.get('load')}", [(c, "name" if c in ("kind", "SLO") else "num") for c in
+                                               ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99",
+                                                "errors", "SLO")], title_justify="left")
+    why: list[Text] = []
     for k, e in enumerate(s["steps"]):
         load = f"{e['offered_rate']:.3g}/s" if e.get("offered_rate") else f"c={e.get('concurrency')}"
         t.add_row(str(k), e.get("step", ""), load, _num(e.get("request_throughput"), ".2f"),
@@ -92,7 +121,10 @@ def steps_table(s: dict) -> Group:
                   _num((e.get("ttft_from_intended_ms") or {}).get("p99"), ".1f"),
                   _num((e.get("tpot_ms") or {}).get("p99"), ".1f"), str(e.get("failed", 0)),
                   {True: "yes", False: "no", None: "–"}[e.get("meets_slo")])
-    parts: list = [t]
+        if e.get("meets_slo") is False:
+            why.append(Text(f"  step {k} misses the SLO: " + "; ".join(e.get("slo_reasons") or ["no reason recorded"]),
+                            style="yellow"))
+    parts: list[Any] = [Fit(t), *why]
     cap = s.get("capacity")
     if cap:
         dim = cap["dimension"]
@@ -108,15 +140,29 @@ def steps_table(s: dict) -> Group:
     return Group(*parts)
 
 
-def _num(v, fmt: str) -> str:  # type: ignore[no-untyped-def]
+def _num(v: Any, fmt: str) -> str:  # v: a figure of the summary JSON
     return "–" if v is None else format(v, fmt)
 
 
-async def _run_with_progress(measurement, console: Console):  # type: ignore[no-untyped-def]
+def progress_line(snap: dict[str, Any], elapsed: float, total: int | None) -> str:
+    """One plain progress line (logs and CI, where no live panel can be drawn)."""
+    done = f"{snap['done']}/{total}" if total else str(snap["done"])
+    ttft = snap.get("ttft_p50_ms")
+    return (f"progress: {done} done, {snap['in_flight']} in flight, {snap['req_per_s']:.2f} req/s, "
+            f"{snap['out_tok_per_s']:.0f} out tok/s, TTFT p50 " + ("–" if ttft is None else f"{ttft:.1f} ms")
+            + f", {snap['errors']} errors, {elapsed:.0f} s")
+
+
+async def _run_with_progress(measurement: Measurement, console: Console, every: float = 10.0) -> RunResult:
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        measurement.signal = measurement.signal or signum
+        measurement.stop()
+
     try:
-        loop.add_signal_handler(signal.SIGINT, measurement.stop)
-        loop.add_signal_handler(signal.SIGTERM, measurement.stop)
+        loop.add_signal_handler(signal.SIGINT, on_signal, signal.SIGINT)
+        loop.add_signal_handler(signal.SIGTERM, on_signal, signal.SIGTERM)
     except (NotImplementedError, RuntimeError):  # pragma: no cover - non-Unix
         pass
     task = asyncio.create_task(measurement.run())
@@ -128,8 +174,12 @@ async def _run_with_progress(measurement, console: Console):  # type: ignore[no-
             while not task.done():
                 live.update(progress_panel(measurement.snapshot(), time.monotonic() - t0, total, cfg.duration_s))
                 await asyncio.wait({task}, timeout=0.25)
+    elif every > 0:
+        while not task.done():
+            await asyncio.wait({task}, timeout=every)
+            if not task.done():
+                console.print(progress_line(measurement.snapshot(), time.monotonic() - t0, total), highlight=False,
+                              soft_wrap=True)
     else:
         await asyncio.wait({task})
-    if measurement.stopped:
-        console.print("[yellow]stopped: summary covers the requests that finished[/]")
     return task.result()

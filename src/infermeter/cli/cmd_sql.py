@@ -19,8 +19,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 
 FORMATS = ("table", "csv", "json")
@@ -55,9 +55,10 @@ def register(app: typer.Typer) -> None:
         elif fmt == "json":
             print(json.dumps([{c: _plain(v) for c, v in zip(columns, r, strict=True)} for r in rows], indent=2, default=str))
         else:
-            t = Table(caption=f"{len(rows)} row(s)" + (f", first {max_rows} shown" if len(rows) > max_rows else ""))
-            for c in columns:
-                t.add_column(escape(str(c)))
+            kinds = [("num" if rows and all(isinstance(r[i], (int, float)) or r[i] is None for r in rows[:max_rows])
+                      else "text") for i in range(len(columns))]
+            t = make_table(None, [(escape(str(c)), k) for c, k in zip(columns, kinds, strict=True)],
+                           caption=f"{len(rows)} row(s)" + (f", first {max_rows} shown" if len(rows) > max_rows else ""))
             for r in rows[:max_rows]:
                 t.add_row(*(escape("NULL" if v is None else str(_plain(v))) for v in r))
-            Console().print(t)
+            Console().print(Fit(t))

@@ -14,134 +14,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
-
-from infermeter.errors import ConfigError
-
-
-def _pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
-    out = []
-    for v in values:
-        key, sep, val = v.partition("=")
-        if not sep or not key.strip() or not val.strip():
-            raise ConfigError(f"{flag} {v!r}: expected CONFIG=VALUE, e.g. h100-sxm=http://127.0.0.1:8000")
-        out.append((key.strip(), val.strip()))
-    return out
-
-
-def _load_flag(text: str) -> dict[str, Any]:
-    kind, _, arg = text.partition(":")
-    try:
-        if kind == "sweep" and not arg:
-            return {"kind": "sweep"}
-        if kind == "concurrency" and arg:
-            return {"kind": "concurrency", "concurrency": int(arg)}
-        if kind == "rate" and arg:
-            return {"kind": "rate", "rate": float(arg)}
-    except ValueError:
-        pass
-    raise ConfigError(f"--load {text!r}: use sweep, concurrency:N or rate:R")
-
-
-def _attach(data: dict[str, Any], flag: str, pairs: list[tuple[str, str]], field: str, cast: Any = str) -> None:
-    """Set ``field`` on the configuration each pair names (by name or hardware configuration)."""
-    from infermeter.perfmodel.configspec import parse_config
-
-    confs = [c if isinstance(c, dict) else {"config": c} for c in data.get("configurations") or []]
-    for key, val in pairs:
-        try:
-            want = parse_config(key).label
-        except ConfigError:
-            want = key
-        hits = [c for c in confs if c.get("name") == key or
-                (not c.get("name") and _label(c.get("config")) == want)]
-        if not hits:
-            names = ", ".join(str(c.get("name") or c.get("config")) for c in confs)
-            raise ConfigError(f"{flag} {key}={val}: no configuration {key!r} in this study ({names})")
-        hits[0][field] = cast(val)
-    data["configurations"] = confs
-
-
-def _label(text: Any) -> str | None:
-    from infermeter.perfmodel.configspec import parse_config
-
-    try:
-        return parse_config(str(text)).label
-    except ConfigError:
-        return None
-
-
-def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
-    """The study mapping with command-line flags applied on top (testable without the CLI)."""
-    from infermeter.durations import parse_duration
-    from infermeter.measure import parse_slo
-
-    data = json.loads(json.dumps(data, default=str))
-    for key in ("model", "title", "seed"):
-        if f.get(key) is not None:
-            data[key] = f[key]
-    if f.get("hardware"):
-        data["configurations"] = list(f["hardware"])
-    if f.get("profile"):
-        data["profiles"] = list(f["profile"])
-    load = dict(data.get("load") or {})
-    if f.get("load"):
-        load.update(_load_flag(f["load"]))
-    for flag, key in (("requests", "requests"), ("saturation_requests", "saturation_requests"),
-                      ("concurrency", "concurrency")):
-        if f.get(flag) is not None:
-            load[key] = f[flag]
-    if load:
-        data["load"] = load
-    slo = dict(data.get("slo") or {})
-    if f.get("slo"):
-        slo.update(parse_slo(f["slo"]))
-    if f.get("slo_percentile"):
-        slo["percentile"] = f["slo_percentile"]
-    if slo:
-        data["slo"] = slo
-    pricing = dict(data.get("pricing") or {})
-    for key in ("provider", "overhead", "utilization", "value_metric"):
-        if f.get(key) is not None:
-            pricing[key] = f[key]
-    if f.get("prices"):
-        pricing["prices_file"] = str(f["prices"])
-    if pricing:
-        data["pricing"] = pricing
-    volume = dict(data.get("volume") or {})
-    for key in ("peak_factor", "headroom"):
-        if f.get(key) is not None:
-            volume[key] = f[key]
-    if volume:
-        data["volume"] = volume
-    _attach(data, "--target", _pairs(f.get("target") or [], "--target"), "target")
-    _attach(data, "--engine", _pairs(f.get("engine") or [], "--engine"), "engine")
-    _attach(data, "--price", _pairs(f.get("price") or [], "--price"), "price_per_hour", _price)
-    if f.get("soak") is not None or f.get("rate") is not None:
-        if f.get("soak") is None or f.get("rate") is None:
-            raise ConfigError("--soak DURATION and --rate R go together (a simulated production run per configuration)")
-        soak = dict(data.get("soak") or {})
-        soak.update({"duration_s": parse_duration(f["soak"], "--soak"), "rate_per_s": f["rate"]})
-        if f.get("soak_window"):
-            soak["window_s"] = parse_duration(f["soak_window"], "--soak-window")
-        data["soak"] = soak
-    return data
-
-
-def _price(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"--price: {text!r} is not a price in USD per hour") from None
 
 
 def register(app: typer.Typer) -> None:
     @app.command("study")
     def study_cmd(
-        study_file: Optional[Path] = typer.Argument(None, help="Study file (YAML); see docs/study.md."),
-        example: bool = typer.Option(False, "--example", help="Write and run the built-in example study."),
+        study_file: Optional[Path] = typer.Argument(None, help="Study file (YAML); see docs/study.md. With --example: "
+                                                    "the example's name (default, seed-000, seed-002, seed-003)."),
+        example: bool = typer.Option(False, "--example", help="Run a built-in study: `--example` (four GPUs, three "
+                                     "profiles) or `--example seed-000|seed-002|seed-003` (the published studies)."),
         model: Optional[str] = typer.Option(None, help="Model (catalog name), e.g. llama-3.1-8b."),
         hardware: Optional[list[str]] = typer.Option(None, "--hardware", "-c", help="A configuration, e.g. 4xa100-80gb:tp4 (repeat)."),
         profile: Optional[list[str]] = typer.Option(None, "--profile", help="Workload profile (repeat; default chat, classification, code)."),
@@ -175,71 +59,34 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from infermeter.measure import default_out_dir
-        from infermeter.study.config import build_study, dump_study, example_text, read_study_file, read_study_mapping
+        from infermeter.study.config import dump_study
+        from infermeter.study.flags import study_from
         from infermeter.study.runner import run_study
+        from infermeter.study.view import print_result, study_progress
 
-        if example and study_file:
-            raise ConfigError("--example runs the built-in study; give it or a study file, not both")
-        if example:
-            data, where = read_study_mapping(example_text(), "the built-in example"), "the built-in example"
-        elif study_file:
-            data, where = read_study_file(study_file), f"study file {study_file}"
-        else:
-            data, where = {}, "flags"
-            if not hardware:
-                raise ConfigError("give a study file, --example, or at least one --hardware CONFIG")
+        # `--example NAME`: the flag takes no value, so the name arrives as the positional argument
+        name = (str(study_file) if study_file is not None else "default") if example else None
         flags = dict(model=model, hardware=hardware, profile=profile, load=load, requests=requests,
                      saturation_requests=saturation_requests, concurrency=concurrency, slo=slo,
                      slo_percentile=slo_percentile, provider=provider, prices=prices, price=price, overhead=overhead,
                      utilization=utilization, value_metric=value_metric, peak_factor=peak_factor, headroom=headroom,
                      target=target, engine=engine, soak=soak, rate=rate, soak_window=soak_window, seed=seed,
                      title=title)
-        study = build_study(merge_flags(data, flags), where)
+        study = study_from(None if example else study_file, name, flags)
         console, err = Console(), Console(stderr=True)
         if dry_run:
             console.print(dump_study(study), highlight=False, markup=False)
             return
-        folder = out or default_out_dir("study-example" if example else "study")
+        folder = out or default_out_dir(f"study-{name}" if name and name != "default" else "study-example" if example else "study")
         err.print(f"[cyan]study[/] {study.describe_title()} -> {folder}", highlight=False)
-        result = run_study(study, folder, resume=resume,
-                           progress=lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
+        with study_progress(err) as (lines, events):
+            result = run_study(study, folder, resume=resume, progress=lines, events=events)
         if as_json:
             print(json.dumps({"files": {k: str(v) for k, v in result.files.items()}, "wall_s": result.wall_s,
+                              "decisions": {p: d.to_json() for p, d in result.decisions.items()},
+                              "claims": [c.to_json() for c in result.claims],
                               "findings": [f.text for f in result.findings],
-                              "best_value": {p: pk.best.cell.config for p, pk in result.prices.picks.items()}},
-                             indent=2))
+                              "best_value": {p: d.best.cell.config for p, d in result.decisions.items() if d.best}},
+                             indent=2, default=str))
             return
-        _print_result(console, result)
-
-
-def _print_result(console: Any, result: Any) -> None:
-    from rich.table import Table
-
-    from infermeter.study.matrix import METRIC, display
-
-    s = result.study
-    t = Table(title=f"Output tokens/s at saturation{' | req/s at SLO capacity' if s.slo.limits else ''}")
-    t.add_column("configuration")
-    for p in s.profiles:
-        t.add_column(p, justify="right")
-    by_key = {c.key: c for c in result.cells}
-    for conf in s.configurations:
-        row = [conf.label]
-        for p in s.profiles:
-            c = by_key.get((conf.label, p))
-            if c is None:
-                row.append("–")
-                continue
-            cc = result.prices.cost.get(c.key)
-            text = display(METRIC["sat_out"], c, cc)[1]
-            if s.slo.limits:
-                text += " | " + display(METRIC["cap_rps"], c, cc)[1].rsplit(" (", 1)[0]
-            row.append(text)
-        t.add_row(*row)
-    console.print(t)
-    console.print("[bold]Findings[/]")
-    for i, f in enumerate(result.findings, 1):
-        console.print(f"{i}. {f.text}", highlight=False, markup=False, soft_wrap=True)
-    files = result.files
-    console.print(f"report: {files['html']}  (also {files['markdown'].name}, {files['json'].name}, "
-                  f"{files['csv'].name}); {len(result.cells)} cells in {result.wall_s:.1f} s", highlight=False)
+        print_result(console, result)

@@ -17,10 +17,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from infermeter.analysis.cost import HOURS_PER_MONTH, CostResult, best_by_group, profile_of
 from infermeter.analysis.prices import Price, PriceOptions, staleness_warnings
+from infermeter.cli.fit import Fit, make_table
 
 Provider = Annotated[Optional[str], typer.Option("--provider", help="Price at this provider (aws, azure, gcp, lambda, runpod, vastai, vultr, coreweave, ...).")]
 Instance = Annotated[Optional[str], typer.Option("--instance", help="Price this catalog offer (instance name).")]
@@ -95,27 +95,27 @@ def source_tag(source: str) -> str:
     return f"[{colour}]{source}[/]"
 
 
-def cost_table(results: Sequence[CostResult]) -> Table:
-    t = Table(title="Cost per unit (each figure charges the whole hour to that unit)")
-    for col in ("run", "source", "config", "profile", "$/1K out", "$/1M out", "$/1M in", "$/1M total", "$/1M req"):
-        t.add_column(col, justify="right" if col.startswith("$") else "left")
+def cost_table(results: Sequence[CostResult]) -> Fit:
+    t = make_table("Cost per unit (each figure charges the whole hour to that unit)",
+                   [(c, "num" if c.startswith("$") else "text" if c == "run" else "name") for c in
+                    ("run", "source", "config", "profile", "$/1K out", "$/1M out", "$/1M in", "$/1M total", "$/1M req")])
     for r in results:
         s = r.subject
         t.add_row(s.label, source_tag(s.source), r.hardware, s.profile or "–", money(r.usd_per_1k_output_tokens),
                   money(r.usd_per_1m_output_tokens), money(r.usd_per_1m_input_tokens),
                   money(r.usd_per_1m_total_tokens), money(r.usd_per_1m_requests))
-    return t
+    return Fit(t)
 
 
-def rate_table(results: Sequence[CostResult]) -> Table:
-    t = Table(title="Throughput and spend")
-    for col in ("run", "out tok/s", "req/s", "$/hour", "$/month", "out tok/$", "total tok/$", "basis"):
-        t.add_column(col, justify="left" if col in ("run", "basis") else "right")
+def rate_table(results: Sequence[CostResult]) -> Fit:
+    t = make_table("Throughput and spend", [(c, "text" if c in ("run", "basis") else "num") for c in
+                                            ("run", "out tok/s", "req/s", "$/hour", "$/month", "out tok/$",
+                                             "total tok/$", "basis")])
     for r in results:
         tp = r.subject.throughput
         t.add_row(r.subject.label, count(tp.output_tokens_per_s), count(tp.requests_per_s), money(r.usd_per_hour),
                   money(r.usd_per_month), count(r.output_tokens_per_usd), count(r.total_tokens_per_usd), r.subject.basis)
-    return t
+    return Fit(t)
 
 
 def print_best(console: Console, results: Sequence[CostResult]) -> None:

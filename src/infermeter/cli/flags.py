@@ -77,61 +77,72 @@ def _path(v: Any, flag: str) -> str:
     return str(v)
 
 
-def _run(specs: dict[str, FlagSpec | None]) -> list[Flag]:
-    return model_flags(RunConfig, specs)
+def _run(specs: dict[str, FlagSpec | None], panel: str) -> list[Flag]:
+    return model_flags(RunConfig, specs, panel)
 
 
 TARGET = _run({
     "url": None, "model": None, "api": None,
     "api_key": FlagSpec(envvar="OPENAI_API_KEY", show_default=False),
     "ignore_eos": None, "temperature": None,
-    "extra_body": FlagSpec(annotation=Optional[str], convert=_json_object, show_default=False),
-})
+    "extra_body": FlagSpec(annotation=Optional[str], convert=_json_object, show_default=False, metavar="JSON"),
+}, "Target")
 LOAD = _run({
     "concurrency": None, "rate": None, "arrival": FlagSpec(annotation=Optional[str], show_default=False),
     "burstiness": None, "ramp_up_strategy": FlagSpec(annotation=Optional[str]), "ramp_up_start_rps": None,
     "ramp_up_end_rps": None, "max_concurrency": None, "load": FlagSpec(annotation=Optional[str]), "time_scale": None,
-    "requests": None, "duration_s": FlagSpec(flag="--duration", annotation=Optional[str], convert=_duration),
+    "requests": None, "duration_s": FlagSpec(flag="--duration", annotation=Optional[str], convert=_duration, metavar="DURATION"),
     "warmup": None, "seed": None,
-})
-GRACE = _run({"grace_s": FlagSpec(flag="--grace", annotation=Optional[str], convert=_duration)})
+}, "Load")
+GRACE = _run({"grace_s": FlagSpec(flag="--grace", annotation=Optional[str], convert=_duration, metavar="DURATION",
+                                show_default="30s")}, "Load")
 PLANS = _run({
     "sweep_rates": None, "search": FlagSpec(annotation=str), "search_start": None, "search_max": None,
     "resolution": None, "max_steps": None, "slo_percentile": None, "max_error_rate": None,
-})
-SCALE = _run({"workers": None, "ray": None, "calibrate": None, "strict": None})
+}, "Sweeps and find-max (--load sweep|find-max)")
+SCALE = _run({"workers": None, "ray": None, "calibrate": None, "strict": None}, "Scale and client calibration")
 SOAK = _run({
-    "window_s": FlagSpec(flag="--window", annotation=Optional[str], convert=_duration),
-    "checkpoint_s": FlagSpec(flag="--checkpoint", annotation=Optional[str], convert=_duration),
+    "window_s": FlagSpec(flag="--window", annotation=Optional[str], convert=_duration, metavar="DURATION"),
+    "checkpoint_s": FlagSpec(flag="--checkpoint", annotation=Optional[str], convert=_duration, metavar="DURATION"),
     "part_records": None,
-})
+}, "Soak runs")
 WORKLOAD = _run({
     "profile": None, "dataset": None, "tokenizer": None, "input_tokens": None, "output_tokens": None,
     "prefix_tokens": None, "prefix_groups": None,
-    "profile_overrides": FlagSpec(flag="--set", annotation=Optional[list[str]], convert=_pairs, show_default=False),
-})
+    "profile_overrides": FlagSpec(flag="--set", annotation=Optional[list[str]], convert=_pairs, show_default=False,
+                                  metavar="KEY=VALUE"),
+}, "Workload")
+SALT = _run({"prompt_salt": None}, "Workload")  # run only: simulated runs have no cache to carry over
 TIMEOUTS = _run({
-    "connect_timeout_s": FlagSpec(flag="--connect-timeout", annotation=Optional[str], convert=_duration),
-    "first_token_timeout_s": FlagSpec(flag="--first-token-timeout", annotation=Optional[str], convert=_timeout),
-    "timeout_s": FlagSpec(flag="--timeout", annotation=Optional[str], convert=_timeout),
-})
-SLO = _run({"slo": FlagSpec(annotation=Optional[str], convert=_slo, show_default=False)})
+    "connect_timeout_s": FlagSpec(flag="--connect-timeout", annotation=Optional[str], convert=_duration,
+                                  metavar="DURATION", show_default="10s"),
+    "first_token_timeout_s": FlagSpec(flag="--first-token-timeout", annotation=Optional[str], convert=_timeout,
+                                      metavar="DURATION", show_default="120s"),
+    "timeout_s": FlagSpec(flag="--timeout", annotation=Optional[str], convert=_timeout, metavar="DURATION",
+                          show_default="600s"),
+}, "Timeouts")
+SLO = _run({"slo": FlagSpec(annotation=Optional[str], convert=_slo, show_default=False, metavar="KEY=MS,...")}, "SLO")
 OUTPUT = _run({
     "out": FlagSpec(annotation=Optional[Path], convert=_path), "label": None,
-})
+}, "Output")
 TELEMETRY = _run({
-    "alerts": FlagSpec(flag="--alert", annotation=Optional[list[str]], convert=_alerts, show_default=False),
+    "alerts": FlagSpec(flag="--alert", annotation=Optional[list[str]], convert=_alerts, show_default=False,
+                       metavar="RULE"),
     "hardware": None, "scrape": None,
-    "scrape_interval_s": FlagSpec(flag="--scrape-interval", annotation=Optional[str], convert=_duration),
+    "scrape_interval_s": FlagSpec(flag="--scrape-interval", annotation=Optional[str], convert=_duration,
+                                  metavar="DURATION", show_default="1s"),
     "gpu": FlagSpec(flag="--gpu-telemetry/--no-gpu-telemetry"), "dcgm_url": None, "history": None,
-    "emulator_args": FlagSpec(flag="--emulator", annotation=Optional[str], convert=_emulator, show_default=False),
-})
+    "emulator_args": FlagSpec(flag="--emulator", annotation=Optional[str], convert=_emulator, show_default=False,
+                              metavar="ARGS"),
+}, "Telemetry, alerts, history, embedded emulator")
 TWIN = model_flags(TwinSpec, {
     "model": None, "gpu": FlagSpec(aliases=("--hardware",)), "tp": None, "pp": None, "dtype": None, "kv_dtype": None,
     "gpu_memory_utilization": None, "max_num_seqs": None, "max_num_batched_tokens": None, "max_model_len": None,
     "num_gpu_blocks_override": None, "enable_prefix_caching": None, "enable_chunked_prefill": None,
     "block_size": None,
-    "frontend_overhead_s": FlagSpec(flag="--frontend-overhead", annotation=Optional[str], convert=_duration),
-    "frontend_service_s": FlagSpec(flag="--frontend-service", annotation=Optional[str], convert=_duration),
-    "router": FlagSpec(annotation=str),
-})
+    "frontend_overhead_s": FlagSpec(flag="--frontend-overhead", annotation=Optional[str], convert=_duration,
+                                    metavar="DURATION"),
+    "frontend_service_s": FlagSpec(flag="--frontend-service", annotation=Optional[str], convert=_duration,
+                                   metavar="DURATION"),
+    "router": FlagSpec(annotation=str, metavar="POLICY"),
+}, "Deployment (the digital twin)")

@@ -3,7 +3,8 @@
 Each ``infermeter.cli.cmd_*`` module defines ``register(app)`` and adds its
 command(s); this module discovers them, so adding a command never edits a
 shared file. ``main()`` turns :class:`infermeter.errors.UserError` into a
-one-line message and exit code 2.
+one-line message and exit code 2, and Ctrl-C into "interrupted" and exit code 130
+(:mod:`infermeter.cli.interrupt`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import typer
 from rich.console import Console
 
 from infermeter import __version__
+from infermeter.cli import interrupt
+from infermeter.cli.help import App
 from infermeter.errors import UserError
 
-app = typer.Typer(
+app = App(
     name="infermeter",
     help="Measure, model and price LLM serving.",
     no_args_is_help=True,
@@ -35,7 +38,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Measure, model and price LLM serving."""
 
@@ -53,12 +56,17 @@ _load_commands()
 
 
 def main() -> None:
+    """Run the command; a UserError is one line and exit 2, Ctrl-C says "interrupted" and exits 130."""
     err = Console(stderr=True)
     try:
-        app(standalone_mode=True)
+        app(standalone_mode=True)  # typer turns a KeyboardInterrupt into exit code 130
     except UserError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except SystemExit as exc:
+        if exc.code in (130, 143) and not interrupt.announced:
+            err.print("[yellow]interrupted[/]: stopped before it finished", highlight=False)
+        raise
 
 
 if __name__ == "__main__":

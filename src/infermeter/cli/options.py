@@ -37,6 +37,8 @@ class Flag:
     envvar: str | None = None
     show_default: bool | str = True
     hidden: bool = False
+    panel: str | None = None  # the heading it is listed under in --help
+    metavar: str | None = None  # what --help shows for the value (default: from the type)
 
     @property
     def flag(self) -> str:
@@ -54,10 +56,12 @@ class FlagSpec:
     envvar: str | None = None
     show_default: bool | str | None = None
     aliases: tuple[str, ...] = field(default=())
+    metavar: str | None = None
 
 
-def model_flags(model: type[BaseModel], specs: dict[str, FlagSpec | None]) -> list[Flag]:
-    """Flags for ``specs``' fields of ``model`` (a ``None`` spec: everything derived)."""
+def model_flags(model: type[BaseModel], specs: dict[str, FlagSpec | None], panel: str | None = None) -> list[Flag]:
+    """Flags for ``specs``' fields of ``model`` (a ``None`` spec: everything derived), listed under
+    the ``panel`` heading in ``--help``."""
     out = []
     for name, spec in specs.items():
         spec = spec or FlagSpec()
@@ -78,7 +82,8 @@ def model_flags(model: type[BaseModel], specs: dict[str, FlagSpec | None]) -> li
         if not is_bool and default is None and annotation is not None and "None" not in str(annotation):
             annotation = annotation | None
         out.append(Flag(field=name, decls=(flag, *spec.aliases), annotation=annotation, default=default, help=text,
-                        convert=spec.convert, envvar=spec.envvar, show_default=show))
+                        convert=spec.convert, envvar=spec.envvar, show_default=show, panel=panel,
+                        metavar=spec.metavar))
     return out
 
 
@@ -106,13 +111,13 @@ def with_flags(*groups: Sequence[Flag]) -> Callable[[Callable[..., Any]], Callab
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
         for f in flags:
             opt = typer.Option(f.default, *f.decls, help=f.help, envvar=f.envvar, show_default=f.show_default,
-                               hidden=f.hidden)
+                               hidden=f.hidden, rich_help_panel=f.panel, metavar=f.metavar)
             params.append(inspect.Parameter(f.field, inspect.Parameter.KEYWORD_ONLY, default=opt,
                                             annotation=f.annotation))
         hints = {p.name: p.annotation for p in params}
         own_hints = inspect.get_annotations(fn, eval_str=True)
         hints.update({k: v for k, v in own_hints.items() if k in names})
-        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions have no __signature__
             [p.replace(annotation=hints[p.name]) for p in params], return_annotation=None)
         wrapper.__annotations__ = {**hints, "return": None}
         del wrapper.__wrapped__  # typer must read this signature, not the wrapped function's

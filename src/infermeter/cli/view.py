@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
+from infermeter.cli.fit import Fit, make_table
+from infermeter.client.errors import status_of
 
 
 def _f(v: Any, fmt: str = ".1f") -> str:
@@ -34,33 +36,38 @@ def progress_panel(snap: dict[str, Any], elapsed: float, total: int | None, dura
 
 def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     head = Table.grid(padding=(0, 2))
+    head.add_column(no_wrap=True)
+    head.add_column(overflow="fold")
+    head.add_column(overflow="fold")
     src = s.get("source", "measured")
     head.add_row(Text("run", style="bold"), str(s.get("label")), Text(src, style="cyan"))
     if s.get("load"):
         head.add_row(Text("load", style="bold"), str(s["load"]), "")
-    parts = [f"{s['completed']} ok", f"{s['failed']} failed"]
-    parts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
+    counts = [f"{s['completed']} ok", f"{s['failed']} failed"]
+    counts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
     scheduled = s.get("scheduled")
-    head.add_row(Text("requests", style="bold"), ", ".join(parts) + (f" of {scheduled} scheduled" if scheduled else ""),
+    head.add_row(Text("requests", style="bold"), ", ".join(counts) + (f" of {scheduled} scheduled" if scheduled else ""),
                  f"in {s['duration_s']:.2f} s")
     if s.get("target_rate"):
         head.add_row(Text("rate", style="bold"),
                      f"achieved {_f(s.get('achieved_rate'), '.2f')} of target {s['target_rate']:.2f} req/s", "")
+    if s.get("slo"):
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in s["slo"].items())
+        att = s.get("slo_attainment")
+        head.add_row(Text("SLO", style="bold"), f"{bounds}: " + ("–" if att is None else
+                     f"{att:.1%} of the scheduled requests met every bound"), "")
     if s.get("token_count_source"):
         tok = f"tokens from {s['token_count_source']} usage" if s["token_count_source"] != "stream" else "tokens counted from the stream"
         if s.get("usage_mismatches"):
             tok += f" ({s['usage_mismatches']} requests where usage and stream disagree)"
         head.add_row(Text("tokens", style="bold"), tok, "")
-    thr = Table(title="Throughput", title_justify="left", show_edge=False)
-    for c in ("req/s", "input tok/s", "output tok/s", "total tok/s", "goodput req/s"):
-        thr.add_column(c, justify="right")
+    thr = make_table("Throughput", [(c, "num") for c in ("req/s", "input tok/s", "output tok/s", "total tok/s",
+                                                         "goodput req/s")], title_justify="left")
     thr.add_row(_f(s["request_throughput"], ".2f"), _f(s["input_token_throughput"], ".0f"),
                 _f(s["output_token_throughput"], ".0f"), _f(s.get("total_token_throughput"), ".0f"),
                 _f(s.get("goodput"), ".2f"))
-    lat = Table(title="Latency (ms)", title_justify="left", show_edge=False)
-    lat.add_column("metric")
-    for c in ("mean", "p50", "p90", "p95", "p99", "p99.9"):
-        lat.add_column(c, justify="right")
+    lat = make_table("Latency (ms)", [("metric", "text"), *((c, "num") for c in ("mean", "p50", "p90", "p95", "p99",
+                                                                                "p99.9"))], title_justify="left")
     rows = [("TTFT", "ttft_ms"), ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
             ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("schedule lag", "schedule_lag_ms")]
     short: dict[str, int] = {}  # percentile -> the fewest samples of a row that could not show it
@@ -72,7 +79,7 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         for k, need in MIN_SAMPLES.items():
             if d.get(k) is None and d["count"] < need:
                 short[k] = min(short.get(k, d["count"]), d["count"])
-    parts: list[Any] = [head, thr, lat]
+    parts: list[Any] = [head, Fit(thr, key_columns=0), Fit(lat)]
     if short:
         parts.append(Text("– " + "; ".join(f"{PERCENTILE_LABELS[k]} needs >= {MIN_SAMPLES[k]:,} samples ({n:,} here)"
                                             for k, n in sorted(short.items(), key=lambda kv: MIN_SAMPLES[kv[0]])),
@@ -80,14 +87,12 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     sm = s.get("server_metrics") or {}
     if sm:
         title = "Engine (simulated)" if src == "simulated" else "Server (scraped /metrics)"
-        srv = Table(title=title, title_justify="left", show_edge=False)
-        keys = [("KV usage mean", "kv_cache_usage_mean", ".1%"), ("KV usage max", "kv_cache_usage_max", ".1%"),
+        keys = [("KV mean", "kv_cache_usage_mean", ".1%"), ("KV max", "kv_cache_usage_max", ".1%"),
                 ("waiting max", "num_requests_waiting_max", ".0f"), ("running max", "num_requests_running_max", ".0f"),
                 ("prefix hit rate", "prefix_cache_hit_rate", ".1%"), ("preemptions", "num_preemptions", ".0f")]
-        for name, _, _ in keys:
-            srv.add_column(name, justify="right")
+        srv = make_table(title, [(name, "num") for name, _, _ in keys], title_justify="left")
         srv.add_row(*("n/a" if sm.get(k) is None else format(sm[k], f) for _, k, f in keys))
-        parts.append(srv)
+        parts.append(Fit(srv, key_columns=0))
     g = s.get("gpu") or {}
     if g and not g.get("available", True):
         parts.append(Text(f"GPU telemetry: unavailable ({g.get('reason')})", style="dim"))
@@ -107,16 +112,16 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     return Group(*parts)
 
 
-def error_table(s: dict[str, Any]) -> Table:
-    """Failed requests by class, with the most common message of each."""
-    t = Table(title="Errors", title_justify="left", show_edge=False)
-    t.add_column("class", style="red")
-    t.add_column("count", justify="right")
-    t.add_column("most common message", overflow="fold")
+def error_table(s: dict[str, Any]) -> Fit:
+    """Failed requests by class, with the HTTP status and the message most common in each."""
+    t = make_table("Errors", [("class", "name"), ("count", "num"), ("status", "num"), ("most common message", "text")],
+                   title_justify="left")
     msgs = s.get("error_messages") or {}
     for cls, n in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1]):
-        t.add_row(cls, str(n), str(msgs.get(cls) or ""))
-    return t
+        msg = str(msgs.get(cls) or "")
+        status = status_of(msg)
+        t.add_row(Text(cls, style="red"), str(n), "–" if status is None else str(status), Text(msg))
+    return Fit(t)
 
 
 def verdict_lines(s: dict[str, Any]) -> list[Text]:

@@ -17,6 +17,34 @@ Tree (names as stored in ``RequestRecord.error_class``)::
 
 from __future__ import annotations
 
+import re
+from http import HTTPStatus
+
+AUTH_STATUSES = (401, 403)  # the server wants a (different) API key
+
+
+def http_detail(status: int, body: str) -> str:
+    """The detail of a failed HTTP response: ``HTTP 401 Unauthorized: {body}`` (status first, always)."""
+    try:
+        phrase = " " + HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    body = " ".join(body.split())[:200]
+    return f"HTTP {status}{phrase}" + (f": {body}" if body else "")
+
+
+def status_of(detail: str | None) -> int | None:
+    """The HTTP status a detail written by :func:`http_detail` names (None for other details)."""
+    m = re.match(r"HTTP (\d{3})\b", detail or "")
+    return int(m.group(1)) if m else None
+
+
+def auth_hint(status: int, key_given: bool) -> str:
+    """What to do about a 401/403: pass a key, or check the one given."""
+    if key_given:
+        return "the server refused the API key given; check --api-key / OPENAI_API_KEY"
+    return "the server wants an API key; pass --api-key KEY or set OPENAI_API_KEY"
+
 
 def http_error_class(status: int) -> str:
     if status == 429:

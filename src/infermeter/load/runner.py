@@ -21,6 +21,11 @@ schedule indices (worker k of n takes ``idx % n == k``: see
 ``first_index`` skips the first schedule entries (and their specs) and
 ``shift_s`` moves the schedule later on the run clock (a resumed soak run:
 run clock = schedule time + ``shift_s``; ``--duration`` counts schedule time).
+
+A server that answers the first request to finish with HTTP 401 or 403 (before any request
+succeeded) wants an API key: every request would fail, so the runner stops itself and says why
+in ``stats.halted`` (``auth_failure`` has the status and the detail); a 401 after requests
+succeeded is recorded like any error.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from infermeter.client.errors import AUTH_STATUSES
 from infermeter.load.shapes import BaseShape
 from infermeter.load.stats import LiveStats
 from infermeter.records.record import RequestRecord
@@ -72,6 +78,7 @@ class RunStats:
     client_cpu: float | None = None
     wall_s: float = 0.0
     interrupted: bool = False
+    halted: str | None = None  # why the runner stopped itself (e.g. every first request got HTTP 401)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,11 +109,26 @@ class Runner:
         self._in_flight = 0
         self._sem = asyncio.Semaphore(limits.max_concurrency) if limits.max_concurrency else None
         self._total = None if limits.requests is None else limits.requests + limits.warmup
+        self._ok_seen = False
 
     def stop(self) -> None:
         """Stop sending (Ctrl-C); in-flight requests are cancelled and recorded as such."""
         self.stats.interrupted = True
         self._stop.set()
+
+    def halt(self, reason: str) -> None:
+        """Stop sending because the run cannot succeed (not an interruption); ``reason`` says why."""
+        if self.stats.halted is None:
+            self.stats.halted = reason
+        self._stop.set()
+
+    def _check_auth(self, rec: RequestRecord) -> None:
+        if rec.outcome == "ok":
+            self._ok_seen = True
+        elif (rec.outcome == "error" and not self._ok_seen and rec.http_status in AUTH_STATUSES
+              and self.stats.halted is None):
+            self.stats.extra["auth_failure"] = {"status": rec.http_status, "detail": rec.error_detail}
+            self.halt(f"HTTP {rec.http_status} on the first requests")
 
     # -- one request ---------------------------------------------------------------------------
     async def _one(self, idx: int, spec: Any, intended: float) -> None:
@@ -136,6 +158,7 @@ class Runner:
             rec.outcome = "cancelled" if rec.sent_at is not None else "dropped"
             rec.error_class = None
             rec.ended_at = self.clock() if rec.sent_at is not None else None
+        self._check_auth(rec)
         self.live.add(rec)
         self.on_record(rec)
 
@@ -230,14 +253,14 @@ class Runner:
         if not sched.done():
             sched.cancel()
             await asyncio.gather(sched, return_exceptions=True)
-        elif sched.exception() is not None:
+        elif (failure := sched.exception()) is not None:
             stopper.cancel()
-            raise sched.exception()  # type: ignore[misc]
+            raise failure
         # Drain: wait for in-flight requests (bounded after --duration), cancel the rest.
         if self._tasks and not self._stop.is_set():
             grace = self.limits.grace_s if self.limits.duration_s is not None else None
             waiter = asyncio.gather(*list(self._tasks), return_exceptions=True)
-            done, _ = await asyncio.wait({waiter, stopper}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((waiter, stopper), timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if waiter not in done:
                 # the gather ends with a CancelledError *exception* once its children are cancelled
                 # below: retrieve it, or asyncio logs "_GatheringFuture exception was never retrieved"

@@ -68,14 +68,17 @@ class FindMaxPlan(BaseModel):
         good: dict[float, int] = {}  # value -> step index
         lo: float | None = None
         hi: float | None = None
-        x = self.start
-        if x is None and self.dimension == "rate":
+        if self.dimension == "concurrency":
+            x = float(max(1, int(self.start or 1)))
+        elif self.start is not None:
+            x = float(self.start)
+        else:  # a rate search starts at the synchronous rate
             first = yield Step(ConstantConcurrency(concurrency=1), "synchronous")
             n += 1
-            x = first.get("request_throughput") or None
-            if not x:
+            sync_rate = first.get("request_throughput") or None
+            if not sync_rate:
                 return self._result(None, None, good, "the synchronous step completed nothing")
-        x = float(max(1, int(x or 1))) if self.dimension == "concurrency" else float(x)  # type: ignore[arg-type]
+            x = float(sync_rate)
         if self.max_value is not None:
             x = min(x, self.max_value)
         halvings = 0

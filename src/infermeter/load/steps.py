@@ -44,7 +44,10 @@ StepGen = Generator[Step, dict[str, Any], dict[str, Any]]
 
 
 class LoadPlan(Protocol):
-    kind: str
+    """What :func:`run_plan` drives: a frozen plan (``SweepPlan``, ``FindMaxPlan``), so ``kind`` is read-only."""
+
+    @property
+    def kind(self) -> str: ...
 
     def steps(self) -> StepGen: ...
 

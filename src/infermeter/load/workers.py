@@ -119,8 +119,9 @@ class WorkerRun:
         self._specs: Iterator[Any] | None = None
         self._stopped = False
 
-    def prepare(self) -> None:
+    def prepare(self) -> Iterator[Any]:
         self._specs = self.plan.make_specs()
+        return self._specs
 
     def stop(self) -> None:
         self._stopped = True
@@ -134,8 +135,7 @@ class WorkerRun:
         return self.live.snapshot(self.clock())
 
     async def run(self, start_wall: float) -> dict[str, Any]:
-        if self._specs is None:
-            self.prepare()
+        specs = self._specs if self._specs is not None else self.prepare()
         plan, k = self.plan, self.k
         clock = aligned_clock(start_wall)
         journal = self.sink if self.sink is not None else store.Journal(self.journal_dir)
@@ -146,7 +146,7 @@ class WorkerRun:
 
         async with make_session(connect_timeout_s=plan.connect_timeout_s, max_connections=0) as session:
             client = OpenAIClient(plan.client, session, clock)
-            self.runner = Runner(send=client.send, specs=self._specs, shape=plan.shape_for(k),  # type: ignore[arg-type]
+            self.runner = Runner(send=client.send, specs=specs, shape=plan.shape_for(k),
                                  limits=plan.limits_for(k), clock=clock, on_record=on_record,
                                  rng=np.random.default_rng(plan.seed), live=self.live,
                                  index_filter=Stripe(k, plan.workers) if plan.workers > 1 else None, worker=k,
@@ -162,7 +162,8 @@ class WorkerRun:
                     journal.close()
         return {"worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
-                "wall_s": stats.wall_s, "interrupted": stats.interrupted}
+                "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
+                "auth_failure": stats.extra.get("auth_failure")}
 
 
 # -- processes ---------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     """The calibration of the deployment measured in ``paths``; see the module docstring."""
     dirs = run_dirs(paths)
     heads = [RunHeader.read(d / store.RUN) for d in dirs]
-    if any(h.source != "measured" for h in heads):
+    if any(h.source == "simulated" for h in heads):
         raise ConfigError("calibrate: fit to measured runs only (a simulated run would calibrate the twin to itself)")
     models = {h.model for h in heads}
     urls = {(h.target or {}).get("url") for h in heads}

@@ -14,6 +14,7 @@ naming both), :func:`build_plan` into a multi-step plan (``--load sweep``,
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +99,9 @@ class RunConfig(BaseModel):
     prefix_groups: int | None = Field(None, ge=1, description="number of distinct shared prefixes")
     profile_overrides: dict[str, Any] = Field({}, description="override a profile field or dataset option, KEY=VALUE "
                                                               "(repeatable; see `infermeter profiles`)")
+    prompt_salt: int | None = Field(None, ge=0, description="vary the prompt text, not its lengths, with this number "
+                                    "(default: a new one per run, recorded in run.json, so a server's prefix cache "
+                                    "does not carry over from earlier runs; 0: the seed's own text, as before)")
     # timeouts (s)
     connect_timeout_s: float = Field(10.0, gt=0, description="connect timeout")
     first_token_timeout_s: float | None = Field(120.0, gt=0, description="first-token timeout, 0 = none")
@@ -155,8 +159,16 @@ class RunConfig(BaseModel):
         return float(v)
 
     def public(self) -> dict[str, Any]:
+        """The config as run.json records it: no secret (the API key, an emulator's --api-key) is written."""
         d = self.model_dump(mode="json")
         d["api_key"] = "***" if self.api_key else None
+        args = list(d.get("emulator_args") or [])
+        for i, a in enumerate(args):
+            if a == "--api-key" and i + 1 < len(args):
+                args[i + 1] = "***"
+            elif a.startswith("--api-key="):
+                args[i] = "--api-key=***"
+        d["emulator_args"] = args
         return d
 
 
@@ -183,7 +195,7 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         return cfg.shape
     if cfg.load in ("sweep", "find-max"):
         raise ConfigError(f"--load {cfg.load} is a multi-step plan, not one shape (see build_plan)")
-    ramp = cfg.ramp_up_strategy is not None
+    strategy = cfg.ramp_up_strategy
     given = [n for n, v in (("--concurrency", cfg.concurrency), ("--rate", cfg.rate),
                             ("--ramp-up-strategy", cfg.ramp_up_strategy), ("--load replay", cfg.load)) if v is not None]
     if len(given) > 1:
@@ -195,7 +207,7 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         raise ConfigError("give --requests N and/or --duration S so the run knows when to stop")
     if cfg.load == "replay":
         return TraceReplay(time_scale=cfg.time_scale)
-    if ramp:
+    if strategy is not None:
         if cfg.ramp_up_start_rps is None or cfg.ramp_up_end_rps is None:
             raise ConfigError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps")
         a, b = cfg.ramp_up_start_rps, cfg.ramp_up_end_rps
@@ -204,9 +216,9 @@ def build_shape(cfg: RunConfig) -> BaseShape:
         if cfg.duration_s is not None:
             ramp_s = cfg.duration_s
         else:
-            ramp_s = RampingArrivalRate.ramp_for_requests(cfg.ramp_up_strategy, a, b, cfg.requests or 1)  # type: ignore[arg-type]
+            ramp_s = RampingArrivalRate.ramp_for_requests(strategy, a, b, cfg.requests or 1)
         try:
-            return RampingArrivalRate(strategy=cfg.ramp_up_strategy, start_rate_per_s=a, end_rate_per_s=b,
+            return RampingArrivalRate(strategy=strategy, start_rate_per_s=a, end_rate_per_s=b,
                                       ramp_s=ramp_s, arrival=cfg.arrival, burstiness=cfg.burstiness)
         except ValueError as exc:
             raise ConfigError(str(exc).splitlines()[-1]) from None
@@ -232,14 +244,14 @@ def build_plan(cfg: RunConfig) -> SweepPlan | FindMaxPlan | None:
     if cfg.arrival not in ("constant", "poisson"):
         raise ConfigError(f"--load {cfg.load} --arrival {cfg.arrival}: plans use constant or poisson arrivals")
     if cfg.load == "sweep":
-        return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,  # type: ignore[arg-type]
+        return SweepPlan(rates=cfg.sweep_rates, arrival=cfg.arrival,
                          throughput_concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY)
     if not cfg.slo:
         raise ConfigError("--load find-max needs --slo (e.g. --slo ttft_ms=500): the search stops where it breaks")
     if cfg.concurrency is not None:
         raise ConfigError("--load find-max and --concurrency: use --search concurrency --search-start N")
     return FindMaxPlan(dimension=cfg.search, start=cfg.search_start, max_value=cfg.search_max,
-                       resolution=cfg.resolution, max_steps=cfg.max_steps, arrival=cfg.arrival)  # type: ignore[arg-type]
+                       resolution=cfg.resolution, max_steps=cfg.max_steps, arrival=cfg.arrival)
 
 
 def soak_settings(cfg: RunConfig) -> dict[str, Any] | None:
@@ -262,7 +274,14 @@ def workload_args(cfg: RunConfig) -> dict[str, Any]:
     return {"profile": cfg.profile, "dataset": cfg.dataset, "input_tokens": cfg.input_tokens,
             "output_tokens": cfg.output_tokens, "prefix_tokens": cfg.prefix_tokens, "prefix_groups": cfg.prefix_groups,
             "tokenizer": cfg.tokenizer, "seed": cfg.seed, "api": cfg.api,
-            "overrides": dict(cfg.profile_overrides) or None}
+            "overrides": dict(cfg.profile_overrides) or None, "prompt_salt": cfg.prompt_salt or 0}
+
+
+def with_prompt_salt(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with a prompt salt: its own, or a new random one (a measured run's default)."""
+    if cfg.prompt_salt is not None:
+        return cfg
+    return cfg.model_copy(update={"prompt_salt": secrets.randbelow(2**31 - 2) + 1})
 
 
 def build_workload(cfg: RunConfig) -> Any:

@@ -18,15 +18,27 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from infermeter import __version__
+from infermeter.client.errors import AUTH_STATUSES, auth_hint, http_detail
 from infermeter.errors import UserError
 from infermeter.load.shapes import BaseShape
 from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.measure.config import RunConfig, requested_rate
 from infermeter.records.header import RunHeader
+from infermeter.records.tags import load_tag, workload_tag
+
+
+def default_label(model: str, url: str, embedded: bool, load: Any, workload_info: dict[str, Any]) -> str:
+    """A run's default name, carrying what tells runs apart: model, target, load and level, lengths.
+
+    ``Llama-3.1-8B-Instruct 127.0.0.1:8000 c16 in200-out100``; ``emulator`` for the embedded one."""
+    where = "emulator" if embedded else (urlsplit(url).netloc or url)
+    header = load.header() if hasattr(load, "header") else load.model_dump(mode="json")
+    return f"{model.rsplit('/', 1)[-1]} {where} {load_tag(header)} {workload_tag(workload_info or {})}"
 
 
 def default_out_dir(label: str) -> Path:
@@ -44,16 +56,26 @@ def host_info() -> dict[str, Any]:
 
 
 async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """First model id from /v1/models (None when the server has no such endpoint)."""
+    """First model id from /v1/models (None when the server has no such endpoint).
+
+    A 401/403 there is a UserError naming the status and what to pass: every request would fail."""
+    refused: tuple[int, str] | None = None
     try:
         async with session.get(url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
-            if r.status != 200:
+            if r.status in AUTH_STATUSES:
+                refused = (r.status, "")  # kept even if reading the body fails
+                refused = (r.status, (await r.content.read(512)).decode("utf-8", "replace"))
+            elif r.status != 200:
                 return None, {}
-            body = await r.json(content_type=None)
+            else:
+                body = await r.json(content_type=None)
     except aiohttp.ClientConnectorError as exc:
         raise UserError(f"cannot reach {url}: {exc.os_error or exc}") from None
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None, {}
+        if refused is None:
+            return None, {}
+    if refused is not None:  # raised here, not inside the response: closing it must not hide the error
+        raise UserError(f"{url}/v1/models: {http_detail(*refused)}; {auth_hint(refused[0], 'Authorization' in headers)}")
     data = body.get("data") if isinstance(body, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
         return str(data[0]["id"]), data[0]
@@ -67,7 +89,7 @@ def build_header(cfg: RunConfig, shape: BaseShape, workload_info: dict[str, Any]
     load = {**shape.header(), "limits": {
         "requests": cfg.requests, "duration_s": cfg.duration_s, "warmup": cfg.warmup,
         "max_concurrency": cfg.max_concurrency, "grace_s": cfg.grace_s if cfg.duration_s is not None else None}}
-    if source == "measured":
+    if source != "simulated":
         load.update(workers=cfg.workers, backend="ray" if cfg.ray else ("processes" if cfg.workers > 1 else "local"))
     config = cfg.public()
     if config_extra:
@@ -83,7 +105,9 @@ def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulate
                calibration: dict[str, Any] | None) -> dict[str, Any]:
     """A measured run's ``run.json`` before it runs."""
     cfg = m.cfg
-    run = build_header(cfg, m.shape, m.workload.describe(), source="measured", label=label, model=model,
+    # a run against infermeter's own emulator measured a digital twin, not the hardware it models
+    run = build_header(cfg, m.shape, m.workload.describe(), source="emulated" if emulated else "measured",
+                       label=label, model=model,
                        hardware=cfg.hardware or ((emulated or {}).get("hardware")),
                        target={"url": url, "embedded": embedded,
                                "engine": (emulated and "infermeter-emulator") or None, "emulated": emulated})
@@ -106,9 +130,65 @@ def runtime(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "max_in_flight": sum(s.get("max_in_flight", 0) for s in ok), "client_cpu": max(cpu) if cpu else None,
         "wall_s": max((s.get("wall_s", 0.0) for s in ok), default=0.0),
         "interrupted": any(s.get("interrupted") for s in ok) or len(ok) < len(stats)}
+    halted = next((s["halted"] for s in ok if s.get("halted")), None)
+    if halted:
+        out["halted"] = halted
     if len(stats) > 1 or any("clock_offset_s" in s for s in stats):
         out["workers"] = stats
     return out
+
+
+MIN_REQUESTS_PER_STREAM = 2  # a closed loop where each stream sends fewer never holds its concurrency
+MIN_OPEN_LOOP_S = 5.0  # an open loop sending for less leaves a queue no time to show
+
+
+def _rate(r: float) -> str:
+    return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
+
+
+def sample_warnings(cfg: RunConfig, shape: BaseShape | None) -> list[str]:
+    """Why ``cfg`` has too few requests for its load level or for the statistics it is judged on
+    (empty when it has enough). Only runs that stop on ``--requests`` alone are judged here."""
+    n = cfg.requests
+    if n is None or cfg.duration_s is not None:
+        return []
+    out = []
+    sent = n + cfg.warmup
+    streams = shape.streams if shape is not None else None
+    if streams is not None and sent < MIN_REQUESTS_PER_STREAM * streams:
+        what = (f"only {sent} of the {streams} streams ever send" if sent < streams
+                else f"each of the {streams} streams sends fewer than {MIN_REQUESTS_PER_STREAM}")
+        out.append(f"too_few_requests: {n} requests" + (f" + {cfg.warmup} warmup" if cfg.warmup else "")
+                   + f" at concurrency {streams}: {what}, so the load never holds at that level; "
+                   f"use --requests {MIN_REQUESTS_PER_STREAM * streams} or more (10x the streams for steady state), "
+                   "or --duration")
+    rate = shape.mean_rate if shape is not None and shape.open_loop else None
+    if rate and n / rate < MIN_OPEN_LOOP_S:
+        out.append(f"too_few_requests: {n} requests at {_rate(rate)} req/s are sent in {n / rate:.1f} s, too short for a "
+                   "queue to show that the server cannot keep up (a sweep or find-max can then report more than it "
+                   f"sustains); use --requests {int(rate * MIN_OPEN_LOOP_S) + 1} or more, or --duration 30s")
+    if cfg.load in ("sweep", "find-max") and cfg.slo:
+        from infermeter.analysis.results import MIN_SAMPLES
+        from infermeter.analysis.slo import percentile_key
+
+        key = percentile_key(cfg.slo_percentile)
+        if n < MIN_SAMPLES[key]:
+            out.append(f"too_few_requests: --slo-percentile {cfg.slo_percentile:g} needs >= {MIN_SAMPLES[key]:,} "
+                       f"requests per step to show that a step meets the SLO; --requests {n} gives at most {n}, so "
+                       "every step misses it")
+    return out
+
+
+def check_samples(cfg: RunConfig, shape: BaseShape | None, notices: list[str], notify: Any,
+                  strict: bool = True) -> list[str]:
+    """Add :func:`sample_warnings` to ``notices`` (and say them); with --strict (and ``strict``) refuse instead."""
+    found = sample_warnings(cfg, shape)
+    if found and cfg.strict and strict:
+        raise UserError(f"--strict: {found[0].removeprefix('too_few_requests: ')}")
+    for w in found:
+        notices.append(w)
+        notify(w)
+    return found
 
 
 async def check_capacity(m: Any, calibration: dict[str, Any] | None, notices: list[str]) -> dict[str, Any] | None:

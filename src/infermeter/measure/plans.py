@@ -18,20 +18,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.slo import SloJudge
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, DataError, UserError
-from infermeter.load.steps import SloJudge, Step, plan_summary, replay_plan, run_plan
-from infermeter.measure.config import RunConfig, build_plan
-from infermeter.measure.header import default_out_dir, discover_model
+from infermeter.load.shapes import ConstantConcurrency
+from infermeter.load.steps import Step, plan_summary, replay_plan, run_plan
+from infermeter.measure.config import THROUGHPUT_CONCURRENCY, RunConfig, build_plan
+from infermeter.measure.header import check_samples, default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
 
 
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
-    """The RunConfig of step ``k``: the step's shape itself, everything else from the plan's config."""
+    """The RunConfig of step ``k``: the step's shape itself, everything else from the plan's config.
+
+    Each step sends its own prompt text (salt = the plan's + k), so a step never finds the previous
+    steps' prompts in the server's prefix cache; ``--prompt-salt 0`` sends the seed's own text every time."""
+    salt = cfg.prompt_salt + k if cfg.prompt_salt else cfg.prompt_salt
     return cfg.model_copy(update={"load": None, "rate": None, "concurrency": None, "ramp_up_strategy": None,
                                   "shape": step.shape, "out": str(run_dir / "steps" / str(k)), "history": False,
-                                  "label": f"{label} step {k} ({step.name}, {step_load(step)})"})
+                                  "label": f"{label} step {k} ({step.name}, {step_load(step)})",
+                                  "prompt_salt": salt})
 
 
 def step_load(step: Step) -> str:
@@ -49,21 +56,30 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         model = cfg.model or (await discover_model(session, url, headers))[0]
     if not model:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
-    label = cfg.label or f"{model}-{plan.kind}"
+    label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())
     run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--out {run_dir}: is a file, not a directory")
     if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
         raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+    # known before any step runs: enough requests for the SLO percentile and for the throughput step
+    # (--strict refuses here; the steps say their own warnings, the plan says the SLO's)
+    throughput = ConstantConcurrency(concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY) if cfg.load == "sweep" else None
+    plan_notices: list[str] = []
+    check_samples(cfg, throughput, plan_notices, lambda w: m.notify(w) if "--slo-percentile" in w else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
-    header = {"schema_version": 1, "tool": "infermeter", "source": "measured", "label": label, "model": model,
+    header = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",
+              "label": label, "model": model,
               "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
+    if plan_notices:
+        header["notices"] = plan_notices
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
 
     async def measure_step(k: int, step: Step) -> dict[str, Any]:
         child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify)
+        child.in_plan = True
         m._active = child
         if m.stopped:
             child.stop()
@@ -76,7 +92,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     result = await run_plan(plan, measure_step, judge, should_stop=lambda: m.stopped)
     first = store.read_json(run_dir / "steps" / "0" / store.RUN)
     run = {k: v for k, v in first.items() if k not in ("runtime", "server_metrics", "calibration", "notices")}
-    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at")})
+    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at"),
+                "source": first.get("source", header["source"])})
     if calibration.get("value"):
         run["calibration"] = calibration["value"]
     summary = _write(run_dir, run, result, judge, plan)
@@ -95,7 +112,7 @@ def _plan_load(plan: Any, steps: int | None) -> dict[str, Any]:
 
 def _write(run_dir: Path, run: dict[str, Any], result: Any, judge: SloJudge, plan: Any) -> dict[str, Any]:
     summary = plan_summary(result, judge, plan)
-    summary.update({"label": run.get("label"), "source": "measured", "model": run.get("model"),
+    summary.update({"label": run.get("label"), "source": run.get("source", "measured"), "model": run.get("model"),
                     "run_dir": str(run_dir)})
     # An alert that fired in any step fires for the plan (exit code 3), named with its step.
     fired = []

@@ -23,12 +23,13 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.analysis.accumulator import Accumulator, build_summary
+from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
@@ -43,9 +44,21 @@ from infermeter.measure.config import (
     resume_config,
     soak_settings,
     specs_for,
+    with_prompt_salt,
 )
-from infermeter.measure.header import check_capacity, default_out_dir, discover_model, run_header, runtime
+from infermeter.measure.header import (
+    check_capacity,
+    check_samples,
+    default_label,
+    default_out_dir,
+    discover_model,
+    run_header,
+    runtime,
+)
 from infermeter.records import store
+
+if TYPE_CHECKING:  # annotations only: _start_scraper imports it where it runs, an ImportError meaning no scraping
+    from infermeter.telemetry.scraper import MetricsScraper
 
 
 class RunResult(BaseModel):
@@ -66,11 +79,15 @@ class Measurement:
 
     def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
                  notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
+        cfg = with_prompt_salt(cfg)  # new prompt text per run unless --prompt-salt says otherwise
         self.cfg = cfg
         self.live: Any = live or LiveStats()
         self.notify = notify or (lambda msg: None)
         self.resume_dir = resume_dir
         self.stopped = False
+        self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
+        self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
+        self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
         self.plan = build_plan(cfg)
@@ -125,7 +142,7 @@ class Measurement:
             if not model:
                 raise UserError(f"{url}/v1/models gave no model id; pass --model")
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
-            label = cfg.label or f"{model}-{self.shape.describe().split(',')[0].replace(' ', '-')}"
+            label = cfg.label or default_label(model, url, embedded, self.shape, self.workload.describe())
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
             if run_dir.exists() and not run_dir.is_dir():
                 raise ConfigError(f"--out {run_dir}: is a file, not a directory")
@@ -133,6 +150,7 @@ class Measurement:
                 raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
+            few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
             run_dir.mkdir(parents=True, exist_ok=True)
             if self.resume_dir is not None:
                 run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
@@ -173,12 +191,22 @@ class Measurement:
         else:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
+        summary.setdefault("warnings", []).extend(w for w in few if w not in summary.get("warnings", []))
+        warm = warm_cache_warning(summary, self.workload.describe(), cfg.prompt_salt)
+        if warm:
+            summary.setdefault("warnings", []).append(warm)
+            self.notify(warm)
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
             apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
         store.write_json(run_dir / store.RUN, run)
         store.write_json(run_dir / store.SUMMARY, summary)
+        if self.auth_failure:
+            fail = self.auth_failure
+            raise UserError(f"{url}: {fail.get('detail') or 'HTTP ' + str(fail.get('status'))} on the first requests; "
+                            f"{auth_hint(int(fail.get('status') or 401), bool(cfg.api_key))} "
+                            f"(run stopped; {summary['failed']} failed requests recorded in {run_dir})")
         if cfg.history:
             self._index(run_dir)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
@@ -229,12 +257,17 @@ class Measurement:
             on_start(t0)
             if self.stopped:
                 work.stop()
-            return [await work.run(t0)]
+            return self._note_halts([await work.run(t0)])
         self._active = pool
         self.live = pool.live
         if self.stopped:
             pool.stop()
-        return list(await pool.run(on_start=on_start))
+        return self._note_halts(list(await pool.run(on_start=on_start)))
+
+    def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
+        self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
+        return stats
 
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
         """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""
@@ -243,8 +276,9 @@ class Measurement:
         from infermeter.load.workers import merge_records, worker_tables
 
         cfg = self.cfg
-        complete = not run["runtime"].get("interrupted") and cfg.requests is not None and cfg.duration_s is None
-        table, report = merge_records(worker_tables(run_dir, n), cfg.requests + cfg.warmup if complete else None)  # type: ignore[operator]
+        complete = not run["runtime"].get("interrupted") and cfg.duration_s is None
+        expected = cfg.requests + cfg.warmup if complete and cfg.requests is not None else None
+        table, report = merge_records(worker_tables(run_dir, n), expected)
         run["runtime"]["merge"] = report
         if report.get("missing"):
             run.setdefault("notices", []).append(f"merge: {report['missing']} requests have no record (a worker died?)")
@@ -252,7 +286,7 @@ class Measurement:
         shutil.rmtree(run_dir / "workers", ignore_errors=True)
         return table
 
-    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> Any:
+    async def _start_scraper(self, session: aiohttp.ClientSession, url: str) -> MetricsScraper | None:
         if not self.cfg.scrape:
             return None
         try:
@@ -263,12 +297,29 @@ class Measurement:
         await scraper.start(session)
         return scraper
 
-    async def _stop_scraper(self, scraper: Any, run_dir: Path) -> dict[str, Any] | None:
+    async def _stop_scraper(self, scraper: MetricsScraper | None, run_dir: Path) -> dict[str, Any] | None:
         if scraper is None:
             return None
         await scraper.stop()
         scraper.write(run_dir)
-        return scraper.summary()  # type: ignore[no-any-return]
+        return scraper.summary()
+
+
+WARM_CACHE_HIT_RATE = 0.10  # a workload that shares no prefixes should see (almost) no prefix-cache hits
+
+
+def warm_cache_warning(summary: dict[str, Any], workload: dict[str, Any], prompt_salt: int | None) -> str | None:
+    """A warning when the server's prefix-cache hit rate is high on a workload that shares no prefixes:
+    the cache held these prompts before the run (an earlier run with the same seed and salt)."""
+    hit = (summary.get("server_metrics") or {}).get("prefix_cache_hit_rate")
+    if workload.get("shares_prefixes") is not False or not isinstance(hit, (int, float)) or hit <= WARM_CACHE_HIT_RATE:
+        return None
+    why = ("the same --seed with --prompt-salt 0 sends the same text every run" if not prompt_salt else
+           f"an earlier run sent these prompts (--prompt-salt {prompt_salt})")
+    return (f"prefix_cache_warm: the server's prefix-cache hit rate was {hit:.0%} on a workload whose prompts share "
+            f"no prefix, so its cache was warm ({why}); latencies are too low. Reset the cache between runs (vLLM "
+            "and the emulator: POST /reset_prefix_cache, vLLM with VLLM_SERVER_DEV_MODE=1) or leave --prompt-salt "
+            "unset for new text each run")
 
 
 def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: dict[str, Any],
@@ -296,7 +347,7 @@ def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[s
 def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
-    return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)  # type: ignore[no-any-return]
+    return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)
 
 
 def _unmeasured_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[str]:

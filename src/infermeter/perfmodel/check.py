@@ -92,9 +92,10 @@ def check_claim(metric: str, claim: float, model: str, config: str, *, dtype: st
         raise ConfigError(f"--check metric {metric!r} unknown; use one of {', '.join(sorted(set(ALIASES)))}")
     if not claim > 0:
         raise ConfigError(f"--check value {claim!r} must be > 0")
-    kw = dict(dtype=dtype, kv_dtype=kv_dtype, engine=engine, hardware_file=hardware_file, max_model_len=input_tokens + output_tokens)
-    real = build_deployment(model, config, **kw)
-    ideal = build_deployment(model, config, gpu_memory_utilization=1.0, calibration=ideal_calibration(), **kw)
+    mml = input_tokens + output_tokens
+    real = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, hardware_file=hardware_file, max_model_len=mml)
+    ideal = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, hardware_file=hardware_file, max_model_len=mml,
+                             gpu_memory_utilization=1.0, calibration=ideal_calibration())
     ideal = replace(ideal, _comm_step=0.0, _comm_tok=0.0)  # the bound is bandwidth and compute alone
     if not ideal.fits:
         return Verdict(m, claim, math.nan, math.nan, "impossible", reason=f"{real.model_name} cannot run on {real.config.label}: {real.why_not or ideal.why_not}")

@@ -35,18 +35,24 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Literal
 
 from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
 from infermeter.perfmodel.corpus import Row
+from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.validate import deployment_for, value_of
 
 LAMBDA_POOLED, LAMBDA_SPECIFIC = 0.1, 0.3
 _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
-Param = tuple  # ("eff", family, engine, dtype, phase, tp) | ("oh", engine, family) | ("ohl", engine, class) | ("rr", generation) | ("req", engine)
-_PHASE_OF = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead"}
+EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
+PairParam = tuple[Literal["oh", "ohl"], str, str]  # ("oh", engine, family) | ("ohl", engine, class)
+OneParam = tuple[Literal["rr", "ps", "req"], str]  # ("rr", generation) | ("ps", engine) | ("req", engine)
+Param = EffParam | PairParam | OneParam
+Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
+_PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead"}
 _SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps")  # the order of Deployment.calibration_entries
 
 
@@ -58,18 +64,28 @@ def priors_only(cal: Calibration) -> Calibration:
     return cal.with_entries(tuple(e for e in cal.entries if not e.fitted and not e.origin), engines)
 
 
-def _key(p: Param) -> tuple:
+def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] in ("ohl", "oh"):
+    if p[0] == "oh" or p[0] == "ohl":
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
 
 def _bounds(p: Param) -> tuple[float, float]:
-    lo, hi = _REQ_BOUNDS if p[0] == "req" else PHASE_BOUNDS[p[4] if p[0] == "eff" else _PHASE_OF[p[0]]]
+    if p[0] == "req":
+        lo, hi = _REQ_BOUNDS
+    else:
+        lo, hi = PHASE_BOUNDS[p[4] if p[0] == "eff" else _PHASE_OF[p[0]]]
     return math.log(lo), math.log(hi)
+
+
+def _engine(d: Deployment) -> EngineDefaults:
+    """The engine defaults a deployment was built with (``build_deployment`` always sets them)."""
+    if d.engine_defaults is None:
+        raise ValueError(f"deployment of {d.model_name} on {d.hardware} ({d.engine}) carries no engine defaults to fit")
+    return d.engine_defaults
 
 
 def _apply(base: Calibration, values: dict[Param, float], priors: dict[Param, float], used: dict[Param, list[str]]) -> Calibration:
@@ -115,7 +131,7 @@ def _prior(base: Calibration, p: Param) -> float:
             "kv_reread": e.kv_reread}[phase]
 
 
-def _generation_defaults(base: Calibration, gen_id: str):  # noqa: ANN202 - EngineDefaults
+def _generation_defaults(base: Calibration, gen_id: str) -> EngineDefaults:
     """The engine defaults with generation ``gen_id``'s fields applied (its priors)."""
     g = next(g for g in base.generations if g.id == gen_id)
     return replace(base.engine(g.engine), **dict(g.fields))
@@ -132,10 +148,12 @@ def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deploym
     by_key = {_key(p): p for p in wanted if p[0] != "req"}
     rows_of: dict[Param, list[_RowModel]] = defaultdict(list)
     for row in rows:
-        d = deployment_for(row, start)
-        slots = {k: by_key.get(e.key) if e is not None else None for k, e in zip(_SLOTS, d.calibration_entries)}
-        req = ("req", d.engine_defaults.name) if ("req", d.engine_defaults.name) in wanted else None
-        model = _RowModel(row, d, slots, req)
+        dep = deployment_for(row, start)
+        slots = {k: by_key.get(e.key) if e is not None else None for k, e in zip(_SLOTS, dep.calibration_entries)}
+        req: Param | None = ("req", _engine(dep).name)
+        if req not in wanted:
+            req = None
+        model = _RowModel(row, dep, slots, req)
         for p in {*(p for p in slots.values() if p is not None), *([req] if req else [])}:
             if row.id in wanted[p]:
                 rows_of[p].append(model)
@@ -188,8 +206,10 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     base = priors_only(base or load_calibration())
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
-        eng = d.engine_defaults
-        out: list[Param] = [("req", eng.name)] + ([("oh", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else [])
+        eng = _engine(d)
+        out: list[Param] = [("req", eng.name)]
+        if _small_batch(row):
+            out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:
             out += [("eff", d.hw.memory_class, eng.group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
         if eng.layer_overhead_us > 0 and d.hw.memory_class:
@@ -199,10 +219,10 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
         return out
 
     def by_family(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, d.engine_defaults.group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
 
     def specific(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, d.engine_defaults.name, d.dtype, ph, row.tp) for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).name, d.dtype, ph, row.tp) for ph in _phases(row)]
 
     stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)
     stage1 = _stage(rows, stage0, by_family, LAMBDA_SPECIFIC)
@@ -216,10 +236,10 @@ def to_yaml(cal: Calibration) -> str:
             lines.append(f"  - {{family: \"{e.family}\", engine: \"{e.engine}\", dtype: \"{e.dtype}\", phase: {e.phase}, tp: \"{e.tp}\", "
                          f"value: {e.value:.3f}, prior: {e.prior:.3f}, source: \"{e.source}\"}}")
     lines.append("fitted_engines:")
-    for e in cal.engines:
-        if e.request_overhead_prior_ms is not None:
-            lines.append(f"  {e.name}: {{request_overhead_ms: {e.request_overhead_ms:.3f}, prior: {e.request_overhead_prior_ms:.3f}, "
-                         f"source: \"{e.source.split(_REQ_TAG)[-1]}\"}}")
+    for eng in cal.engines:
+        if eng.request_overhead_prior_ms is not None:
+            lines.append(f"  {eng.name}: {{request_overhead_ms: {eng.request_overhead_ms:.3f}, prior: {eng.request_overhead_prior_ms:.3f}, "
+                         f"source: \"{eng.source.split(_REQ_TAG)[-1]}\"}}")
     return "\n".join(lines) + "\n"
 
 

@@ -177,7 +177,7 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model") -> ModelSpec:
             fields = dict(layers=int(config["num_hidden_layers"]), hidden=d, heads=h,
                           kv_heads=int(config.get("num_key_value_heads") or h),
                           head_dim=int(config.get("head_dim") or d // h),
-                          intermediate=int(config.get("moe_intermediate_size") if experts > 1 and config.get("moe_intermediate_size") else config["intermediate_size"]),
+                          intermediate=int(config["moe_intermediate_size"] if experts > 1 and config.get("moe_intermediate_size") else config["intermediate_size"]),
                           vocab=int(config["vocab_size"]),
                           tied=bool(config.get("tie_word_embeddings", mt in ("gemma", "gemma2"))),
                           qkv_bias=bool(config.get("attention_bias", mt == "qwen2")),

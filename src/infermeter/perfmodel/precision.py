@@ -42,7 +42,7 @@ WEIGHT_BITS: dict[str, float] = {
 }
 GGUF_TYPES = frozenset({"f16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "iq4_xs", "q3_k_m", "q3_k_s", "q2_k"})
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "q8_0": 8.5 / 8, "q4_0": 4.5 / 8}
-ENGINES = ("vllm", "trtllm", "sglang", "llamacpp", "fastertransformer")
+MODELED_ENGINES = ("vllm", "trtllm", "sglang", "llamacpp", "fastertransformer")  # engines the performance model knows
 _ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "e4m3": "fp8", "w4a16": "int4"}
 
 
@@ -77,8 +77,8 @@ def resolve_precision(hw: Hardware, dtype: str = "bf16", kv_dtype: str | None = 
     """Bytes and compute dtype for ``dtype`` weights and ``kv_dtype`` cache on ``hw`` under ``engine``."""
     d = normalize_dtype(dtype)
     engine = engine.split("@", 1)[0]  # a version ("trtllm@0.6.1") does not change the precision rules
-    if engine not in ENGINES:
-        raise ConfigError(f"--engine {engine!r} unknown; use one of {', '.join(ENGINES)}")
+    if engine not in MODELED_ENGINES:
+        raise ConfigError(f"--engine {engine!r} unknown; use one of {', '.join(MODELED_ENGINES)}")
     notes: list[str] = []
     if engine == "trtllm" and (hw.type != "gpu" or hw.family == "cdna3"):
         raise ConfigError(f"--engine trtllm runs only on NVIDIA GPUs, not on {hw.id!r}")

@@ -33,7 +33,7 @@ class RunHeader(BaseModel):
     schema_version: int = HEADER_SCHEMA
     tool: str = "infermeter"
     version: str | None = None
-    source: str = "measured"  # measured | simulated
+    source: str = "measured"  # measured | emulated (infermeter's emulator as the server) | simulated
     label: str | None = None
     started_at: str | None = None
     seed: int = 0

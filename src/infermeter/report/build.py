@@ -25,6 +25,7 @@ from infermeter.errors import UserError
 from infermeter.report import charts as ch
 from infermeter.report.aggregate import DISTRIBUTION_METRICS, RunAggregates, aggregate_run
 from infermeter.report.content import ReportContent, Section
+from infermeter.report.figures import Colors
 from infermeter.report.html import render_html
 from infermeter.report.markdown import render_csv, render_markdown, summary_rows
 from infermeter.report.matrix import matrix_cells, matrix_tables, representative
@@ -62,9 +63,12 @@ class ReportFiles:
 
 def _headline(runs: list[RunDir], leaves: list[RunDir]) -> list[str]:
     measured = sum(1 for r in leaves if r.source == "measured")
+    emulated = sum(1 for r in leaves if r.source == "emulated")
     invalid = [r.label for r in leaves if not r.summary.get("valid", True)]
     sweeps = sum(1 for r in runs if r.steps)
-    line = f"{len(leaves)} run(s): {measured} measured, {len(leaves) - measured} simulated"
+    line = (f"{len(leaves)} run(s): {measured} measured, " + (f"{emulated} emulated (infermeter's twin behind HTTP), "
+                                                              if emulated else "")
+            + f"{len(leaves) - measured - emulated} simulated")
     if sweeps:
         line += f"; {sweeps} sweep(s)"
     out = [line + "."]
@@ -92,15 +96,16 @@ def build_content(runs: list[RunDir], aggs: list[tuple[RunDir, RunAggregates]], 
         if spec is not None:
             charts.append({**spec, "section": section})
 
+    colors = Colors(r.label for r in leaves)  # one colour per run in every chart
     for key, name in DISTRIBUTION_METRICS.items():
-        add("distributions", ch.distribution_chart(key, name, aggs))
-    for spec in ch.load_charts(runs):
+        add("distributions", ch.distribution_chart(key, name, aggs, colors))
+    for spec in ch.load_charts(runs, colors):
         add("load", spec)
-    add("timeseries", ch.timeseries_spec(aggs))
+    add("timeseries", ch.timeseries_spec(aggs, colors))
     reps = {id(representative(r)) for r in runs}
     rep_costs = [c for c in costs if id(c.run) in reps]
-    add("cost", ch.cost_chart(rep_costs))
-    add("cost", ch.break_even_chart(break_even(rep_costs, options.api_usd_per_1m), options.api_usd_per_1m))
+    add("cost", ch.cost_chart(rep_costs, colors))
+    add("cost", ch.break_even_chart(break_even(rep_costs, options.api_usd_per_1m), options.api_usd_per_1m, colors))
     has = {c["section"] for c in charts}
 
     sections = [Section("overview", "Overview", "Each run, what it measured or simulated, and whether its numbers can "

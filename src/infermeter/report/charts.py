@@ -1,19 +1,16 @@
-"""Chart specifications: plain JSON the page's script draws (no numbers are computed in the browser).
+"""The run report's charts, as Plotly specs (:mod:`infermeter.report.figures`; no numbers computed in the browser).
 
-The contract: each builder returns a dict ``{"id", "title", "note", "views":
-[view, ...]}``; a view is ``{"name", "type": "line"|"bar", "x": {"label",
-"log"}, "y": {"label", "log"}, "series": [...]}``. A line series is ``{"name",
-"points": [[x, y], ...], "dashed", "markers"}`` (``y`` null = gap); a bar view
-has ``x.categories`` and series ``{"name", "values"}``. The time-series spec
-is ``{"id": "timeseries", "type": "timeseries", "runs": [{"label", "window_s",
-"signals": [{"key", "title", "unit", "series"}]}]}``; the page offers a run
-selector. Numbers are rounded to 5 significant digits::
+The contract: each builder returns a chart ``{"id", "title", "note", "views": [{"name", "panels"}]}``
+or None when there is nothing informative to draw (no data, or every value the same: then the
+section says so instead of showing an empty or flat chart). Colours come from one
+:class:`~infermeter.report.figures.Colors` per report (a run has the same colour in every chart);
+simulated and emulated runs are drawn dashed; every axis names its unit; latency charts draw the
+runs' SLO limit when they have one::
 
-    >>> spec = distribution_chart("ttft_ms", "TTFT", [(run, aggregates)])
+    >>> colors = Colors(r.label for r in runs)
+    >>> spec = distribution_chart("ttft_ms", "TTFT", [(run, aggregates)], colors)
     >>> [v["name"] for v in spec["views"]]
     ['CDF', 'histogram']
-
-Simulated runs are drawn dashed everywhere.
 """
 
 from __future__ import annotations
@@ -21,32 +18,28 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from infermeter.report.aggregate import RunAggregates
+from infermeter.report.figures import PALETTE, Colors, axis, bar, chart, line, panel, threshold
 from infermeter.report.pricing import BreakEven, RunCost, break_even_curves, fmt_tokens
 from infermeter.report.rundir import RunDir
 from infermeter.report.tables import offered_load
 
 
-def _r(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return float(f"{v:.5g}") if math.isfinite(v) else None
-
-
-def _pts(xs: Any, ys: Any) -> list[list[float | None]]:
-    return [[_r(x), _r(y)] for x, y in zip(xs, ys, strict=True) if _r(x) is not None]
-
-
-def _simulated(r: RunDir) -> bool:
+def _dashed(r: RunDir) -> bool:
     return r.source != "measured"
 
 
-def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregates]]) -> dict[str, Any] | None:
+def _slo_limit(runs: list[RunDir], key: str) -> float | None:
+    """The SLO limit ``key`` (e.g. ``ttft_ms``) shared by the runs that set one (None when none or they differ)."""
+    limits = {float(v) for r in runs for v in [((r.run.get("slo") or r.summary.get("slo") or {}) or {}).get(key)]
+              if isinstance(v, (int, float))}
+    return limits.pop() if len(limits) == 1 else None
+
+
+def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregates]],
+                       colors: Colors | None = None) -> dict[str, Any] | None:
     """CDF and histogram views of one latency over every run that recorded it."""
+    colors = colors or Colors()
     cdf, hist = [], []
     lo, hi = math.inf, 0.0
     for r, agg in runs:
@@ -54,21 +47,23 @@ def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregat
         if d is None:
             continue
         lo, hi = min(lo, d.cdf[0][0]), max(hi, d.cdf[-1][0])
-        dashed = _simulated(r)
-        cdf.append({"name": r.label, "points": _pts([v for v, _ in d.cdf], [p for _, p in d.cdf]), "dashed": dashed})
-        steps = [[_r(a), _r(s * 100)] for a, _, s in d.hist] + [[_r(d.hist[-1][1]), _r(d.hist[-1][2] * 100)]]
-        hist.append({"name": r.label, "points": steps, "dashed": dashed, "step": True})
+        c = colors[r.label]
+        cdf.append(line(r.label, [v for v, _ in d.cdf], [p for _, p in d.cdf], c, dashed=_dashed(r)))
+        xs = [a for a, _, _ in d.hist] + [d.hist[-1][1]]
+        ys = [s * 100 for _, _, s in d.hist] + [d.hist[-1][2] * 100]
+        hist.append(line(r.label, xs, ys, c, dashed=_dashed(r), step=True))
     if not cdf:
         return None
-    x = {"label": f"{name} (ms)", "log": bool(lo > 0 and hi / lo > 20)}
-    return {
-        "id": f"dist-{key}", "title": f"{name} distribution",
-        "note": "CDF: share of requests at or below each latency. Histogram: share of requests per bin.",
-        "views": [
-            {"name": "CDF", "type": "line", "x": x, "y": {"label": "share of requests ≤ x", "log": False}, "series": cdf},
-            {"name": "histogram", "type": "line", "x": x, "y": {"label": "% of requests in bin", "log": False}, "series": hist},
-        ],
-    }
+    x = axis(f"{name} (ms)", log=bool(lo > 0 and hi / lo > 20))
+    limit = _slo_limit([r for r, _ in runs], key)
+    shapes = [threshold(limit, f"SLO {limit:g} ms", along="x")] if limit else []
+    return chart(f"dist-{key}", f"{name} distribution", [
+        {"name": "CDF", "panels": [panel(f"{name}: share of requests at or below", cdf, x,
+                                         axis("share of requests ≤ x", range=[0, 1.02]), shapes=shapes)]},
+        {"name": "histogram", "panels": [panel(f"{name}: requests per bin", hist, x, axis("% of requests in bin"),
+                                               shapes=shapes)]},
+    ], note="CDF: share of requests at or below each latency. Histogram: share of requests per bin. "
+            "Dashed = simulated or emulated.")
 
 
 def _groups(runs: list[RunDir]) -> list[tuple[str, list[RunDir], bool]]:
@@ -77,95 +72,108 @@ def _groups(runs: list[RunDir]) -> list[tuple[str, list[RunDir], bool]]:
     loose: dict[str, list[RunDir]] = {}
     for r in runs:
         if r.steps:
-            out.append((r.label, list(r.steps), _simulated(r)))
+            out.append((r.label, list(r.steps), _dashed(r)))
         else:
             loose.setdefault(f"{r.configuration} · {r.profile or 'no profile'}", []).append(r)
-    out.extend((name, members, any(_simulated(m) for m in members)) for name, members in loose.items())
+    out.extend((name, members, any(_dashed(m) for m in members)) for name, members in loose.items())
     return out
 
 
-def load_charts(runs: list[RunDir]) -> list[dict[str, Any]]:
+def load_charts(runs: list[RunDir], colors: Colors | None = None) -> list[dict[str, Any]]:
     """Throughput vs offered load and latency vs throughput; empty for a single plain run."""
     if len(runs) < 2 and not any(r.steps for r in runs):
         return []
-    thr_views: dict[str, list[dict[str, Any]]] = {"output tokens/s": [], "requests/s": []}
-    lat_views: dict[str, list[dict[str, Any]]] = {"TTFT p95": [], "TPOT p95": [], "E2E p95": []}
-    def series(name: str, dashed: bool, xs: list[Any], ys: list[Any]) -> dict[str, Any]:
-        pts = [p for p in _pts(xs, ys) if p[1] is not None]
-        return {"name": name, "points": pts, "dashed": dashed, "markers": True}
-
+    colors = colors or Colors()
+    thr: dict[str, list[dict[str, Any]]] = {"output tokens/s": [], "requests/s": []}
+    lat: dict[str, list[dict[str, Any]]] = {"TTFT p95": [], "TPOT p95": [], "E2E p95": []}
     for name, members, dashed in _groups(runs):
         # points follow the offered load, so a saturated sweep bends back instead of zigzagging
         s = sorted((m.summary for m in members), key=lambda x: offered_load(x) or 0.0)
         load = [offered_load(x) for x in s]
         out_tps = [x.get("output_token_throughput") for x in s]
-        thr_views["output tokens/s"].append(series(name, dashed, load, out_tps))
-        thr_views["requests/s"].append(series(name, dashed, load, [x.get("request_throughput") for x in s]))
+        c = colors[name]
+        thr["output tokens/s"].append(line(name, load, out_tps, c, dashed=dashed, markers=True))
+        thr["requests/s"].append(line(name, load, [x.get("request_throughput") for x in s], c, dashed=dashed,
+                                      markers=True))
         for view, key in (("TTFT p95", "ttft_ms"), ("TPOT p95", "tpot_ms"), ("E2E p95", "e2e_ms")):
-            lat_views[view].append(series(name, dashed, out_tps, [(x.get(key) or {}).get("p95") for x in s]))
-    thr = {
-        "id": "throughput-vs-load", "title": "Throughput vs offered load",
-        "note": "Each point is a run (or sweep step); where the curve flattens, the deployment is saturated.",
-        "views": [{"name": v, "type": "line", "x": {"label": "offered load (req/s)", "log": False},
-                   "y": {"label": v, "log": False}, "series": ser} for v, ser in thr_views.items()],
-    }
-    lat = {
-        "id": "latency-vs-throughput", "title": "Latency vs throughput",
-        "note": "Each point is a run (or sweep step); the knee is where latency starts to climb for little extra throughput.",
-        "views": [{"name": v, "type": "line", "x": {"label": "output tokens/s", "log": False},
-                   "y": {"label": f"{v} (ms)", "log": False}, "series": ser} for v, ser in lat_views.items()],
-    }
-    return [thr, lat]
-
-
-def timeseries_spec(runs: list[tuple[RunDir, RunAggregates]]) -> dict[str, Any] | None:
+            lat[view].append(line(name, out_tps, [(x.get(key) or {}).get("p95") for x in s], c, dashed=dashed,
+                                  markers=True))
+    every = [leaf for r in runs for leaf in r.leaves()]
     out = []
+    spec = chart("throughput-vs-load", "Throughput vs offered load", [
+        {"name": v, "panels": [panel(f"{v} vs offered load", ser, axis("offered load (req/s)"), axis(v))]}
+        for v, ser in thr.items()],
+        note="Each point is a run (or sweep step); where the curve flattens, the deployment is saturated.")
+    if spec:
+        out.append(spec)
+    views = []
+    for v, ser in lat.items():
+        key = {"TTFT p95": "ttft_ms", "TPOT p95": "tpot_ms", "E2E p95": "e2e_ms"}[v]
+        limit = _slo_limit(every, key)
+        shapes = [threshold(limit, f"SLO {limit:g} ms")] if limit else []
+        views.append({"name": v, "panels": [panel(f"{v} vs throughput", ser, axis("output tokens/s"),
+                                                  axis(f"{v} (ms)"), shapes=shapes)]})
+    spec = chart("latency-vs-throughput", "Latency vs throughput", views,
+                 note="Each point is a run (or sweep step); the knee is where latency climbs for little extra "
+                      "throughput. The dashed red line is the runs' SLO limit.")
+    if spec:
+        out.append(spec)
+    return out
+
+
+def timeseries_spec(runs: list[tuple[RunDir, RunAggregates]], colors: Colors | None = None) -> dict[str, Any] | None:
+    """One view per run (a menu when many), one panel per signal; flat signals are left out and named."""
+    views = []
     for r, agg in runs:
         if not agg.signals:
             continue
-        signals = [{
-            "key": sig.key, "title": sig.title, "unit": sig.unit,
-            "series": [{"name": s.name, "points": _pts(s.t, s.v), "dashed": _simulated(r)} for s in sig.series],
-        } for sig in agg.signals]
-        out.append({"label": r.label, "window_s": agg.window_s, "signals": signals})
-    if not out:
-        return None
-    return {"id": "timeseries", "type": "timeseries", "title": "Time series", "runs": out,
-            "note": "Seconds from the run start. Client-side signals are averaged over windows; server and GPU "
-                    "signals are the recorded samples (averaged when there are many)."}
+        panels = []
+        for sig in agg.signals:
+            many = len(sig.series) > 1  # several series of one run (sent vs completed, per GPU): their own colours
+            ts = [line(s.name, s.t, s.v, PALETTE[i % len(PALETTE)] if many else (colors or Colors())[r.label],
+                       dashed=_dashed(r)) for i, s in enumerate(sig.series)]
+            panels.append(panel(sig.title, ts, axis("time from the run start (s)"), axis(sig.unit or sig.title),
+                                height=300,
+                                legend=len(ts) > 1))
+        views.append({"name": r.label, "panels": panels})
+    return chart("timeseries", "Time series", views,
+                 note="Seconds from the run start. Client-side signals are averaged over windows; server and GPU "
+                      "signals are the recorded samples (averaged when there are many).")
 
 
-def cost_chart(costs: list[RunCost]) -> dict[str, Any] | None:
+def cost_chart(costs: list[RunCost], colors: Colors | None = None) -> dict[str, Any] | None:
     priced = [c for c in costs if c.result is not None]
     if not priced:
         return None
+    colors = colors or Colors()
     cats = [f"{c.run.label} ({c.run.hardware})" for c in priced]
-    return {
-        "id": "cost", "title": "Cost per 1M tokens by configuration",
-        "note": "At each run's measured throughput and full utilization; lower is better. A sweep is shown by "
-                "its best valid step.",
-        "views": [{"name": "$ per 1M tokens", "type": "bar", "x": {"label": "run (configuration)", "categories": cats},
-                   "y": {"label": "USD per 1M tokens", "log": False},
-                   "series": [{"name": "output tokens", "values": [_r(c.usd_per_1m_output) for c in priced]},
-                              {"name": "total tokens", "values": [_r(c.usd_per_1m_total) for c in priced]}]}],
-    }
+    cols = [colors[c.run.label] for c in priced]
+    views = [{"name": name, "panels": [panel(f"$ per 1M {name}", [bar(name, cats, vals, cols, show_legend=False)],
+                                             axis("run (configuration)"), axis(f"USD per 1M {name}"), legend=False)]}
+             for name, vals in (("output tokens", [c.usd_per_1m_output for c in priced]),
+                                ("total tokens", [c.usd_per_1m_total for c in priced]))]
+    return chart("cost", "Cost per 1M tokens by configuration", views,
+                 note="At each run's throughput and full utilization; lower is better. A sweep is shown by its best "
+                      "valid step.")
 
 
-def break_even_chart(items: list[BreakEven], api_usd_per_1m: float | None) -> dict[str, Any] | None:
+def break_even_chart(items: list[BreakEven], api_usd_per_1m: float | None,
+                     colors: Colors | None = None) -> dict[str, Any] | None:
     grid, curves = break_even_curves(items, api_usd_per_1m)
     if not curves:
         return None
-    series = [{"name": name, "points": _pts(grid, np.asarray(v)), "dashed": name == "per-token API"}
-              for name, v in curves.items()]
-    note = "Monthly cost to serve a monthly volume of output tokens (at each run's input:output mix); steps are added deployments."
+    colors = colors or Colors()
+    series = [line(name, list(grid), list(v), "#5f6b76" if name == "per-token API" else colors[name],
+                   dashed=name == "per-token API", step=True) for name, v in curves.items()]
+    note = ("Monthly cost to serve a monthly volume of output tokens (at each run's input:output mix); steps are "
+            "added deployments.")
     if api_usd_per_1m:
         crossings = [f"{i.label}: {fmt_tokens(i.api_break_even_tokens)} tokens/month"
                      for i in items if i.api_break_even_tokens is not None]
         note += f" Break-even with the API at ${api_usd_per_1m:g}/1M: " + "; ".join(crossings) + "."
     else:
         note += " Give --api-price USD_PER_1M to add a per-token API line."
-    return {
-        "id": "break-even", "title": "Break-even: monthly cost vs volume", "note": note,
-        "views": [{"name": "monthly cost", "type": "line", "x": {"label": "output tokens per month", "log": True},
-                   "y": {"label": "USD per month", "log": True}, "series": series}],
-    }
+    return chart("break-even", "Break-even: monthly cost vs volume", [
+        {"name": "monthly cost", "panels": [panel("monthly cost vs volume", series,
+                                                  axis("output tokens per month", log=True),
+                                                  axis("USD per month", log=True))]}], note=note)

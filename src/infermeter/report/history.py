@@ -5,7 +5,9 @@ sweep) as a row of the ``runs`` table, keyed by its absolute path, so indexing
 again updates the row. The database is ``--db`` when given, else
 ``$INFERMETER_HISTORY_DB``, else ``~/.infermeter/history.duckdb``.
 :func:`list_runs` filters by model, hardware, profile, source and date;
-:func:`trend` gives one metric over time; :func:`run_sql` runs a query with a
+:func:`trend` gives one metric over time, each run with its comparable configuration
+(model, hardware, profile, load and level, lengths, source) so trends never mix runs that
+measure different things; :func:`run_sql` runs a query with a
 ``requests`` view over every indexed run's ``requests.parquet`` (plus a
 ``run_id`` column) beside ``runs``::
 
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError, DataError, UserError
+from infermeter.records.tags import load_tag, workload_tag
 from infermeter.report.rundir import RunDir, load_run_dir
 
 ENV_DB = "INFERMETER_HISTORY_DB"
@@ -196,17 +199,44 @@ def metric_column(name: str) -> str:
     return key
 
 
+GROUPED_BY = "model @ hardware · profile · load and level · lengths · source"
+
+
+def configuration(row: dict[str, Any]) -> str:
+    """The comparable configuration of an indexed run (``GROUPED_BY``): runs with the same one measure
+    the same thing, so a trend over them is a trend; a sweep step is its own load level."""
+    run = row.get("run")
+    if isinstance(run, str):
+        try:
+            run = json.loads(run)
+        except ValueError:
+            run = {}
+    run = run if isinstance(run, dict) else {}
+    load = load_tag(run.get("load") or {}) if run.get("load") else "?"
+    lengths = workload_tag(run.get("workload") or {}) if run.get("workload") else "?"
+    api = (run.get("workload") or {}).get("api")
+    parts = [f"{row.get('model')} @ {row.get('hardware')}", str(row.get("profile")), load, lengths, str(row.get("source"))]
+    if api and api != "chat":
+        parts.append(f"api {api}")
+    return " · ".join(parts)
+
+
 def trend(metric: str, db: str | Path | None = None, **filters: Any) -> list[dict[str, Any]]:
-    """``metric`` for every matching run, oldest first, with the labels that group it."""
+    """``metric`` for every matching run, oldest first, each with its comparable ``configuration``
+    (:func:`configuration`): a trend is read within one configuration, never across them."""
     col = metric_column(metric)
     where, params = _where(filters)
     con = connect(db, read_only=True)
     try:
-        sql = (f"SELECT started_at, label, model, hardware, profile, source, valid, {col} AS value, run_id "
-               f"FROM runs{where} ORDER BY started_at")
-        return _fetch(con, sql, params)
+        sql = (f"SELECT started_at, label, model, hardware, profile, source, valid, {col} AS value, run_id, sweep, "
+               f"step, run FROM runs{where} ORDER BY started_at")
+        rows = _fetch(con, sql, params)
     finally:
         con.close()
+    for r in rows:
+        r["configuration"] = configuration(r)
+        del r["run"]
+    return rows
 
 
 def _sql_literal(text: str) -> str:

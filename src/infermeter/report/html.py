@@ -1,12 +1,18 @@
 """Render a :class:`~infermeter.report.content.ReportContent` as one self-contained HTML page.
 
-The contract: the page needs no network and no other file. The stylesheet and
-the chart script (``assets/``) are inlined; chart data travels as JSON in a
+The contract: the page needs no network and no other file. The stylesheet,
+the bundled Plotly (``assets/plotly-basic.min.js``, MIT) and the chart script
+(``assets/charts.js``) are inlined; chart data travels as JSON in a
 ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
-escaped, and the script builds every node with ``textContent``, so strings
-from result files (model names, labels, error text) are shown as text and
-never run. A Content-Security-Policy allows only the page's own script and
-style (by hash) as a second line of defence::
+escaped; labels inside it are escaped for Plotly's label markup
+(:func:`infermeter.report.figures.label`) and the script builds its own nodes
+with ``textContent``, so strings from result files (model names, labels, error
+text) are shown as text and never run. A Content-Security-Policy allows only
+the page's own scripts and stylesheet (by hash) as a second line of defence;
+Plotly positions its elements with inline style attributes, so those (and only
+those, never style elements) are allowed. Sections marked ``collapsed`` are
+``<details>`` (open them to read); cards (a study's decision) come first in
+their section::
 
     >>> page = render_html(content)
     >>> page.startswith("<!doctype html>")
@@ -25,7 +31,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from infermeter.report.content import ReportContent, Section
+from infermeter.report.content import Card, ReportContent, Section
 from infermeter.report.table import Cell, Table
 
 
@@ -76,24 +82,38 @@ def render_table(t: Table) -> str:
             f'data-key="{escape(t.key)}"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table></div>{note}')
 
 
+def render_card(c: Card) -> str:
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in c.rows)
+    bullets = ('<ul class="caveats">' + "".join(f"<li>{escape(b)}</li>" for b in c.bullets) + "</ul>") if c.bullets else ""
+    return (f'<div class="card {escape(c.tone)}"><h3>{escape(c.title)}</h3><p class="verdict">{escape(c.headline)}</p>'
+            + (f'<table class="kv">{rows}</table>' if rows else "") + bullets + "</div>")
+
+
 def _section(s: Section) -> str:
-    parts = [f'<section id="{escape(s.key)}"><h2>{escape(s.title)}</h2>']
+    body = []
     if s.intro:
-        parts.append(f'<p class="lead">{escape(s.intro)}</p>')
+        body.append(f'<p class="lead">{escape(s.intro)}</p>')
+    if s.cards:
+        body.append('<div class="cards">' + "".join(render_card(c) for c in s.cards) + "</div>")
     if s.has_charts:
-        parts.append(f'<div class="charts" id="charts-{escape(s.key)}"></div>')
-    parts.extend(render_table(t) for t in s.tables)
+        body.append(f'<div class="charts" id="charts-{escape(s.key)}"></div>')
+    body.extend(render_table(t) for t in s.tables)
     if s.notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in s.notes) + "</ul>")
-    parts.append("</section>")
-    return "\n".join(parts)
+        body.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in s.notes) + "</ul>")
+    if s.collapsed:
+        return (f'<section id="{escape(s.key)}"><details><summary><h2>{escape(s.title)}</h2></summary>\n'
+                + "\n".join(body) + "\n</details></section>")
+    return f'<section id="{escape(s.key)}"><h2>{escape(s.title)}</h2>\n' + "\n".join(body) + "\n</section>"
 
 
 def render_html(content: ReportContent) -> str:
     """The whole page as a string (see the module docstring)."""
     script, style = asset("charts.js"), asset("report.css")
-    csp = (f"default-src 'none'; script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
-           "img-src data:; base-uri 'none'; form-action 'none'")
+    plotly = asset("plotly-basic.min.js") if content.charts else ""  # 1.2 MB: only on pages with charts
+    hashes = " ".join(f"'{_sha256(x)}'" for x in (plotly, script) if x)
+    csp = (f"default-src 'none'; script-src {hashes}; "
+           f"style-src-elem '{_sha256(style)}' '{_sha256('')}'; style-src-attr 'unsafe-inline'; "
+           "img-src data: blob:; base-uri 'none'; form-action 'none'")
     nav = "".join(f'<a href="#{escape(s.key)}">{escape(s.title)}</a>' for s in content.sections)
     headline = "".join(f"<p>{escape(h)}</p>" for h in content.headline)
     sections = "\n".join(_section(s) for s in content.sections)
@@ -114,6 +134,7 @@ def render_html(content: ReportContent) -> str:
 {sections}
 </main>
 <script id="report-data" type="application/json">{json_for_script({"charts": content.charts})}</script>
+{f"<script>{plotly}</script>" if plotly else ""}
 <script>{script}</script>
 </body>
 </html>

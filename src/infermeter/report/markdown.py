@@ -3,8 +3,10 @@
 The contract: :func:`render_markdown` prints every table of a
 :class:`~infermeter.report.content.ReportContent` as a GitHub-flavoured
 Markdown table with the very cells the HTML shows; a best value is
-``**value** ★``. Text from result files is escaped (``|``, ``<``, ``>``,
-backslashes, line breaks) so it cannot break a table or inject markup.
+``**value** ★``; cards are a heading, a bold headline and bullets. Text from
+result files is escaped (``|``, ``<``, backslashes, line breaks, a leading
+``>`` or ``#``) so it cannot break a table or inject markup, and ``>`` prints as
+``>``.
 :func:`summary_rows` flattens each run's ``summary.json`` (and its price) into
 raw, unformatted CSV columns::
 
@@ -20,7 +22,7 @@ import csv
 import io
 from typing import Any
 
-from infermeter.report.content import ReportContent
+from infermeter.report.content import Card, ReportContent
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
 from infermeter.report.table import Cell, Table
@@ -33,8 +35,21 @@ CSV_SCALARS = ("completed", "failed", "dropped", "duration_s", "request_throughp
 
 
 def md_escape(text: str) -> str:
-    out = text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-    return " ".join(out.splitlines()).strip() or " "
+    """Text safe in a Markdown line or table cell: ``|`` and ``<`` backslash-escaped (so no HTML tag can open),
+    line breaks joined, a leading ``>``/``#`` escaped so it starts no quote or heading; ``>`` is left as is."""
+    out = text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
+    out = " ".join(out.splitlines()).strip()
+    if out[:1] in (">", "#"):
+        out = "\\" + out
+    return out or " "
+
+
+def render_md_card(c: Card) -> list[str]:
+    lines = [f"### {md_escape(c.title)}", "", f"**{md_escape(c.headline)}**", ""]
+    lines += [f"- **{md_escape(k)}:** {md_escape(v)}" for k, v in c.rows]
+    if c.bullets:
+        lines += ["", "Caveats:", ""] + [f"- {md_escape(b)}" for b in c.bullets]
+    return lines + [""]
 
 
 def _md_cell(c: Cell) -> str:
@@ -60,7 +75,9 @@ def render_markdown(content: ReportContent) -> str:
         out += [f"## {md_escape(s.title)}", ""]
         if s.intro:
             out += [md_escape(s.intro), ""]
-        if s.has_charts and not s.tables:
+        for c in s.cards:
+            out += render_md_card(c)
+        if s.has_charts and not s.tables and not s.cards:
             out += ["_Charts only: open report.html._", ""]
         for t in s.tables:
             out += [render_md_table(t), ""]

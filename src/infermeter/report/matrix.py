@@ -87,7 +87,7 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
         return []
     cost_of: dict[int, RunCost] = {id(c.run): c for c in costs}
     note = ("★ marks the best valid value in each profile column (none when all are equal); invalid runs are marked "
-            "(invalid) and never best; (sim.) marks simulated runs.")
+            "(invalid) and never best; (sim.) marks simulated runs, (emul.) runs against infermeter's emulator.")
     if shadowed:
         note += f" {shadowed} run(s) shared a cell with a later run and are not shown here."
     tables: list[Table] = []
@@ -106,7 +106,8 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
                 is_valid = bool(r.summary.get("valid", True))
                 c = m.cell(m.value(r, cost_of.get(id(r))))
                 simulated = r.source != "measured"
-                suffix = (" (invalid)" if not is_valid else "") + (" (sim.)" if simulated else "")
+                tag = {"emulated": " (emul.)", "measured": ""}.get(r.source, " (sim.)")
+                suffix = (" (invalid)" if not is_valid else "") + tag
                 flag = "invalid" if not is_valid else ("simulated" if simulated else None)
                 row.append(Cell(c.display + suffix, c.value, flag=flag))
                 ok_row.append(is_valid)

@@ -75,6 +75,10 @@ def price_runs(runs: list[RunDir], options: Any | None = None, today: dt.date | 
         if not r.hardware:
             out.append(RunCost(r, None, "no price: the run does not name its hardware"))
             continue
+        if r.source == "emulated" and not options.overrides_catalog:
+            out.append(RunCost(r, None, f"no price: emulated ({r.emulated_text}), not a measurement of {r.hardware}; "
+                                        "give --price-per-hour to price it anyway"))
+            continue
         try:
             res = cost_for_throughput(
                 r.hardware, float(s.get("output_token_throughput") or 0.0), float(s.get("input_token_throughput") or 0.0),

@@ -88,7 +88,22 @@ class RunDir:
 
     @property
     def source(self) -> str:
-        return str(self._meta("source") or "measured")
+        """measured | emulated | simulated: a run against infermeter's own emulator (run.json ``target.emulated``)
+        is *emulated* — it measured a digital twin, not the GPU the twin models."""
+        src = str(self._meta("source") or "measured")
+        if src == "measured" and (self.run.get("target") or {}).get("emulated"):
+            return "emulated"
+        return src
+
+    @property
+    def emulated_text(self) -> str | None:
+        """What an emulated run's endpoint emulated, in words (None for other runs)."""
+        emu = (self.run.get("target") or {}).get("emulated")
+        if not emu or self.source != "emulated":
+            return None
+        if emu.get("backend") == "twin":
+            return f"digital twin of vLLM serving {emu.get('model')} on {emu.get('hardware')}"
+        return "infermeter's simple timing emulator"
 
     def _text(self, key: str) -> str | None:
         value = self._meta(key)

@@ -44,7 +44,8 @@ def run_cell(r: RunDir) -> Cell:
 
 
 def source_cell(r: RunDir) -> Cell:
-    return Cell.text(r.source, flag="simulated" if r.source != "measured" else None)
+    text = f"emulated ({r.emulated_text})" if r.source == "emulated" else r.source
+    return Cell.text(text, flag="simulated" if r.source != "measured" else None)
 
 
 def verdict_text(s: dict[str, Any]) -> str:

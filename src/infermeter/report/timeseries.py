@@ -262,7 +262,9 @@ def file_signals(path: Path, max_points: int = 600) -> list[Signal]:
             else:
                 tt, vv = t_all[mask], values[mask]
             t, v = _bucket_mean(tt, vv, max_points)
-            label = name.replace("_", " ") + (f" ({gname})" if gname else "")
+            shown = (name[: -len("_sum")].replace("_seconds", "").replace("_", " ") + " mean (ms)"
+                     if name.endswith("_sum") else name.replace("_", " "))  # the legend says what is drawn
+            label = shown + (f" ({gname})" if gname else "")
             old = signals.get(key)
             series = (old.series if old else ()) + (Series(label, t, v),)
             signals[key] = Signal(key, title, unit, series)

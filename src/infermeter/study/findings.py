@@ -1,24 +1,26 @@
-"""The findings section: sentences written from the study's numbers, each with the figures it quotes.
+"""The findings: sentences written from the study's numbers, ranked by how much they bear on the decision.
 
-The contract: :func:`write_findings` recomputes every sentence from the cells, prices and soaks it
-is given — nothing is canned, so different inputs give different findings (swap two prices and
-the best-value sentence names the other configuration). Each :class:`Finding` carries
+The contract: :func:`write_findings` recomputes every sentence from the cells, prices, decisions
+and soaks it is given — nothing is canned, so different inputs give different findings (swap two
+prices and the best-value sentence names the other configuration). Each :class:`Finding` carries
 :class:`~infermeter.study.matrix.Ref` s: the report table, row and column of every figure it
-quotes, whose shown text is the number in the sentence::
+quotes, whose shown text is the number in the sentence, and a ``weight`` (how much it changes the
+decision); the list comes back heaviest first::
 
     >>> fs = write_findings(study, cells, prices, soaks)
     >>> fs[0].topic, fs[0].text
-    ('throughput', 'chat: h200 has the highest throughput at saturation, 5,170 output tokens/s (simulated), ...')
+    ('value', 'chat: best value is h200 at $374 per 1M requests (SLO capacity, simulated; ...')
     >>> fs[0].refs[0].table, fs[0].refs[0].row, fs[0].refs[0].column
-    ('m_sat_out', 'h200', 'chat')
+    ('m_usd_1m_req', 'h200', 'chat')
 
-Topics, in order: sources (measured vs simulated), throughput leader per profile, SLO capacity
-per profile, best value per profile with its margin, KV-cache saturation and what it did to
-throughput and queueing, prefix caching, latency one request at a time, TP vs PP, CPU vs GPU,
-break-even bands, soak. Only comparable cells (serving the study's model) are ranked; a KV cache
-counts as full at :data:`KV_FULL` or more, and is compared with the configuration whose KV cache
-did not fill, of the same device type (GPU or CPU), whose memory bandwidth per replica is closest
-(so the difference is mostly memory).
+Rules: ties (figures that print the same at 3 significant figures) are stated as ties, never as
+"0 % more"; causal words only where the numbers carry them — "the KV cache limited X" needs
+preemptions > 0 or fewer running requests than the closed loop offered; no finding counts
+something the decision does not use (e.g. how often the break-even lead changes). Only
+comparable cells (serving the study's model) are ranked. Topics, heaviest first: best value and
+its margin, what would change it, configurations left out, SLO capacity, KV cache limits,
+throughput at saturation, latency one request at a time, TP vs PP, CPU vs GPU, break-even, soak,
+prefix caching, measured sources.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ from infermeter.perfmodel.configspec import parse_config
 from infermeter.report.table import fmt_num, fmt_pct, fmt_usd
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
-from infermeter.study.matrix import METRIC, VALUE_METRIC, Ref, ref, value
+from infermeter.study.decision import Decision, same_shown, short_reason
+from infermeter.study.matrix import METRIC, VALUE_METRIC, Ref, fmt_sig, ref, value
 from infermeter.study.pricing import StudyPrices
 
 KV_FULL = 0.95
-SRC = {"simulated": "simulated", "measured": "measured"}
+SRC = {"simulated": "simulated", "measured": "measured", "emulated": "emulated"}
 UNIT = {"usd_1m_req": "per 1M requests", "usd_1m_out": "per 1M output tokens", "usd_1m_total": "per 1M total tokens"}
+WEIGHT = {"value": 100, "change": 90, "excluded": 80, "slo": 70, "kv": 60, "throughput": 50, "latency": 40,
+          "parallelism": 35, "cpu": 30, "break-even": 25, "soak": 20, "prefix": 15, "sources": 10}
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,19 @@ class Finding:
     topic: str
     text: str
     refs: tuple[Ref, ...] = ()
+    weight: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "text": self.text, "refs": [r.to_json() for r in self.refs]}
+        return {"topic": self.topic, "text": self.text, "weight": self.weight, "refs": [r.to_json() for r in self.refs]}
 
 
 def more(a: float, b: float) -> str:
-    """How much ``a`` exceeds ``b``: ``"27% more than"`` below 2x, ``"3.4x"`` from there."""
-    return f"{a / b - 1:.0%} more than" if a < 2 * b else f"{a / b:.1f}x"
+    """How much ``a`` exceeds ``b``: ``"27% more than"`` below 2x, ``"3.4x"`` from there (never a 0 % lead:
+    callers state ties with :func:`same_shown` first)."""
+    if a < 2 * b:
+        pct = a / b - 1
+        return f"{pct:.0%} more than" if pct >= 0.005 else f"{pct:.1%} more than"
+    return f"{a / b:.1f}x"
 
 
 def shown(r: Ref) -> str:
@@ -60,12 +70,14 @@ def shown(r: Ref) -> str:
 
 
 class _Writer:
-    def __init__(self, study: StudyConfig, cells: list[CellResult], prices: StudyPrices) -> None:
+    def __init__(self, study: StudyConfig, cells: list[CellResult], prices: StudyPrices,
+                 decisions: dict[str, Decision] | None = None) -> None:
         self.study, self.cells, self.prices = study, cells, prices
+        self.decisions = decisions or {}
         self.out: list[Finding] = []
 
     def add(self, topic: str, text: str, refs: list[Ref]) -> None:
-        self.out.append(Finding(topic, text, tuple(refs)))
+        self.out.append(Finding(topic, text, tuple(refs), WEIGHT.get(topic, 0)))
 
     def comparable(self, profile: str, metric: str) -> list[CellResult]:
         """Comparable cells of ``profile`` with a value for ``metric``, best first."""
@@ -82,18 +94,16 @@ class _Writer:
 
 
 def _sources(w: _Writer) -> None:
-    measured = [c for c in w.cells if c.source == "measured"]
+    measured = [c for c in w.cells if c.source in ("measured", "emulated")]
     n = len(w.cells)
-    if not measured:
-        w.add("sources", f"All {n} cells were simulated by the twin: no configuration named a measured target.", [])
-    else:
+    if measured:
         names = sorted({f"{c.config} × {c.profile}" for c in measured})
         w.add("sources", f"{len(measured)} of {n} cells were measured on live endpoints ({', '.join(names)}); "
               f"the other {n - len(measured)} were simulated by the twin.", [w.r("sat_out", c) for c in measured])
-        emulated = sorted({c.config for c in measured if (c.target or {}).get("emulated")})
+        emulated = sorted({c.config for c in measured if c.source == "emulated"})
         if emulated:
             w.add("sources", f"The endpoint of {', '.join(emulated)} reported itself as an infermeter emulator: its "
-                  "figures measure the emulation, not hardware.", [])
+                  "figures measure the emulation (a digital twin), not hardware, and are labelled emulated.", [])
     for c in measured:
         cc = w.prices.cost[c.key]
         if not cc.comparable:
@@ -102,17 +112,25 @@ def _sources(w: _Writer) -> None:
                   "shown but left out of rankings, best value and break-even.", [w.r("sat_out", c)])
 
 
+def _lead(w: _Writer, key: str, a: CellResult, b: CellResult) -> tuple[str, list[Ref]]:
+    """'27% more than Y (n, source)' or 'tied with Y (n, source)' for the top two cells of ``key``."""
+    ra, rb = w.r(key, a), w.r(key, b)
+    if same_shown(w.v(key, a), w.v(key, b)):
+        return f"tied with {b.config} ({shown(rb)}, {SRC[b.source]})", [ra, rb]
+    return f"{more(w.v(key, a), w.v(key, b))} {b.config} ({shown(rb)}, {SRC[b.source]})", [ra, rb]
+
+
 def _throughput(w: _Writer, profile: str) -> None:
     cs = w.comparable(profile, "sat_out")
     if len(cs) < 2:
         return
     a, b, last = cs[0], cs[1], cs[-1]
-    ra, rb, rl = w.r("sat_out", a), w.r("sat_out", b), w.r("sat_out", last)
-    text = (f"{profile}: {a.config} has the highest throughput at saturation, {shown(ra)} output tokens/s "
-            f"({SRC[a.source]}), {more(w.v('sat_out', a), w.v('sat_out', b))} {b.config} "
-            f"({shown(rb)}, {SRC[b.source]})")
-    refs = [ra, rb]
-    if len(cs) > 2:
+    ra, rl = w.r("sat_out", a), w.r("sat_out", last)
+    lead, refs = _lead(w, "sat_out", a, b)
+    verb = "shares the highest" if lead.startswith("tied") else "has the highest"
+    text = (f"{profile}: {a.config} {verb} throughput at saturation, {shown(ra)} output tokens/s ({SRC[a.source]}), "
+            + lead)
+    if len(cs) > 2 and not same_shown(w.v("sat_out", a), w.v("sat_out", last)):
         text += f"; the lowest is {last.config} at {shown(rl)} ({w.v('sat_out', a) / w.v('sat_out', last):.1f}x less)"
         refs.append(rl)
     w.add("throughput", text + ".", refs)
@@ -122,58 +140,93 @@ def _capacity(w: _Writer, profile: str) -> None:
     if not w.study.slo.limits:
         return
     cs = w.comparable(profile, "cap_rps")
-    if cs:
-        a = cs[0]
-        ra = w.r("cap_rps", a)
-        text = (f"{profile}: under the SLO ({w.study.slo.describe()}), {a.config} sustains the most load, "
-                f"{shown(ra)} requests/s ({SRC[a.source]})")
-        refs = [ra]
-        if len(cs) > 1:
-            rb = w.r("cap_rps", cs[1])
-            text += f", {more(w.v('cap_rps', a), w.v('cap_rps', cs[1]))} {cs[1].config} ({shown(rb)})"
-            refs.append(rb)
-        w.add("slo", text + ".", refs)
-    missing = [c for c in w.cells if c.profile == profile and w.prices.cost[c.key].comparable and c.capacity is None]
-    if missing:
-        parts = []
-        for c in missing:
+    if not cs:
+        return
+    a = cs[0]
+    ra = w.r("cap_rps", a)
+    text = (f"{profile}: under the SLO ({w.study.slo.describe()}), {a.config} sustains the most load, "
+            f"{shown(ra)} requests/s ({SRC[a.source]})")
+    refs = [ra]
+    if len(cs) > 1:
+        lead, more_refs = _lead(w, "cap_rps", a, cs[1])
+        text += ", " + lead
+        refs.append(more_refs[1])
+    prec = (a.capacity or {}).get("knee_precision")
+    if prec is not None:
+        text += f"; its SLO edge lies less than {prec:.1%} above that (the next rate tried missed the SLO)"
+    w.add("slo", text + ".", refs)
+
+
+def _excluded(w: _Writer, profile: str) -> None:
+    """Configurations the decision could not consider, and why (one sentence per profile)."""
+    parts, refs = [], []
+    for c in (c for c in w.cells if c.profile == profile):
+        cc = w.prices.cost[c.key]
+        if c.unavailable:
+            parts.append(f"{c.config} ({c.unavailable})")
+        elif cc.comparable and w.study.slo.limits and c.capacity is None:
             sync = next((s for s in c.steps if s.get("kind") == "synchronous"), None)
             why = "; ".join((sync or {}).get("slo_failures") or [])
-            parts.append(f"{c.config} (" + (f"even one request at a time: {why}" if sync and why else
-                                            "not at the lightest tested load") + ")")
-        w.add("slo", f"{profile}: no tested load met the SLO on " + ", ".join(parts) + ".",
-              [w.r("cap_rps", c) for c in missing])
+            parts.append(f"{c.config} (no tested load met the SLO" + (f"; even one request at a time: {why}"
+                                                                       if sync and why else "") + ")")
+            refs.append(w.r("cap_rps", c))
+        elif cc.comparable and cc.result is None and cc.reason:
+            parts.append(f"{c.config} ({short_reason(cc.reason)})")
+    if parts:
+        w.add("excluded", f"{profile}: left out of the decision: " + "; ".join(parts) + ".", refs)
 
 
 def _value(w: _Writer, profile: str) -> None:
     key = VALUE_METRIC[w.study.pricing.value_metric]
-    pick = w.prices.picks.get(profile)
-    if pick is None:
+    d = w.decisions.get(profile)
+    if d is None or d.best is None:
         w.add("value", f"{profile}: no configuration could be priced at its cost basis, so there is no best value.", [])
         return
-    best = pick.best.cell
+    best = d.best.cell
     rb = w.r(key, best)
-    cost = pick.best.result
+    cost = d.best.cost.result
     assert cost is not None
     price = cost.price
-    text = (f"{profile}: best value is {best.config} at {shown(rb)} {UNIT[key]} ({pick.best.basis}, "
+    text = (f"{profile}: best value is {best.config} at {shown(rb)} {UNIT[key]} ({d.best.cost.basis}, "
             f"{SRC[best.source]}; price {fmt_usd(price.usd_per_hour)}/h, {price.provider}, {price.date_text})")
     refs = [rb, Ref("prices", best.config, "$/h", price.usd_per_hour, fmt_usd(price.usd_per_hour)),
             Ref("prices", best.config, "date", price.date_text, price.date_text)]
-    if pick.runner_up is not None and pick.runner_up_value:
-        ru = pick.runner_up.cell
-        rr = w.r(key, ru)
-        text += f", {1 - pick.best_value / pick.runner_up_value:.1%} cheaper than {ru.config} ({shown(rr)})"
+    r = d.runner_up
+    if r is not None:
+        rr = w.r(key, r.cell)
         refs.append(rr)
+        if same_shown(d.best.value, r.value):
+            text += f"; tied with {r.cell.config} ({shown(rr)}): too close to call"
+        else:
+            text += f", {(d.margin or 0) / (1 + (d.margin or 0)):.1%} cheaper than {r.cell.config} ({shown(rr)})"
+            if d.too_close:
+                text += "; too close to call: their intervals overlap"
     lead = w.comparable(profile, "sat_out")
-    if lead and pick.runner_up is not None and lead[0].config == pick.runner_up.cell.config:
-        text += ", which has the highest throughput"
+    if lead and r is not None and lead[0].config == r.cell.config:
+        text += f"; {r.cell.config} has the highest throughput"
     elif lead and lead[0].config != best.config and w.prices.cost[lead[0].key].result is not None:
         rl = w.r(key, lead[0])
         text += (f"; {lead[0].config} has more throughput but costs {w.v(key, lead[0]) / w.v(key, best) - 1:.0%} "
                  f"more ({shown(rl)})")
         refs.append(rl)
     w.add("value", text + ".", refs)
+
+
+def _change(w: _Writer, profile: str) -> None:
+    """What would flip the decision: the runner-up's price (or capacity) at which it would match."""
+    d = w.decisions.get(profile)
+    if d is None or d.best is None or d.runner_up is None or d.too_close:
+        return
+    r = d.runner_up
+    res = r.cost.result
+    if res is None or not r.value:
+        return
+    ratio = d.best.value / r.value
+    price = res.price
+    rp = Ref("prices", r.cell.config, "$/h", price.usd_per_hour, fmt_usd(price.usd_per_hour))
+    w.add("change", f"{profile}: {r.cell.config} would match {d.best.cell.config} at "
+          f"{fmt_usd(price.usd_per_hour * ratio)}/h instead of {fmt_usd(price.usd_per_hour)}/h ({1 - ratio:.1%} "
+          f"cheaper), or with {1 / ratio - 1:.1%} more capacity at its cost basis.", [rp])
 
 
 def _bandwidth(c: CellResult) -> float:
@@ -199,45 +252,45 @@ def _device(c: CellResult) -> str:
         return "gpu"
 
 
+def _kv_limited(c: CellResult) -> str | None:
+    """The evidence that the KV cache limited a cell's saturation step: "preemptions", "running" (fewer requests
+    running than the closed loop offered, within the engine's max_num_seqs), or None (no evidence)."""
+    if (c.server.get("num_preemptions") or 0) > 0:
+        return "preemptions"
+    running = c.server.get("num_requests_running_max")
+    offered = c.saturation.get("concurrency")
+    mns = (c.target or {}).get("max_num_seqs")
+    lanes = (c.target or {}).get("replicas") or 1
+    bounds = [x for x in (offered, mns * lanes if mns else None) if x]
+    if running is not None and bounds and running < min(bounds):
+        return "running"
+    return None
+
+
 def _kv(w: _Writer) -> None:
-    any_full = False
+    """Only where the numbers show the KV cache limited the batch: preemptions, or fewer running than offered."""
     for profile in w.study.profiles:
         cs = w.comparable(profile, "kv_max")
-        full = [c for c in cs if w.v("kv_max", c) >= KV_FULL]
-        room = [c for c in cs if w.v("kv_max", c) < KV_FULL]
-        if not full:
-            continue
-        any_full = True
-        if not room:
-            w.add("kv", f"{profile}: the KV cache filled on every configuration at saturation ("
-                  + ", ".join(f"{c.config} {shown(w.r('kv_max', c))}" for c in full) + ").",
-                  [w.r("kv_max", c) for c in full])
-            continue
-        for c in full:
-            refs = [w.r(k, c) for k in ("kv_max", "preempt", "waiting_max", "running_max")]
-            text = (f"{profile}: the KV cache filled on {c.config} (max {shown(refs[0])}, {shown(refs[1])} preemptions, "
-                    f"up to {shown(refs[2])} requests waiting, at most {shown(refs[3])} running)")
+        limited = [c for c in cs if w.v("kv_max", c) >= KV_FULL and _kv_limited(c)]
+        room = [c for c in cs if c not in limited]
+        for c in limited:
+            rk, rp, rr = (w.r(k, c) for k in ("kv_max", "preempt", "running_max"))
+            if _kv_limited(c) == "preemptions":
+                evidence, refs = f"{shown(rp)} preemptions", [rk, rp]
+            else:
+                evidence = f"at most {shown(rr)} requests running of {c.saturation.get('concurrency')} offered"
+                refs = [rk, rr]
+            text = f"{profile}: the KV cache limited {c.config} at saturation (max {shown(rk)} used, {evidence})"
             peers = [x for x in room if _device(x) == _device(c)]
-            if not peers:
-                w.add("kv", text + ".", refs)
-                continue
-            o = min(peers, key=lambda x: (abs(math.log(_bandwidth(x) / _bandwidth(c))), w.v("sat_out", x)))
-            refs += [w.r(k, o) for k in ("kv_max", "running_max")]
-            ra, rb = w.r("sat_out", c), w.r("sat_out", o)
-            ta, tb = w.r("sat_ttft_p95", c), w.r("sat_ttft_p95", o)
-            share = w.v("sat_out", c) / w.v("sat_out", o)
-            rel = f"{share:.0%} of" if share < 2 else f"{share:.1f}x"
-            text += (f" but not on {o.config} (max {shown(refs[4])}, {shown(refs[5])} running); {c.config} reached "
-                     f"{rel} {o.config}'s output tokens/s ({shown(ra)} vs {shown(rb)}) with TTFT p95 {shown(ta)} ms "
-                     f"vs {shown(tb)} ms.")
-            w.add("kv", text, refs + [ra, rb, ta, tb])
-    if not any_full:
-        cs = [c for c in w.cells if w.prices.cost[c.key].comparable and c.server.get("kv_cache_usage_max") is not None]
-        if cs:
-            top = max(cs, key=lambda c: w.v("kv_max", c))
-            r = w.r("kv_max", top)
-            w.add("kv", f"No configuration's KV cache filled at saturation; the fullest was {top.config} in "
-                  f"{top.profile} at {shown(r)}.", [r])
+            if peers:
+                o = min(peers, key=lambda x: (abs(math.log(_bandwidth(x) / _bandwidth(c))), w.v("sat_out", x)))
+                ra, rb = w.r("sat_out", c), w.r("sat_out", o)
+                share = w.v("sat_out", c) / w.v("sat_out", o)
+                rel = f"{share:.0%} of" if share < 2 else f"{share:.1f}x"
+                text += (f"; it reached {rel} the output tokens/s of {o.config}, whose cache did not limit it "
+                         f"({shown(ra)} vs {shown(rb)})")
+                refs += [ra, rb]
+            w.add("kv", text + ".", refs)
 
 
 def _prefix(w: _Writer) -> None:
@@ -333,26 +386,18 @@ def _break_even(w: _Writer) -> None:
         if be is None or not be.bands:
             continue
         bands = be.bands
-        refs = [Ref("break_even", band_row(profile, i), "cheapest", b.winner, b.winner) for i, b in enumerate(bands)]
         last = bands[-1]
-        if len(bands) == 1:
-            text = (f"{profile}: {last.winner} is the cheapest fleet over the whole range, {fmt_num(last.low)} to "
-                    f"{fmt_num(last.high)} requests/day")
-        elif len(bands) <= 4:
-            steps = [f"{b.winner} up to {fmt_num(b.high)}" for b in bands[:-1]]
-            text = (f"{profile}: the cheapest fleet is " + ", then ".join(steps)
-                    + f" requests/day, then {last.winner} up to {fmt_num(last.high)}")
+        start = len(bands) - 1
+        while start > 0 and bands[start - 1].winner == last.winner:
+            start -= 1
+        ref = Ref("break_even", band_row(profile, len(bands) - 1), "cheapest", last.winner, last.winner)
+        if start == 0:
+            text = (f"{profile}: {last.winner} is the cheapest fleet over the whole range, {fmt_sig(bands[0].low)} to "
+                    f"{fmt_sig(last.high)} requests/day")
         else:
-            share: dict[str, float] = {}
-            span = math.log(last.low / bands[0].low)
-            for b in bands[:-1]:
-                share[b.winner] = share.get(b.winner, 0.0) + math.log(b.high / b.low) / span
-            parts = ", ".join(f"{k} {x:.0%}" for k, x in sorted(share.items(), key=lambda kv: -kv[1]))
-            text = (f"{profile}: from {fmt_num(last.low)} requests/day up to {fmt_num(last.high)}, {last.winner} is "
-                    f"the cheapest fleet; below that the lead changes {len(bands) - 1} times as replicas are added "
-                    f"(share of that range, on a log scale: {parts})")
-            refs = [refs[-1]]
-        w.add("break-even", text + f" (peak factor {v.peak_factor:g}, headroom {v.headroom:.0%}).", refs)
+            text = (f"{profile}: from {fmt_sig(bands[start].low)} requests/day up to {fmt_sig(last.high)}, "
+                    f"{last.winner} is the cheapest fleet; below that, rounding to whole replicas decides")
+        w.add("break-even", text + f" (peak factor {v.peak_factor:g}, headroom {v.headroom:.0%}).", [ref])
 
 
 def _soak(w: _Writer, soaks: list[Any]) -> None:
@@ -389,16 +434,22 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
 
 
 def write_findings(study: StudyConfig, cells: list[CellResult], prices: StudyPrices,
-                   soaks: list[Any] | None = None) -> list[Finding]:
-    """Every finding, in the order of the module docstring."""
-    w = _Writer(study, cells, prices)
+                   soaks: list[Any] | None = None, decisions: dict[str, Decision] | None = None) -> list[Finding]:
+    """Every finding, heaviest first (see the module docstring)."""
+    if decisions is None:
+        from infermeter.study.decision import decide
+
+        decisions = decide(study, cells, prices)
+    w = _Writer(study, cells, prices, decisions)
     _sources(w)
+    for profile in study.profiles:
+        _value(w, profile)
+        _change(w, profile)
+        _excluded(w, profile)
     for profile in study.profiles:
         _throughput(w, profile)
     for profile in study.profiles:
         _capacity(w, profile)
-    for profile in study.profiles:
-        _value(w, profile)
     _kv(w)
     _prefix(w)
     for profile in study.profiles:
@@ -407,4 +458,4 @@ def write_findings(study: StudyConfig, cells: list[CellResult], prices: StudyPri
     _cpu(w)
     _break_even(w)
     _soak(w, soaks or [])
-    return w.out
+    return sorted(w.out, key=lambda f: -f.weight)  # stable: within a topic, the order written

@@ -12,12 +12,14 @@ cell shown in the table::
     '4,187 (sim.)'
 
 Rows are configurations (study order), columns profiles; ``(sim.)`` / ``(meas.)`` after a value says
-whether it was simulated by the twin or measured on an endpoint. ★ (``best=True``) marks the best
-value per profile among comparable cells (those serving the study's model).
+whether it was simulated by the twin or measured on an endpoint; simulated values have 3 significant
+figures. ★ (``best=True``) marks the best value per profile among comparable cells (those serving
+the study's model), only in tables of figures the decision uses (SLO capacity, the value metric).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,32 @@ from infermeter.report.table import MISSING, Cell, Table, fmt_num, fmt_pct, fmt_
 from infermeter.study.cells import CellResult
 from infermeter.study.pricing import CellCost, StudyPrices
 
-TAG = {"simulated": "sim.", "measured": "meas."}
+TAG = {"simulated": "sim.", "measured": "meas.", "emulated": "emul."}
+SIG = 3  # significant figures of simulated (and emulated) values
+
+
+def fmt_sig(v: float | None, digits: int = SIG) -> str:
+    """``v`` to ``digits`` significant figures, thousands separated: 4414.2 -> '4,410', 0.04371 -> '0.0437'."""
+    if v is None or not math.isfinite(v):
+        return MISSING
+    if v == 0:
+        return "0"
+    r = float(f"{v:.{digits}g}")
+    if abs(r) >= 10 ** (digits - 1):
+        return f"{r:,.0f}"
+    return f"{r:.{digits}g}" if abs(r) >= 1e-4 else f"{r:.{digits}g}"
+
+
+def fmt_sig_usd(v: float | None) -> str:
+    return MISSING if v is None else "$" + fmt_sig(v)
+
+
+def fmt_sig_pct(v: float | None) -> str:
+    return MISSING if v is None else fmt_sig(v * 100) + "%"
+
+
+Fmt = Callable[[float | None], str]
+SIG_FMT: dict[Fmt, Fmt] = {fmt_num: fmt_sig, fmt_usd: fmt_sig_usd, fmt_pct: fmt_sig_pct}
 
 
 @dataclass(frozen=True)
@@ -36,8 +63,9 @@ class Metric:
     section: str
     higher_is_better: bool
     value: Callable[[CellResult, CellCost | None], float | None]
-    fmt: Callable[[float | None], str]
+    fmt: Fmt
     needs_slo: bool = False
+    decision: bool = False  # the decision uses it: ★ marks its best value
 
 
 def _lat(at: str, metric: str, stat: str) -> Callable[[CellResult, CellCost | None], float | None]:
@@ -64,15 +92,14 @@ def _int(v: float | None) -> str:
     return MISSING if v is None else f"{v:,.0f}"
 
 
-def _ms(v: float | None) -> str:
-    return fmt_num(v)
+_ms = fmt_num  # latencies (ms): the usual format, 3 significant figures when simulated
 
 
 METRICS: list[Metric] = [
     Metric("sat_out", "Output tokens/s at saturation", "matrix", True, _sat("output_tokens_per_s"), fmt_num),
     Metric("sat_rps", "Requests/s at saturation", "matrix", True, _sat("requests_per_s"), fmt_num),
     Metric("cap_rps", "Requests/s at the highest load meeting the SLO", "matrix", True, _cap("requests_per_s"),
-           fmt_num, needs_slo=True),
+           fmt_num, needs_slo=True, decision=True),
     Metric("cap_out", "Output tokens/s at the highest load meeting the SLO", "matrix", True,
            _cap("output_tokens_per_s"), fmt_num, needs_slo=True),
     Metric("usd_1m_req", "$ per 1M requests (at the cost basis)", "matrix", False, _cost("usd_per_1m_requests"),
@@ -108,10 +135,18 @@ def table_key(metric: str) -> str:
     return f"m_{metric}"
 
 
+def shown_value(metric: Metric, cell: CellResult, v: float | None) -> str:
+    """A value as the report prints it: 3 significant figures unless measured (then the usual format)."""
+    fmt = metric.fmt if cell.source == "measured" else SIG_FMT.get(metric.fmt, metric.fmt)
+    return fmt(v)
+
+
 def display(metric: Metric, cell: CellResult, cc: CellCost | None) -> tuple[float | None, str]:
     """The value and the text shown for ``cell`` in ``metric``'s table."""
+    if cell.unavailable:
+        return None, cell.unavailable.split(":", 1)[0]
     v = metric.value(cell, cc)
-    text = metric.fmt(v)
+    text = shown_value(metric, cell, v)
     if v is None:
         return None, text
     return v, f"{text} ({TAG.get(cell.source, cell.source)})"
@@ -143,8 +178,11 @@ def value(metric: str, cell: CellResult, prices: StudyPrices) -> float | None:
 
 
 def matrix_table(metric: Metric, configs: list[str], profiles: list[str], cells: list[CellResult],
-                 prices: StudyPrices) -> Table:
-    """One metric as a configuration x profile table (see the module docstring)."""
+                 prices: StudyPrices, star: bool | None = None) -> Table:
+    """One metric as a configuration x profile table (see the module docstring); ★ on the best value when the
+    decision uses the metric (``star``, default ``metric.decision``: SLO capacity; the report adds the value
+    metric)."""
+    star = metric.decision if star is None else star
     by_key = {c.key: c for c in cells}
     grid: list[list[Cell]] = []
     eligible: list[list[bool]] = []
@@ -162,9 +200,11 @@ def matrix_table(metric: Metric, configs: list[str], profiles: list[str], cells:
             ok.append(bool(cc and cc.comparable))
         grid.append(row)
         eligible.append(ok)
-    for j in range(1, len(profiles) + 1):
-        mark_best(grid, j, metric.higher_is_better, [e[j] for e in eligible])
-    note = ("(sim.) = simulated by the twin, (meas.) = measured on an endpoint; ★ = best among configurations "
-            "serving the study's model.")
+    if star:
+        for j in range(1, len(profiles) + 1):
+            mark_best(grid, j, metric.higher_is_better, [e[j] for e in eligible])
+    note = ("(sim.) = simulated by the twin (3 significant figures), (meas.) = measured on an endpoint, (emul.) = an "
+            "emulated endpoint" + ("; ★ = best among configurations serving the study's model (a figure the decision "
+                                   "uses)." if star else "."))
     return Table(table_key(metric.key), metric.title, ["configuration", *profiles], grid, note=note,
                  section=metric.section)

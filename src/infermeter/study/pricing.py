@@ -66,8 +66,8 @@ def same_model(served: str | None, study_model: str) -> bool:
         return served.lower() == study_model.lower()
 
 
-def options_of(study: StudyConfig) -> PriceOptions:
-    p = study.pricing
+def options_of(study: StudyConfig, conf: Configuration | None = None) -> PriceOptions:
+    p = study.pricing_for(conf) if conf is not None else study.pricing
     return PriceOptions(provider=p.provider, instance=p.instance, prices_file=p.prices_file, commitment=p.commitment,
                         discount=p.discount, whole_instances=p.whole_instances)
 
@@ -83,13 +83,15 @@ def own_price(conf: Configuration, today: dt.date) -> Price:
 
 
 def resolve_prices(study: StudyConfig, today: dt.date) -> dict[str, Price | str]:
-    options = options_of(study)
+    """Each configuration's price (its own ``price_per_hour``, else the catalog under its provider, instance and
+    commitment over the study's pricing), or why it has none."""
     catalog = None
     out: dict[str, Price | str] = {}
     for conf in study.configurations:
         if conf.price_per_hour is not None:
             out[conf.label] = own_price(conf, today)
             continue
+        options = options_of(study, conf)
         try:
             catalog = catalog or load_catalog(overrides=options.prices_file)
             out[conf.label] = resolve_price(parse_config(conf.config), options, catalog, today)
@@ -110,8 +112,15 @@ def _throughput(block: dict[str, Any] | None) -> Throughput | None:
 def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> CellCost:
     has_slo = bool(study.slo.limits)
     basis, block = ("SLO capacity", cell.capacity) if has_slo else ("saturation", cell.saturation)
-    comparable = cell.source == "simulated" or same_model(cell.model, study.model)
+    if cell.unavailable:
+        return CellCost(cell, basis, None, None, False, cell.unavailable)
+    comparable = same_model(cell.model, study.model)
     why_not = None if comparable else f"serves {cell.model}, not {study.model}"
+    conf = next((c for c in study.configurations if c.label == cell.config), None)
+    if cell.source == "emulated" and (conf is None or conf.price_per_hour is None):
+        # infermeter's twin behind an endpoint: not that GPU, so not priced as one unless the study says so
+        price = ("not priced: an emulated endpoint (infermeter's digital twin), not the GPU it models; "
+                 f"give price_per_hour for {cell.config} to price it")
     if isinstance(price, str):
         return CellCost(cell, basis, None, None, comparable, price)
 

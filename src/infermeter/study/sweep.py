@@ -17,7 +17,12 @@ A ``sweep`` runs: one request at a time (``synchronous``), a closed loop at the 
 concurrency (``saturation``: its throughput is the steady-window figure of
 :mod:`infermeter.study.saturation`), open-loop rates at ``rate_fractions`` of the saturation
 request rate (``rate``), then ``refine`` bisection steps between the highest fraction meeting
-the SLO and the lowest missing it. Whether a step meets the SLO is the one judge's call
+the SLO and the lowest missing it, until that bracket is narrower than ``precision`` (relative to
+the rate meeting the SLO; :func:`knee_bracket` reports it for the capacity). Open-loop steps
+realize their label: with ``exact_rate`` each step's schedule is scaled to its exact target mean
+(:class:`~infermeter.load.shapes.ConstantArrivalRate` ``exact_over``), so the offered rate is the
+planned one. A synchronous step that fails only for too few samples (a p95 needs 20) does not
+stop the search. Whether a step meets the SLO is the one judge's call
 (:class:`infermeter.analysis.slo.SloJudge`, shared with ``run --load sweep``): judged on the
 offered work, so a saturated step, or one whose requests did not finish, never meets it; with no
 latency limits a step "meets" the SLO when the run is sound (valid, not saturated, errors within
@@ -64,6 +69,11 @@ class StepOutcome:
     slo_failures: tuple[str, ...] = ()
     run_dir: str | None = None
 
+    @property
+    def inconclusive(self) -> bool:
+        """Missed the SLO only because a percentile had too few samples (not a limit broken)."""
+        return bool(self.slo_failures) and all(too_few_samples(w) for w in self.slo_failures)
+
     def rates(self) -> dict[str, float | None]:
         """Throughput of the step: its steady-window or arrival-rate figure, else the run summary."""
         if self.throughput is not None:
@@ -90,7 +100,8 @@ class StepOutcome:
         return {
             "k": self.spec.k, "dir": f"steps/{self.spec.k}", "step_dir": f"steps/{self.spec.k}", "step": self.spec.kind,
             "kind": self.spec.kind, "describe": self.spec.describe(),
-            "concurrency": self.spec.concurrency, "offered_rate": self.offered_rate, "fraction": self.spec.fraction,
+            "concurrency": self.spec.concurrency, "offered_rate": self.offered_rate, "target_rate": self.spec.rate,
+            "fraction": self.spec.fraction,
             "requests": self.spec.requests, "meets_slo": self.meets_slo, "slo_failures": list(self.slo_failures),
             "slo_reasons": list(self.slo_failures),
             "request_throughput": r["requests_per_s"], "input_token_throughput": r["input_tokens_per_s"],
@@ -103,6 +114,11 @@ class StepOutcome:
             "send_rate": self.throughput.send_rate_per_s if self.throughput else None,
             **{f"{k}_p{p}": (s.get(k) or {}).get(f"p{p}") for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in (50, 95, 99)},
         }
+
+
+def too_few_samples(reason: str) -> bool:
+    """Whether an SLO failure reason says a percentile had too few samples (nothing was broken)."""
+    return "needs >=" in reason or reason.endswith("no samples")
 
 
 def judge(summary: dict[str, Any], slo: Slo, throughput: Steady | None = None) -> tuple[bool, tuple[str, ...]]:
@@ -135,11 +151,13 @@ def plan_steps(plan: LoadPlan, slo: Slo, default_concurrency: int) -> Generator[
         out = yield StepSpec(k, "rate", plan.requests, plan.warmup, rate=f * top, fraction=f)
         k += 1
         passed[f] = out.meets_slo
-    if not slo.limits or not sync.meets_slo:
-        return  # nothing to search for: no limits, or the SLO fails even one request at a time
+    if not slo.limits:
+        return  # nothing to search for
+    if not sync.meets_slo and not sync.inconclusive and not any(passed.values()):
+        return  # the SLO fails even one request at a time: no load meets it
     for _ in range(plan.refine):
         lo, hi = _bracket(passed, sat.meets_slo)
-        if hi is None or hi - lo < 0.02:
+        if hi is None or (lo > 0 and hi / lo - 1 <= plan.precision) or hi - lo < 1e-4:
             return
         mid = (lo + hi) / 2
         out = yield StepSpec(k, "rate", plan.requests, plan.warmup, rate=mid * top, fraction=mid)
@@ -162,6 +180,20 @@ def capacity_step(outcomes: Sequence[StepOutcome]) -> StepOutcome | None:
     if not ok:
         return None
     return max(ok, key=lambda o: (o.rates()["requests_per_s"] or 0.0, -o.spec.k))
+
+
+def knee_bracket(outcomes: Sequence[StepOutcome]) -> tuple[float, float | None] | None:
+    """(requests/s of the capacity step, lowest offered requests/s above it that missed the SLO) — the
+    SLO edge lies between them; None without a capacity step. The upper end is None when nothing
+    above the capacity step missed (the closed-loop saturation step met the SLO)."""
+    cap = capacity_step(outcomes)
+    if cap is None:
+        return None
+    lo = cap.offered_rate or cap.rates()["requests_per_s"] or 0.0
+    missed = [o.offered_rate if o.spec.kind == "rate" else o.rates()["requests_per_s"]
+              for o in outcomes if not o.meets_slo and o.spec.kind in ("rate", "saturation")]
+    above = [x for x in missed if x is not None and x > lo]
+    return lo, (min(above) if above else None)
 
 
 def saturation_step(outcomes: Sequence[StepOutcome]) -> StepOutcome | None:

@@ -93,12 +93,31 @@ def best_value_table(study: StudyConfig, prices: StudyPrices) -> Table:
                       "the runner-up costs, in $ and as a share of the best.")
 
 
+MAX_BANDS = 5
+
+
 def break_even_table(study: StudyConfig, prices: StudyPrices) -> Table:
+    """At most :data:`MAX_BANDS` bands per profile: where more, the low-volume bands (where whole replicas make the
+    lead alternate) are one row naming the configurations that are cheapest there and their share of it."""
+    import math
+
     rows = []
     for profile in study.profiles:
         be = prices.break_even.get(profile)
         source = {c.name: c.source for c in prices.candidates.get(profile, [])}
-        for i, b in enumerate(be.bands if be else ()):
+        bands = list(be.bands if be else ())
+        keep = list(enumerate(bands))
+        if len(bands) > MAX_BANDS:
+            head, keep = bands[:len(bands) - MAX_BANDS + 1], keep[len(bands) - MAX_BANDS + 1:]
+            span = math.log(head[-1].high / head[0].low) or 1.0
+            share: dict[str, float] = {}
+            for b in head:
+                share[b.winner] = share.get(b.winner, 0.0) + math.log(b.high / b.low) / span
+            mixed = ", ".join(f"{k} ({x:.0%})" for k, x in sorted(share.items(), key=lambda kv: -kv[1]))
+            rows.append([Cell.text(f"{profile} · low volumes"), Cell.text(profile), Cell.num(head[0].low),
+                         Cell.num(head[-1].high), Cell.text(f"alternates as replicas are added: {mixed}"),
+                         Cell.text(None), Cell.text(None), Cell.text(None)])
+        for i, b in keep:
             src = source.get(b.winner)
             rows.append([Cell.text(band_row(profile, i)), Cell.text(profile), Cell.num(b.low), Cell.num(b.high),
                          Cell.text(b.winner), Cell.text(src, flag="simulated" if src == "simulated" else None),
@@ -109,7 +128,8 @@ def break_even_table(study: StudyConfig, prices: StudyPrices) -> Table:
     return Table("break_even", "Break-even: cheapest fleet by daily volume", cols, rows, section="break-even",
                  note=f"Replicas = ceil(peak / (capacity x (1 - headroom))), peak = volume / 86400 x {v.peak_factor:g}, "
                       f"headroom {v.headroom:.0%}; capacity = each configuration's requests/s at its cost basis; "
-                      "bands are right-closed.")
+                      f"bands are right-closed; at most {MAX_BANDS} per profile (shares of a merged band are of its "
+                      "log-volume range).")
 
 
 def volume_tables(study: StudyConfig, prices: StudyPrices) -> list[Table]:
@@ -236,16 +256,19 @@ def steps_table(cells: list[CellResult]) -> Table:
         for s in c.steps:
             f = _flag(c)
             rows.append([Cell.text(c.config), Cell.text(c.profile), _src(c), Cell.num(s.get("k")),
-                         Cell.text(s.get("kind")), Cell.text(s.get("describe")),
+                         Cell.text(s.get("kind")), Cell.text(s.get("describe")), Cell.num(s.get("target_rate")),
+                         Cell.num(s.get("offered_rate")),
                          Cell.num(s.get("request_throughput"), flag=f), Cell.num(s.get("output_token_throughput"), flag=f),
                          Cell.num(s.get("ttft_ms_p95"), flag=f), Cell.num(s.get("tpot_ms_p95"), flag=f),
                          Cell.num(s.get("e2e_ms_p95"), flag=f), Cell.pct(s.get("error_rate"), f),
                          Cell.text("yes" if s.get("meets_slo") else "no"),
                          Cell.text("; ".join(s.get("slo_failures") or []))])
-    cols = ["configuration", "profile", "source", "step", "kind", "load", "req/s", "out tok/s", "TTFT p95",
-            "TPOT p95", "E2E p95", "error rate", "meets SLO", "why not"]
+    cols = ["configuration", "profile", "source", "step", "kind", "load", "target req/s", "realized req/s", "req/s",
+            "out tok/s", "TTFT p95", "TPOT p95", "E2E p95", "error rate", "meets SLO", "why not"]
     return Table("steps", "Every load step", cols, rows, section="cells",
-                 note="Each step is a run directory under cells/<configuration>/<profile>/steps/<k>/.")
+                 note="Each step is a run directory under cells/<configuration>/<profile>/steps/<k>/. Realized req/s = "
+                      "the open-loop schedule's own rate over the measured requests (the target when the step scales its "
+                      "arrivals to their exact mean).")
 
 
 def findings_evidence_table(findings: list[Any]) -> Table:
@@ -316,7 +339,7 @@ def workloads_table(study: StudyConfig, cells: list[CellResult]) -> Table:
         d = wl.describe()
         params = ", ".join(f"{k}={v}" for k, v in (d.get("parameters") or {}).items() if k != "kind")
         cs = [c for c in cells if c.profile == profile and c.tokens.get("mean_input") is not None]
-        mi = sum(c.tokens["mean_input"] for c in cs) / len(cs) if cs else None
+        mi = sum(c.tokens["mean_input"] or 0.0 for c in cs) / len(cs) if cs else None  # every cell in cs has one
         mo = sum(c.tokens["mean_output"] or 0 for c in cs) / len(cs) if cs else None
         rows.append([Cell.text(profile), Cell.text(params), Cell.num(mi), Cell.num(mo),
                      Cell.text((d.get("content_hash") or "")[:16])])

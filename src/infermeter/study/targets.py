@@ -20,14 +20,19 @@ only the overrides ``infermeter run``'s ``--input-tokens`` / ``--output-tokens``
 from __future__ import annotations
 
 import asyncio
+import re
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from infermeter.engines.target import Target as EngineTarget
+from infermeter.engines.target import running
 from infermeter.errors import ConfigError
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.sweep import StepSpec
+from infermeter.twin.spec import TwinSpec
 
 MEASURED_DEFAULT_CONCURRENCY = 16
 
@@ -49,37 +54,70 @@ def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile:
     args: dict[str, Any] = {"requests": spec.requests, "warmup": spec.warmup, "seed": study.seed,
                             "profile": profile, "slo": study.slo.limits, "out": str(out_dir), "label": label}
     if spec.kind == "rate":
-        args.update(rate=spec.rate, arrival=plan.arrival)
+        from infermeter.load.shapes import ConstantArrivalRate
+
+        exact = spec.requests if plan.exact_rate and spec.requests >= 2 else None
+        args["shape"] = ConstantArrivalRate(rate_per_s=spec.rate, arrival=plan.arrival, exact_over=exact,
+                                            exact_after=spec.warmup if exact else 0)
     else:
         args["concurrency"] = spec.concurrency
     return args
 
 
+class DoesNotFit(ConfigError):
+    """The configuration cannot hold the model (weights, or not one KV block left): a row, not a crash."""
+
+
+def twin_spec(study: StudyConfig, conf: Configuration) -> TwinSpec:
+    """The twin's deployment of a simulated configuration: its model, dtype and engine knobs."""
+    return study.sim_for(conf).spec(study.model_for(conf), conf.config)
+
+
+def _calibrated(study: StudyConfig, conf: Configuration, calibration: Path) -> Any:
+    """The twin of a configuration with a ``calibration`` file (``infermeter calibrate``'s): its fitted step time,
+    scheduler and KV capacity, with the study's engine knobs on top."""
+    from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
+
+    sim = study.sim_for(conf)
+    cal = DeploymentCalibration.read(Path(calibration))
+    return calibrated_twin(cal, served_model_name=study.model_for(conf), max_num_seqs=sim.max_num_seqs,
+                           max_num_batched_tokens=sim.max_num_batched_tokens,
+                           enable_prefix_caching=sim.enable_prefix_caching)
+
+
 class SimulatedTarget:
-    """The twin of ``study.model`` on the configuration's hardware."""
+    """The twin of the configuration's model on its hardware."""
 
     source = "simulated"
 
     def __init__(self, study: StudyConfig, conf: Configuration) -> None:
         self.study, self.conf = study, conf
-        self.spec = study.sim_for(conf).spec(study.model, conf.config)
+        self.model = study.model_for(conf)
+        self.spec = twin_spec(study, conf)
         try:
-            self.twin = self.spec.twin()
+            self.twin = _calibrated(study, conf, conf.calibration) if conf.calibration is not None else self.spec.twin()
         except ConfigError as exc:
+            text = str(exc)
+            if "does not fit" in text or "no room for a single KV block" in text:
+                raise DoesNotFit(text) from None
             raise ConfigError(f"configuration {conf.label}: {exc}") from None
 
     def default_concurrency(self) -> int:
         return self.twin.config.max_num_seqs * self.twin.lanes
 
     def describe(self) -> dict[str, Any]:
-        return {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
-                "model": self.study.model}
+        info = {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
+                "model": self.model}
+        if self.conf.calibration is not None:
+            info["calibration"] = {"file": str(self.conf.calibration), "applied": True,
+                                   "note": "the twin's step time, scheduler and KV capacity come from this file"}
+        return info
 
     def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
         from infermeter.measure import RunConfig
         from infermeter.measure.simplan import SimPlan
 
-        cfg = RunConfig(model=self.study.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
+        cfg = RunConfig(model=self.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})
         plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
         return plan.run().summary
@@ -133,17 +171,19 @@ def override_flags(profile: str, overrides: dict[str, Any] | None) -> dict[str, 
 
 
 @contextmanager
-def open_target(study: StudyConfig, conf: Configuration) -> Iterator[Target]:
-    """The configuration's target, started for the ``with`` block when it is an engine to launch."""
+def open_target(study: StudyConfig, conf: Configuration, log_dir: Path | None = None) -> Iterator[Target]:
+    """The configuration's target, started for the ``with`` block when it is an engine to launch (the
+    same :func:`infermeter.engines.target.running` as a campaign's; its log goes to ``log_dir``)."""
     if conf.target:
         yield MeasuredTarget(study, conf, conf.target, conf.model)
         return
     if conf.engine:
-        from infermeter.engines import launch
-
-        eng = launch(conf.engine, port=None, **conf.engine_args)
-        with eng.running() as running:
-            yield MeasuredTarget(study, conf, running.base_url, conf.model or running.model, engine=conf.engine,
-                                 engine_info={"engine_args": dict(conf.engine_args), "timings": dict(running.timings)})
+        server = EngineTarget(name=re.sub(r"[^A-Za-z0-9._-]+", "-", conf.label).strip("-") or "engine",
+                              engine=conf.engine, settings=dict(conf.engine_args), reset_prefix_cache=False)
+        log = (log_dir or Path(tempfile.mkdtemp(prefix="infermeter-study-"))) / f"{server.name}.log"
+        with running(server, log) as live:
+            yield MeasuredTarget(study, conf, live.base_url, conf.model, engine=conf.engine,
+                                 engine_info={"engine_args": dict(conf.engine_args), "timings": dict(live.timings),
+                                              "log": str(log)})
         return
     yield SimulatedTarget(study, conf)

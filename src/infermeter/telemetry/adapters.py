@@ -210,7 +210,7 @@ ADAPTERS: dict[str, Adapter] = {
     ),
 }
 
-ENGINES = tuple(ADAPTERS)
+METRIC_DIALECTS = tuple(ADAPTERS)  # the engines whose /metrics names telemetry reads
 
 
 def detect(exp: Exposition) -> str | None:

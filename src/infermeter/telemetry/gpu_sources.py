@@ -72,7 +72,7 @@ class NvmlSource:
     def open(self) -> None:
         if self._nvml is None:
             try:
-                import pynvml  # type: ignore[import-not-found,unused-ignore]
+                import pynvml
             except ImportError as exc:
                 raise GpuUnavailable("nvidia-ml-py is not installed (pip install 'infermeter[gpu]')") from exc
             self._nvml = pynvml

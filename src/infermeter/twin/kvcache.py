@@ -269,6 +269,16 @@ class BlockPool:
             elif n:
                 raise RuntimeError("twin KV pool: free count and queue disagree")
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, as vLLM's ``reset_prefix_cache``: only when no request holds a block
+        (False, and nothing changes, otherwise). Free blocks stay free; later requests miss."""
+        if self.num_free != self.num_blocks:
+            return False
+        self._index.clear()
+        self._queue.clear()
+        self._queue.append([None, self.num_blocks, 0, 0])
+        return True
+
     def _groups(self) -> list[Group]:
         seen: dict[int, Group] = {}
         for g in self._index.values():

@@ -36,13 +36,16 @@ def build_workload(
     seed: int = 0,
     api: str = "chat",
     overrides: dict[str, Any] | None = None,
+    prompt_salt: int = 0,
 ) -> Workload:
-    """Build the workload the flags describe; ConfigError/DataError name the bad input."""
+    """Build the workload the flags describe; ConfigError/DataError name the bad input.
+
+    ``prompt_salt`` > 0 sends other text of the same lengths (profiles; a dataset sends its own text)."""
     if profile and dataset:
         raise ConfigError(f"--profile {profile} and --dataset {dataset}: give one or the other")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"--seed {seed!r}: expected a whole number >= 0")
-    ctx = BuildContext(load_tokenizer(tokenizer), api=api)
+    ctx = BuildContext(load_tokenizer(tokenizer), api=api, prompt_salt=prompt_salt)
     if dataset:
         if prefix_tokens or prefix_groups:
             raise ConfigError("--prefix-tokens/--prefix-groups apply to the synthetic profile, not to --dataset")

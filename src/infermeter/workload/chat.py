@@ -69,11 +69,12 @@ class ChatWorkload:
             parameters=self.params.model_dump(mode="json"),
             sources=[self.pool.describe()],
             seed=self.seed,
+            shares_prefixes=True,  # by design: conversation history / documents are sent again
         )
 
     def requests(self) -> Iterator[RequestSpec]:
         p, ctx, pool = self.params, self.ctx, self.pool
-        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        maker = TextMaker(pool, ctx.text_rng(self.seed))
         turns = LengthSampler(p.turns, np.random.default_rng([self.seed, 5]))
         users = LengthSampler(p.user_tokens, np.random.default_rng([self.seed, 1]))
         outs = LengthSampler(p.output_tokens, np.random.default_rng([self.seed, 3]))

@@ -59,11 +59,12 @@ class ClassificationWorkload:
             parameters=self.params.model_dump(mode="json"),
             sources=[self.pool.describe()],
             seed=self.seed,
+            shares_prefixes=True,  # by design: conversation history / documents are sent again
         )
 
     def requests(self) -> Iterator[RequestSpec]:
         p, ctx, pool = self.params, self.ctx, self.pool
-        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        maker = TextMaker(pool, ctx.text_rng(self.seed))
         docs = LengthSampler(p.document_tokens, np.random.default_rng([self.seed, 1]))
         questions = LengthSampler(p.question_tokens, np.random.default_rng([self.seed, 5]))
         outs = LengthSampler(p.output_tokens, np.random.default_rng([self.seed, 3]))
@@ -90,7 +91,7 @@ class ClassificationWorkload:
             if pool.additive:
                 text, got = doc.text + question(index, q_n), doc.tokens + q_n
             else:
-                text, got = pool.exact(lambda m, d=doc, i=index: d.text + question(i, m - d.tokens), doc.tokens + q_n)
+                text, got = pool.exact(lambda m: doc.text + question(index, m - doc.tokens), doc.tokens + q_n)
             yield ctx.spec(index, text, outs.draw(), got, prefix_group=doc.doc_id)
             index += 1
             doc.asked += 1

@@ -151,7 +151,10 @@ class DatasetWorkload:
         sources = [{"source": "dataset", "sha256": self.info.get("sha256")}]
         if self.pool is not None:
             sources.append(self.pool.describe())
-        return self.ctx.describe(dataset=self.info, parameters=params, sources=sources, seed=self.seed)
+        # the salt changes only text infermeter writes (lengths-only rows, replies); a file's own text is sent as is
+        return self.ctx.describe(dataset=self.info, parameters=params, sources=sources, seed=self.seed,
+                                 prompt_salt=self.ctx.prompt_salt if self.pool is not None else None,
+                                 shares_prefixes=None)
 
     def requests(self) -> Iterator[RequestSpec]:
         outs = None

@@ -46,7 +46,7 @@ def _boundaries(text: str) -> np.ndarray:
     return np.fromiter((m.start() for m in _BOUNDARY.finditer(text)), dtype=np.int64)
 
 
-def _to_array(values: np.ndarray) -> array:
+def _to_array(values: np.ndarray) -> array[int]:
     arr = array("q")
     arr.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
     return arr

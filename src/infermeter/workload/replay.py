@@ -67,12 +67,12 @@ class EntryPlayer:
         return RequestSpec(index, prompt, None, max_tokens, self._count(prompt), cid, None, arrival)
 
     # -- text synthesis ------------------------------------------------------------------
-    def _synth(self, maker: TextMaker, key: int, n: int) -> tuple[str, int]:
-        assert self.pool is not None
+    def _synth(self, maker: TextMaker | None, key: int, n: int) -> tuple[str, int]:
+        assert self.pool is not None and maker is not None  # a maker exists exactly when the pool does
         return self.pool.exact(lambda m: maker.first(key, m), n)
 
-    def _blocks(self, maker: TextMaker, entry: Entry) -> tuple[str, int]:
-        assert self.pool is not None and entry.hash_ids and entry.input_tokens
+    def _blocks(self, maker: TextMaker | None, entry: Entry) -> tuple[str, int]:
+        assert self.pool is not None and maker is not None and entry.hash_ids and entry.input_tokens
         size, ids, n = self.opts.block_tokens, entry.hash_ids, entry.input_tokens
         last = n - size * (len(ids) - 1)
         if last < 1:
@@ -88,7 +88,7 @@ class EntryPlayer:
         return text, (n if self.pool.additive else self.ctx.tokenizer.count(text))
 
     # -- one entry -----------------------------------------------------------------------
-    def _single(self, e: Entry, maker: TextMaker, key: int, outs: LengthSampler | None) -> tuple[list[Message], int, int]:
+    def _single(self, e: Entry, maker: TextMaker | None, key: int, outs: LengthSampler | None) -> tuple[list[Message], int, int]:
         """(messages, input tokens, max_tokens) of an entry sent as one request."""
         if e.kind == "lengths":
             text, n = self._blocks(maker, e) if e.hash_ids else self._synth(maker, 2 * key + 1, e.input_tokens or 1)
@@ -104,7 +104,7 @@ class EntryPlayer:
         return msgs, sum(self._count(c) for _, c in turns), self._out(outs, None, e)
 
     def _conversation(
-        self, e: Entry, maker: TextMaker, keys: Iterator[int], outs: LengthSampler | None
+        self, e: Entry, maker: TextMaker | None, keys: Iterator[int], outs: LengthSampler | None
     ) -> Iterator[tuple[list[Message], int, int]]:
         opts, turns = self.opts, e.messages
         history: list[Message] = []
@@ -137,7 +137,7 @@ class EntryPlayer:
             tokens = total + got
 
     def _expand(
-        self, e: Entry, maker: TextMaker, keys: Iterator[int], outs: LengthSampler | None
+        self, e: Entry, maker: TextMaker | None, keys: Iterator[int], outs: LengthSampler | None
     ) -> Iterator[tuple[list[Message], int, int]]:
         if e.kind == "conversation":
             yield from self._conversation(e, maker, keys, outs)
@@ -149,14 +149,14 @@ class EntryPlayer:
 
     # -- streams -------------------------------------------------------------------------
     def _maker(self, seed: int) -> TextMaker | None:
-        return TextMaker(self.pool, np.random.default_rng([seed, 2])) if self.pool is not None else None
+        return TextMaker(self.pool, self.ctx.text_rng(seed)) if self.pool is not None else None
 
     def play_trace(
         self, entries: list[Entry], offsets: list[float], outs: LengthSampler | None, *, seed: int
     ) -> Iterator[RequestSpec]:
         maker = self._maker(seed)
         for i, (e, t) in enumerate(zip(entries, offsets, strict=True)):
-            msgs, n, max_tokens = self._single(e, maker, i, outs)  # type: ignore[arg-type]
+            msgs, n, max_tokens = self._single(e, maker, i, outs)
             yield self._emit(i, msgs, n, max_tokens, None, t)
 
     def play_loop(self, entries: list[Entry], outs: LengthSampler | None, *, seed: int) -> Iterator[RequestSpec]:
@@ -180,7 +180,7 @@ class EntryPlayer:
         while True:
             while len(slots) < width:
                 e = entries[next(source)]
-                slots.append((cid if e.kind == "conversation" else -1, self._expand(e, maker, keys, outs)))  # type: ignore[arg-type]
+                slots.append((cid if e.kind == "conversation" else -1, self._expand(e, maker, keys, outs)))
                 cid += 1
             s = int(pick.integers(len(slots))) if width > 1 else 0
             conv, gen = slots[s]

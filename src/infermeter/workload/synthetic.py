@@ -62,12 +62,13 @@ class SingleTurnWorkload:
             parameters=self.params.model_dump(mode="json"),
             sources=[self.pool.describe()],
             seed=self.seed,
+            shares_prefixes=bool(self.prefix_tokens),  # no prompt shares a cache block with another
         )
 
     def requests(self) -> Iterator[RequestSpec]:
         params, ctx, pool = self.params, self.ctx, self.pool
         rng = np.random.default_rng([self.seed, 1])
-        maker = TextMaker(pool, np.random.default_rng([self.seed, 2]))
+        maker = TextMaker(pool, ctx.text_rng(self.seed))
         ins = LengthSampler(params.input_tokens, rng)
         outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
         groups = np.random.default_rng([self.seed, 4])
@@ -82,10 +83,10 @@ class SingleTurnWorkload:
             if P:
                 group = int(groups.integers(G))
                 pre = prefixes[group]
-                text, got = pool.exact(lambda m, pre=pre, i=i: pre + maker.mid(i, m - P), n)
+                text, got = pool.exact(lambda m: pre + maker.mid(i, m - P), n)
             elif code:
-                text, got = pool.exact(lambda m, i=i: maker.whole(i, m - suffix_n) + suffix, n)
+                text, got = pool.exact(lambda m: maker.whole(i, m - suffix_n) + suffix, n)
             else:
-                text, got = pool.exact(lambda m, i=i: maker.first(i, m), n)
+                text, got = pool.exact(lambda m: maker.first(i, m), n)
             yield ctx.spec(i, text, outs.draw(), got, prefix_group=group)
             i += 1

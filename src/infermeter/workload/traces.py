@@ -105,6 +105,6 @@ def trace_order(entries: list[Entry]) -> tuple[list[Entry], list[float]]:
     missing = [e for e in entries if e.arrival is None]
     if missing:
         raise DataError(f"{missing[0].where}: no arrival time, but other rows of this trace have one")
-    ordered = sorted(entries, key=lambda e: e.arrival)  # type: ignore[arg-type, return-value]
+    ordered = sorted(entries, key=lambda e: e.arrival or 0.0)  # every entry has one (checked above)
     t0 = ordered[0].arrival or 0.0
     return ordered, [(e.arrival or 0.0) - t0 for e in ordered]

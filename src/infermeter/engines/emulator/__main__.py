@@ -14,7 +14,7 @@ import sys
 import threading
 
 from infermeter.engines.emulator.app import serve_forever
-from infermeter.engines.emulator.config import EmulatorConfig
+from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 from infermeter.errors import UserError
 
 
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     try:
         cfg = EmulatorConfig.model_validate_json(ns.config)
+        if os.environ.get(API_KEY_ENV) and not cfg.api_key:
+            cfg = cfg.model_copy(update={"api_key": os.environ[API_KEY_ENV]})
         if ns.exit_with_stdin:
             _exit_with_stdin()
         asyncio.run(serve_forever(cfg, ns.host, ns.port, on_ready=lambda line: print(line, flush=True)))

@@ -56,7 +56,8 @@ def _token_counter() -> Callable[[str], int]:
 
 def build_app(cfg: EmulatorConfig, backend: Any = None) -> web.Application:
     plan = FaultPlan.parse(cfg.faults, seed=cfg.fault_seed, stall_s=cfg.stall_s, cut_after=cfg.cut_after)
-    return make_app(backend if backend is not None else build_backend(cfg), faults=plan, count_tokens=_token_counter())
+    return make_app(backend if backend is not None else build_backend(cfg), faults=plan, count_tokens=_token_counter(),
+                    api_key=cfg.api_key)
 
 
 def describe(backend: Any) -> str:
@@ -75,7 +76,7 @@ async def serve_forever(cfg: EmulatorConfig, host: str, port: int,
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    bound = int(runner.addresses[0][1])  # the port bound (port 0 = a free one)
     if on_ready is not None:
         on_ready(f"infermeter emulator: {describe(backend)} on http://{host}:{bound}")
     try:

@@ -27,6 +27,7 @@ from infermeter.errors import ConfigError
 from infermeter.twin.spec import TwinSpec
 
 SIMPLE_FLAGS = ("ttft_ms", "itl_ms", "max_concurrency")
+API_KEY_ENV = "INFERMETER_EMULATOR_API_KEY"  # how the key reaches a child emulator (never its command line)
 
 
 class EmulatorConfig(TwinSpec):
@@ -41,10 +42,15 @@ class EmulatorConfig(TwinSpec):
     zero_delay: bool = Field(False, description="all tokens at once, pre-rendered (client capacity tests)")
     # both
     speedup: float = Field(1.0, gt=0, description="run K times faster than real time")
-    faults: str | None = Field(None, description="inject faults, e.g. '429=0.05,500=0.02,cut=0.02'")
+    faults: str | None = Field(None, description="inject faults KIND=RATE,...: 429, 500, 503 (HTTP errors), cut (the "
+                                                 "stream ends early), stall (silence for --stall-s), malformed (an event "
+                                                 "that is not JSON), slow_first_byte (headers after 1 s), reset (the "
+                                                 "connection closes); e.g. '429=0.05,500=0.02,cut=0.02'")
     fault_seed: int = Field(0, description="seed of the fault draws")
     stall_s: float = Field(30.0, gt=0, description="length of an injected stall (s)")
     cut_after: int = Field(3, ge=0, description="tokens before an injected stream cut")
+    api_key: str | None = Field(None, description="answer 401 to /v1 requests without 'Authorization: Bearer KEY' "
+                                                  "(as vLLM's --api-key)")
 
     @property
     def backend(self) -> str:

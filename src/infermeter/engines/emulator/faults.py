@@ -16,10 +16,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 from infermeter.errors import ConfigError
 
 KINDS = ("429", "500", "503", "cut", "stall", "malformed", "slow_first_byte", "reset")
+
+
+class FaultKnobs(TypedDict, total=False):
+    """The FaultPlan fields besides the rates and the seed (``parse`` passes them on)."""
+
+    cut_after: int
+    stall_s: float
+    slow_s: float
 
 
 @dataclass
@@ -37,7 +46,7 @@ class FaultPlan:
             raise ConfigError(f"--faults: rates add up to {total:g} > 1")
 
     @classmethod
-    def parse(cls, text: str | None, seed: int = 0, **kw: float) -> "FaultPlan":
+    def parse(cls, text: str | None, seed: int = 0, **kw: Unpack[FaultKnobs]) -> "FaultPlan":
         rates: dict[str, float] = {}
         for part in (p.strip() for p in (text or "").split(",") if p.strip()):
             kind, sep, val = part.partition("=")
@@ -51,7 +60,7 @@ class FaultPlan:
             if not 0 <= rate <= 1:
                 raise ConfigError(f"--faults: rate for {kind} must be within 0..1, got {rate:g}")
             rates[kind] = rate
-        return cls(rates=rates, seed=seed, **kw)  # type: ignore[arg-type]
+        return cls(rates=rates, seed=seed, **kw)
 
     @property
     def active(self) -> bool:

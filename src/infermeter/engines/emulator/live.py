@@ -100,6 +100,13 @@ class TwinBackend:
         return {**self.twin.describe(), "speedup": self.speedup, "max_lag_s": self.max_lag_s,
                 "prefix_key_chars_per_block": self.chars_per_block}
 
+    def reset_prefix_cache(self) -> bool:
+        """Clear every engine's prefix cache (vLLM's dev endpoint); False when requests hold blocks."""
+        pools = [e.pool for e in self.engines]
+        if any(p.num_free != p.num_blocks for p in pools):
+            return False
+        return all(p.reset_prefix_cache() for p in pools)
+
     def metrics_text(self) -> str:
         return render_metrics(self.model_name, list(zip(self.engines, self.metrics)),
                               {"gpu_memory_utilization": str(self.twin.details.get("gpu_memory_utilization", ""))})

@@ -32,7 +32,7 @@ the caller (the live backend observes in the time base its clients see).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from infermeter.twin.engine import Engine
 
@@ -147,10 +147,10 @@ def render_metrics(model_name: str, engines: Sequence[tuple[Engine, EngineMetric
         out.append(f"# HELP {name} {text}")
         out.append(f"# TYPE {name} {kind}")
 
-    def series(name: str, value_of: object) -> None:
+    def series(name: str, value_of: Callable[[Engine, EngineMetrics], float]) -> None:
         head(name)
         for lab, e, m in base:
-            out.append(f"{name}{_labels(lab)} {_num(value_of(e, m))}")  # type: ignore[operator]
+            out.append(f"{name}{_labels(lab)} {_num(value_of(e, m))}")
 
     series("vllm:num_requests_running", lambda e, m: len(e.running))
     series("vllm:num_requests_waiting", lambda e, m: len(e.waiting))

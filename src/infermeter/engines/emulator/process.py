@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from infermeter.engines.emulator.config import EmulatorConfig
+from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 from infermeter.errors import UserError
 
 
@@ -34,20 +34,32 @@ def free_port() -> int:
 
 
 class EmulatorProcess:
-    def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0,
+                 log_path: Path | None = None) -> None:
         self.config = args if isinstance(args, EmulatorConfig) else EmulatorConfig.from_args(list(args or []))
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False)
+        self.keep_log = log_path is not None  # a log the caller keeps (a campaign's); else a temporary one
+        self._log = (open(log_path, "ab") if log_path is not None  # noqa: SIM115 - closed in __exit__
+                     else tempfile.NamedTemporaryFile(prefix="infermeter-emulate-", suffix=".log", delete=False))
+        self.log_path = Path(self._log.name)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> "EmulatorProcess":
-        cmd = [sys.executable, "-m", "infermeter.engines.emulator", "--config", self.config.model_dump_json(),
+        cmd = [sys.executable, "-m", "infermeter.engines.emulator",
+               "--config", self.config.model_dump_json(exclude={"api_key"}),
                "--host", "127.0.0.1", "--port", str(self.port), "--exit-with-stdin"]
         # Its own session: a terminal's Ctrl-C reaches the client, which then stops the run cleanly,
         # not the emulator mid-stream. It exits when our end of its stdin closes (even on SIGKILL).
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop(API_KEY_ENV, None)
+        if self.config.api_key:  # in the environment, never on a command line others can read
+            env[API_KEY_ENV] = self.config.api_key
         self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                       stdin=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout_s
@@ -74,7 +86,7 @@ class EmulatorProcess:
 
     def log_tail(self, n: int = 400) -> str:
         try:
-            return Path(self._log.name).read_text(errors="replace")[-n:].strip()
+            return self.log_path.read_text(errors="replace")[-n:].strip()
         except OSError:
             return ""
 
@@ -89,7 +101,8 @@ class EmulatorProcess:
                 self._proc.kill()
                 self._proc.wait()
         self._log.close()
-        with_suppress_unlink(self._log.name)
+        if not self.keep_log:
+            with_suppress_unlink(self._log.name)
 
 
 def with_suppress_unlink(path: str) -> None:

@@ -1,8 +1,9 @@
 """The emulated OpenAI-compatible server (aiohttp), driven by a timing backend.
 
 Serves ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming with
-usage, or not), ``GET /v1/models``, ``/health`` and, when the backend has one,
-``/metrics``. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
+usage, or not), ``GET /v1/models``, ``/health``, ``POST /reset_prefix_cache`` (vLLM's dev
+endpoint) and, when the backend has one, ``/metrics``. With ``api_key`` the ``/v1`` routes answer 401 without
+``Authorization: Bearer KEY``, as vLLM's ``--api-key`` does. Token timing comes from a :class:`~infermeter.engines.emulator.simple.Backend`;
 faults from a :class:`~infermeter.engines.emulator.faults.FaultPlan`::
 
     app = make_app(SimpleBackend(ttft_s=0.05, itl_s=0.01))
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from infermeter.engines.emulator.faults import FaultPlan
 from infermeter.engines.emulator.simple import Backend, GenRequest
@@ -85,6 +87,16 @@ class EmulatorServer:
         if text is None:
             raise web.HTTPNotFound(text="this backend exports no metrics")
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """``POST /reset_prefix_cache`` as vLLM's dev endpoint (campaigns call it between runs); 409 while
+        requests hold cache blocks (vLLM logs that and leaves the cache as it is)."""
+        reset = getattr(self.backend, "reset_prefix_cache", None)
+        if reset is None:
+            raise web.HTTPNotFound(text="this backend has no prefix cache")
+        if not reset():
+            return _json_error(409, "requests are running; the prefix cache was not reset")
+        return web.json_response({"reset": True})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, chat=True)
@@ -184,14 +196,29 @@ class EmulatorServer:
 EMULATOR_KEY = web.AppKey("emulator", EmulatorServer)
 
 
+def require_key(api_key: str) -> Middleware:
+    """Middleware: /v1 routes need ``Authorization: Bearer KEY`` (vLLM's --api-key: 401 otherwise)."""
+    expected = f"Bearer {api_key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1") and request.headers.get("Authorization") != expected:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
 def make_app(backend: Backend, *, faults: FaultPlan | None = None,
-             count_tokens: Callable[[str], int] | None = None) -> web.Application:
+             count_tokens: Callable[[str], int] | None = None, api_key: str | None = None) -> web.Application:
     srv = EmulatorServer(backend, faults=faults, count_tokens=count_tokens)
-    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app = web.Application(client_max_size=256 * 1024 * 1024,
+                          middlewares=[require_key(api_key)] if api_key else [])
     app[EMULATOR_KEY] = srv
     app.router.add_get("/v1/models", srv.models)
     app.router.add_get("/health", srv.health)
     app.router.add_get("/metrics", srv.metrics)
+    app.router.add_post("/reset_prefix_cache", srv.reset_prefix_cache)
     app.router.add_post("/v1/chat/completions", srv.chat)
     app.router.add_post("/v1/completions", srv.completions)
     return app
@@ -204,8 +231,7 @@ async def serve(app: web.Application, host: str = "127.0.0.1", port: int = 0) ->
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    actual = sock.getsockname()[1]
+    actual = int(runner.addresses[0][1])  # the port bound
     try:
         yield f"http://{host}:{actual}"
     finally:

@@ -99,3 +99,6 @@ class SimpleBackend:
 
     def metrics_text(self) -> str | None:
         return None
+
+    def reset_prefix_cache(self) -> bool:
+        return True  # no prefix cache: nothing to clear

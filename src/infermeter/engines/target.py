@@ -1,9 +1,10 @@
-"""Campaign targets: start and stop engines, wait for health, reset the prefix cache, slice server logs.
+"""A server to measure, declared once (:class:`Target`) and run for a while: campaigns and studies alike.
 
+A :class:`Target` is a URL, or an engine infermeter starts on 127.0.0.1 (``LAUNCHABLE``).
 ``running(target, log_path)`` is a context manager yielding a
 :class:`LiveTarget` (base URL, engine pid, log file) for the time its cells
-run. An ``emulator`` target is ``infermeter emulate`` with the target's
-``args``; a ``vllm-cpu`` target is :class:`infermeter.engines.VllmCpuEngine`
+run. An ``emulator`` target is :class:`~infermeter.engines.emulator.EmulatorProcess` with the
+target's ``args`` (``infermeter emulate``'s flags); a ``vllm-cpu`` target is :class:`infermeter.engines.VllmCpuEngine`
 with ``extra_args = args`` and ``settings`` as its fields, started with
 ``VLLM_SERVER_DEV_MODE=1`` so that ``POST /reset_prefix_cache`` exists; a
 ``url`` target is only waited for (``GET /health``)::
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,13 +31,45 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from infermeter.campaign.spec import Target
-from infermeter.engines.process import ServerProcess, free_port, http_ok
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infermeter.engines.emulator import EmulatorProcess
+from infermeter.engines.process import http_ok
+from infermeter.engines.vllm_cpu import VllmCpuEngine
 from infermeter.errors import ConfigError, UserError
 
 RESET_PATH = "/reset_prefix_cache"
+# the engines infermeter can start on 127.0.0.1: the one list of their names
+LAUNCHABLE = ("emulator", "vllm-cpu")
+Launchable = Literal["emulator", "vllm-cpu"]
+
+
+class Target(BaseModel):
+    """A server to measure: a URL, or an engine infermeter starts with these arguments."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    url: str | None = None
+    engine: Launchable | None = None
+    args: tuple[str, ...] = ()
+    settings: dict[str, Any] = {}
+    model: str | None = None
+    hardware: str | None = None
+    reset_prefix_cache: bool = True
+    health_timeout_s: float = Field(900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Target:
+        if (self.url is None) == (self.engine is None):
+            raise ValueError(f"give exactly one of url: or engine: ({' | '.join(LAUNCHABLE)})")
+        if self.url is not None and (self.args or self.settings):
+            raise ValueError("args:/settings: apply to engines infermeter starts, not to url: targets")
+        return self
+
+
 
 
 @dataclass
@@ -105,34 +137,24 @@ def _dev_mode() -> Iterator[None]:
 
 
 @contextmanager
-def running(target: Target, log_path: Path, on_pid: Any = None) -> Iterator[LiveTarget]:
-    """The target, up and healthy, for the duration of the block (see the module docstring)."""
+def running(target: Target, log_path: Path, on_pid: Any = None, notify: Any = None) -> Iterator[LiveTarget]:
+    """The target, up and healthy, for the duration of the block (see the module docstring);
+    ``notify`` hears an engine's startup phases."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if target.url is not None:
         waited = wait_health(target.url.rstrip("/"), target.health_timeout_s)
         yield LiveTarget(target, target.url.rstrip("/"), timings={"health_s": waited})
         return
     if target.engine == "emulator":
-        port = free_port()
-        proc = ServerProcess([sys.executable, "-m", "infermeter.cli.main", "emulate", "--host", "127.0.0.1",
-                              "--port", str(port), *target.args], env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                             log_path=log_path)
         t0 = time.monotonic()
-        proc.start()
-        if on_pid:
-            on_pid(proc.pid)
-        try:
-            proc.wait_healthy(f"http://127.0.0.1:{port}/health", timeout_s=target.health_timeout_s, poll_s=0.1)
-            yield LiveTarget(target, f"http://127.0.0.1:{port}", log_path, proc.pid,
-                             timings={"start_s": time.monotonic() - t0})
-        finally:
-            proc.stop(grace_s=10)
+        with EmulatorProcess(list(target.args), startup_timeout_s=target.health_timeout_s, log_path=log_path) as emu:
+            if on_pid:
+                on_pid(emu.pid)
+            yield LiveTarget(target, emu.base_url, log_path, emu.pid, timings={"start_s": time.monotonic() - t0})
         return
-    from infermeter.engines import launch
-
     try:
-        eng = launch("vllm-cpu", port=None, extra_args=tuple(target.args), log_path=log_path,
-                     startup_timeout_s=target.health_timeout_s, **target.settings)
+        eng = VllmCpuEngine(port=None, extra_args=tuple(target.args), log_path=log_path,
+                            startup_timeout_s=target.health_timeout_s, progress=notify, **target.settings)
     except TypeError as exc:
         raise ConfigError(f"target {target.name}: settings: {exc}") from None
     try:

@@ -1,0 +1,141 @@
+"""Published claims a study checks: each claim against the physical ceiling (``infermeter plan --check``).
+
+The contract: a study file's ``claims:`` entries (:class:`Claim`) name a figure someone published
+("70B AWQ single-stream 115 tok/s on H100"), the metric and value, and where it was said to run
+(a configuration of the study, or a hardware string with a model and dtype). :func:`check_claims`
+runs :func:`infermeter.perfmodel.check.check_claim` on each — the same check as ``infermeter plan
+--check`` — and returns :class:`ClaimCheck` rows: the physical ceiling (100 % of datasheet
+bandwidth and compute, no overheads), the calibrated model's prediction, the verdict
+(``impossible`` beyond the ceiling, ``implausible`` above 90 % of it, else ``possible``) and, when
+the study ran that configuration, its own figure for the same metric (one request at a time)::
+
+    >>> c = Claim(text="70B AWQ 115 tok/s on H100", metric="decode_tokens_per_s", value=115,
+    ...           config="h100-sxm", model="llama-3-70b", dtype="awq")
+    >>> check_claims(study, cells, [c])[0].verdict
+    'impossible'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# check_claim's metrics, and the figure of a study cell that measures the same thing (one request at a time)
+METRICS = {"decode_tokens_per_s": "tokens/s", "tpot_ms": "ms", "ttft_ms": "ms", "output_tokens_per_s": "tokens/s"}
+
+
+class Claim(BaseModel):
+    """One published figure to check (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(description="the claim as published")
+    metric: str = Field(description="decode_tokens_per_s (single stream) | tpot_ms | ttft_ms | output_tokens_per_s")
+    value: float = Field(gt=0)
+    configuration: str | None = Field(None, description="a configuration of the study (its hardware, model, dtype)")
+    config: str | None = Field(None, description="or a hardware configuration, e.g. h100-sxm")
+    model: str | None = None
+    dtype: str | None = None
+    input_tokens: int = Field(1000, ge=1)
+    output_tokens: int = Field(200, ge=1)
+    source: str | None = Field(None, description="who published it")
+
+    @model_validator(mode="after")
+    def _check(self) -> Claim:
+        from infermeter.perfmodel.check import ALIASES
+
+        if self.metric.strip().lower() not in ALIASES:
+            raise ValueError(f"metric {self.metric!r}: use one of {', '.join(METRICS)}")
+        if not self.configuration and not self.config:
+            raise ValueError("give configuration (a configuration of the study) or config (a hardware string)")
+        return self
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, v: str | None) -> str | None:
+        from infermeter.perfmodel.configspec import parse_config
+
+        return None if v is None else parse_config(v).label
+
+    @property
+    def canonical_metric(self) -> str:
+        from infermeter.perfmodel.check import ALIASES
+
+        return ALIASES[self.metric.strip().lower()]
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    claim: Claim
+    model: str
+    hardware: str
+    dtype: str
+    verdict: str  # impossible | implausible | possible
+    ceiling: float | None
+    predicted: float | None
+    ratio_to_ceiling: float | None
+    sentence: str
+    study_value: float | None = None  # the study's own figure for this configuration (simulated or measured)
+    study_source: str | None = None
+
+    @property
+    def unit(self) -> str:
+        return METRICS[self.claim.canonical_metric]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["claim"] = self.claim.model_dump(mode="json")
+        return d
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _study_figure(metric: str, cells: list[Any], label: str | None) -> tuple[float | None, str | None]:
+    """The study's figure for ``metric`` on configuration ``label`` (first profile that has it)."""
+    for c in cells:
+        if label is None or c.config != label or getattr(c, "unavailable", None):
+            continue
+        lat = (c.latency or {}).get("unloaded") or {}
+        tpot = (lat.get("tpot_ms") or {}).get("p50")
+        if metric == "decode_tokens_per_s" and tpot:
+            return 1000.0 / tpot, f"{c.source}, {c.profile}, 1000 / TPOT p50 one request at a time"
+        if metric == "tpot_ms" and tpot:
+            return tpot, f"{c.source}, {c.profile}, TPOT p50 one request at a time"
+        ttft = (lat.get("ttft_ms") or {}).get("p50")
+        if metric == "ttft_ms" and ttft:
+            return ttft, f"{c.source}, {c.profile}, TTFT p50 one request at a time"
+        out = (c.saturation or {}).get("output_tokens_per_s")
+        if metric == "output_tokens_per_s" and out:
+            return out, f"{c.source}, {c.profile}, output tokens/s at saturation"
+    return None, None
+
+
+def check_claims(study: Any, cells: list[Any], claims: list[Claim] | tuple[Claim, ...] | None = None) -> list[ClaimCheck]:
+    """Each claim against the physical ceiling and the calibrated model (see the module docstring)."""
+    from infermeter.errors import UserError
+    from infermeter.perfmodel.check import check_claim
+
+    out = []
+    for claim in (study.claims if claims is None else claims):
+        conf = study.configuration(claim.configuration) if claim.configuration else None
+        model = claim.model or (study.model_for(conf) if conf else study.model)
+        hardware = claim.config or (conf.config if conf else "")
+        dtype = claim.dtype or (study.sim_for(conf).dtype if conf else study.sim.dtype)
+        metric = claim.canonical_metric
+        try:
+            v = check_claim(metric, claim.value, model, hardware, dtype=dtype, input_tokens=claim.input_tokens,
+                            output_tokens=claim.output_tokens)
+        except UserError as exc:
+            out.append(ClaimCheck(claim, model, hardware, dtype, "not checked", None, None, None, f"not checked: {exc}"))
+            continue
+        ceiling, predicted = _finite(v.ceiling), _finite(v.predicted)
+        ratio = _finite(v.ratio_to_ceiling) if ceiling else None
+        figure, source = _study_figure(metric, cells, claim.configuration)
+        out.append(ClaimCheck(claim, model, hardware, dtype, v.verdict, ceiling, predicted, ratio, v.sentence(),
+                              figure, source))
+    return out

