@@ -259,8 +259,9 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
                 kflat[w].extend(keys)
                 rid += 1
                 pending = next(timed, None)
-            more = pending is not None and rid != limit and pending[0] < horizon
-            t_end = pending[0] if more else float("inf")
+            t_next = pending[0] if pending is not None else float("inf")
+            more = pending is not None and rid != limit and t_next < horizon
+            t_end = t_next if more else float("inf")
             for w in range(w_of):
                 c = cols[w]
                 arrays = (np.array(c[0], np.int64), np.array(c[1], np.float64), np.array(c[2], np.int64),

@@ -107,7 +107,7 @@ class RayParts:
         return self._finals
 
     def describe(self) -> dict[str, Any]:
-        nodes = sorted({f.get("node_id") for f in self._finals if f.get("node_id")})
+        nodes = {str(f["node_id"]) for f in self._finals if f.get("node_id")}
         return {"ray": self.address, "nodes": len(nodes)}
 
     def close(self) -> None:

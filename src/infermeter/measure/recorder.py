@@ -124,7 +124,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
             "cached_tokens": pa.array(cached_l, pa.int64()),
             "conversation_id": pa.array(conv_l, pa.int64()),
             "prefix_group": pa.array(grp_l, pa.int64()),
-            "finish_reason": pa.array(np.where(ok, "length", None), pa.string()),
+            "finish_reason": pa.array(np.where(ok, "length", np.array(None, dtype=object)), pa.string()),
         },
         schema=ARROW_SCHEMA,
     )

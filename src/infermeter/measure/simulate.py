@@ -146,7 +146,8 @@ def load_checkpoint(out_dir: Path) -> dict[str, Any]:
     path = Path(out_dir) / CHECKPOINT
     try:
         with open(path, "rb") as f:
-            return pickle.load(f)
+            state: dict[str, Any] = pickle.load(f)
+            return state
     except FileNotFoundError:
         raise UserError(f"--resume {out_dir}: no {CHECKPOINT} there (was it simulated with --checkpoint?)") from None
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
@@ -121,7 +122,7 @@ class Deployment:
         eng = self.engine_defaults
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
-        changed = dict(
+        changed: dict[str, Any] = dict(
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
             seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infermeter.report.figures import num as _r
 from infermeter.report.table import Cell, Table
-from infermeter.study.charts import rounded as _r
 from infermeter.study.soak import SoakResult, window_label, windows_key
 
 SIM = "simulated"

@@ -156,6 +156,7 @@ class BlockPool:
         index = self._index
         p = lo
         cur = cursor
+        g: Group | None
         while p < hi:  # follow what the cache already holds of this content
             if cur is not None and cur.start <= p < cur.start + cur.cached and cur.keys[p] == keys[p]:
                 g = cur
@@ -234,7 +235,7 @@ class BlockPool:
             return
         while n:
             seg = queue[0]
-            g = seg[0]
+            g: Group | None = seg[0]
             if g is None:
                 c = seg[1]
                 if c > n:

@@ -438,7 +438,7 @@ class EventLoop:
         if shifted and cancel_at < inf and cancel_at <= until:  # sent, not yet at their engine: in its API server
             while next_time() < cancel_at:
                 r = pop()
-                if r.__class__ is not Boundary:
+                if not isinstance(r, Boundary):
                     fe.append((cancel_at, 0, r, -1))
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
             self._cancel(cancel_at, fe, busy, on_done, finished, clock)

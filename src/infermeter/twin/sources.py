@@ -182,7 +182,8 @@ class PartitionSource:
         self._window = window or 0
         self._i = 0
         self.sent = 0  # requests of the whole stream so far (every worker's)
-        self.first_at = self.last_at = None  # send span of the whole stream
+        self.first_at: float | None = None  # send span of the whole stream
+        self.last_at: float | None = None
         self._next: object = None
         self._t = _INF
         self._advance()

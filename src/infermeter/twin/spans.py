@@ -18,6 +18,7 @@ import math
 from bisect import bisect_right
 from typing import Any
 
+from infermeter.twin.predictor import StepTimePredictor
 from infermeter.twin.request import DECODE
 
 _INF = math.inf
@@ -26,9 +27,16 @@ _INF = math.inf
 class DecodeSpans:
     """The span half of the engine (see the module docstring); ``self`` is the engine."""
 
-    _pending: Any
+    # the step in flight: (steps, n_dec, plan, ends, start, kv, duration, first step's decode blocks)
+    _pending: tuple[int, int, list[Any], list[float], float, int, float, int] | None
     waiting: Any
-    predictor: Any
+    predictor: StepTimePredictor
+    block_size: int
+    n_dec: int
+    g: int
+    _phase: list[int]
+    _heap: list[Any]
+    max_span_steps: int
 
     def interrupt(self, t: float) -> float | None:
         """A request was just added at ``t`` during a decode span: end the span with the step in progress
