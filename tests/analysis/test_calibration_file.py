@@ -28,7 +28,7 @@ def measured_like(tmp_path, concurrency, n, name):
     work = build_workload(input_tokens="128", output_tokens="64,16", seed=concurrency)
     twin = fake_twin(predictor=TRUE)
     twin = Twin(**{**twin.__dict__, "request_overhead_s": 0.03})
-    src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n, delay=0.03)
+    src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n)
     config = {"concurrency": concurrency, "requests": n, "input_tokens": "128", "output_tokens": "64,16",
               "seed": concurrency, "model": "m"}
     run = {"load": {"open_loop": False, "describe": f"closed loop, concurrency {concurrency}"}, "model": "m",

@@ -19,8 +19,7 @@ def _run(tmp_path, concurrency, n, name, overhead=0.0, input_tokens="128", outpu
     work = build_workload(input_tokens=input_tokens, output_tokens=output_tokens, seed=concurrency)
     twin = fake_twin(predictor=TRUE)
     twin = type(twin)(**{**twin.__dict__, "request_overhead_s": overhead}) if overhead else twin
-    src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n,
-                           delay=overhead)
+    src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n)
     res = simulate(twin, src, out_dir=tmp_path / name, run={"load": {"open_loop": False}}, token_times=True)
     return pq.read_table(res.run_dir / "requests.parquet")
 

@@ -83,3 +83,38 @@ def test_fleet_is_sized_like_capacity_planning() -> None:
     assert soak_fleet(Configuration(config="4xa100-80gb:tp4"), _cell(None, 9.0), 10.0, "auto", 0.2)[:2] == \
         ("8xa100-80gb:tp4", 2)
     assert soak_fleet(Configuration(config="h200"), None, 10.0, 3, 0.2)[:2] == ("3xh200:tp1", 3)
+
+
+def test_requests_cancelled_at_the_end_count_as_failed_in_their_window(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.parquet", [(1.0, 0.1, 1.0, "ok", None, 10), (2.0, 0.0, 9.0, "cancelled", None, 0)])
+    (w,) = soak_windows(path, window_s=10, duration_s=10, slo=Slo(), objective=0.9)
+    assert (w["sent"], w["completed"], w["failed"], w["errors"]) == (2, 1, 1, {"cancelled": 1})
+
+
+def test_a_soak_runs_its_fleet_split_over_processes_with_the_configured_router(tmp_path: Path) -> None:
+    import json
+
+    from infermeter.study.config import build_study
+    from infermeter.study.soak import run_soaks
+
+    study = build_study({"model": "llama-3.1-8b", "configurations": ["h100-sxm"], "profiles": ["chat"],
+                         "soak": {"duration_s": 60, "rate_per_s": 6.0, "window_s": 30, "replicas": 3, "workers": 2,
+                                  "router": "session"}}, "test")
+    lines: list[str] = []
+    (soak,) = run_soaks(study, [], tmp_path / "soak", progress=lines.append)
+    assert soak.hardware == "3xh100-sxm:tp1" and soak.replicas == 3
+    assert soak.router == "session" and soak.workers == 2
+    run = json.loads((Path(soak.run_dir) / "run.json").read_text())
+    assert run["runtime"]["backend"] == "processes" and run["target"]["emulated"]["router"] == "session"
+    assert any("router session; 2 worker process(es)" in line for line in lines)
+    assert sum(w["sent"] for w in soak.windows) == soak.budget["requests"] > 300
+
+
+@pytest.mark.parametrize(("soak", "needle"), [({"router": "least-outstanding"}, "router"), ({"workers": 0}, "workers")])
+def test_soak_fleet_settings_are_checked(soak: dict, needle: str) -> None:
+    from infermeter.errors import ConfigError
+    from infermeter.study.config import build_study
+
+    with pytest.raises(ConfigError, match=needle):
+        build_study({"model": "llama-3.1-8b", "configurations": ["h100-sxm"], "profiles": ["chat"],
+                     "soak": {"duration_s": 60, "rate_per_s": 1.0, **soak}}, "test")

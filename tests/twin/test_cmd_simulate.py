@@ -51,6 +51,11 @@ def test_closed_loop_and_duration(tmp_path):
         (["--rate", "1", "--requests", "5", "--max-num-seqs", "512", "--max-num-batched-tokens", "64"],
          "max_num_batched_tokens"),
         (["--rate", "1", "--requests", "5", "--token-times", "sometimes"], "--token-times"),
+        (["--rate", "1", "--requests", "5", "--router", "random"], "--router"),
+        (["--rate", "1", "--requests", "5", "--gpu", "4xh100-sxm:tp1", "--router", "least-outstanding",
+          "--workers", "2"], "least-outstanding"),
+        (["--rate", "1", "--requests", "5", "--block-size", "0"], "--block-size"),
+        (["--rate", "1", "--requests", "5", "--frontend-service", "soon"], "--frontend-service"),
     ],
 )
 def test_bad_flags_are_named(tmp_path, args, needle):
@@ -65,3 +70,18 @@ def test_hardware_config_applies_tp_and_pp():
     assert hardware_config("8xh100-sxm:tp4", tp=2) == "8xh100-sxm:tp2"  # 4 replicas
     assert hardware_config("2xl4", tp=4) == "4xl4:tp4"
     assert hardware_config("h100-sxm") == "h100-sxm"
+
+
+def test_a_fleet_on_two_workers_with_the_twins_new_knobs(tmp_path):
+    out = tmp_path / "fleet"
+    res = runner.invoke(app, ["simulate", "--gpu", "4xh100-sxm:tp1", "--rate", "20", "--duration", "20", "--grace", "2",
+                              "--router", "session", "--profile", "chat", "--workers", "2", "--block-size", "32",
+                              "--frontend-overhead", "0.001", "--frontend-service", "0.0005", "--out", str(out),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    run = json.loads((out / "run.json").read_text())
+    emu = run["target"]["emulated"]
+    assert (emu["router"], emu["block_size"], emu["frontend_service_s"]) == ("session", 32, 0.0005)
+    assert emu["frontend_overhead_s"] == 0.001 and emu["replicas"] == 4
+    assert run["runtime"]["workers"] == 2 and run["runtime"]["backend"] == "processes"
+    assert json.loads((out / "summary.json").read_text())["scheduled"] > 300

@@ -156,7 +156,7 @@ def test_child_stream_gives_the_same_requests_as_the_local_one():
 
     def pattern(rs):  # which requests share their first key (hash values are per process)
         first = {}
-        return [first.setdefault(r.keys[0], r.rid) if r.keys else None for r in rs]
+        return [first.setdefault(r.keys[0], r.rid) if len(r.keys) else None for r in rs]
 
     assert pattern(a) == pattern(b)
 

@@ -1,47 +1,68 @@
 """``infermeter simulate``: run a workload through the digital twin in virtual time.
 
 Same workload and load flags as ``infermeter run``; writes the same result files
-(``summary.json``, ``requests.parquet``, ``run.json`` with ``source: simulated``)::
+(``summary.json``, ``requests.parquet``, ``run.json`` with ``source: simulated``). A fleet
+(``--gpu 800xa100-80gb:tp4`` = 200 replicas of TP4) can be split over ``--workers N`` processes
+or Ray actors (``--ray auto``), with the same summary for the same seed::
 
     infermeter simulate --model llama-3.1-70b --gpu 4xa100-80gb:tp4 --rate 48 --duration 3600 \\
         --input-tokens 128 --output-tokens 128 --out results/soak-1h
+    infermeter simulate --model llama-3.1-70b --gpu 800xa100-80gb:tp4 --profile chat --rate 48 \\
+        --duration 72h --router session --workers 2
 """
 
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
-from infermeter.cli.flags import GRACE, LOAD, OUTPUT, SLO, TWIN, WORKLOAD
+from infermeter.cli.flags import GRACE, LOAD, OUTPUT, SLO, TIMEOUTS, TWIN, WORKLOAD
 from infermeter.cli.options import FlagSpec, model_flags, with_flags
+from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig
 from infermeter.measure.simplan import TOKEN_TIMES_AUTO_LIMIT, SimPlan
 from infermeter.twin.spec import TwinSpec
 
 API = model_flags(RunConfig, {"api": FlagSpec(help="chat | completions (what the prompt text looks like)")})
-SIM_LOAD = [f for f in LOAD if f.field != "seed"] + [f for f in GRACE]
+SIM_LOAD = [f for f in LOAD if f.field != "seed"] + [f for f in GRACE] + [
+    f for f in TIMEOUTS if f.field != "connect_timeout_s"]
+SIM_SCALE = model_flags(RunConfig, {
+    "checkpoint_s": FlagSpec(flag="--checkpoint", annotation=Optional[str], convert=lambda v, f: parse_duration(v, f),
+                             help="save the whole simulation this often (one process), so that --resume DIR can "
+                                  "go on after a crash"),
+    "workers": FlagSpec(help="worker processes the fleet's replicas are split over (with --ray: Ray actors; "
+                             "1 = one per CPU of the cluster)"),
+    "ray": FlagSpec(help="split the fleet over Ray actors: ADDRESS, 'auto' or 'local' (extra 'distributed')"),
+})
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate", no_args_is_help=False)
-    @with_flags(TWIN, API, SIM_LOAD, [f for f in LOAD if f.field == "seed"], WORKLOAD, SLO, OUTPUT)
+    @with_flags(TWIN, API, SIM_LOAD, [f for f in LOAD if f.field == "seed"], WORKLOAD, SLO, SIM_SCALE, OUTPUT)
     def simulate_cmd(
         values: dict[str, Any],
         token_times: str = typer.Option("auto", help=f"Store per-token times: auto (runs up to {TOKEN_TIMES_AUTO_LIMIT:,} requests) | on | off."),
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="Go on with the interrupted run in DIR (simulated "
+                                              "with --checkpoint) from its last checkpoint; other flags are ignored."),
     ) -> None:
         """Simulate a continuous-batching engine (vLLM-like) on the chosen hardware, in virtual time."""
         from pydantic import ValidationError
         from rich.console import Console
 
-        from infermeter.cli.view import summary_table
-
         if token_times not in ("auto", "on", "off"):
             raise ConfigError(f"--token-times {token_times!r}: use auto, on or off")
+        err = Console(stderr=True)
+        if resume is not None:
+            plan, state = SimPlan.resume(resume)
+            err.print(f"[cyan]resuming[/] {resume} at {state['now'] / 3600:.2f} h simulated "
+                      f"({state['seen']:,} requests done)", highlight=False)
+            _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False)), resume=state), as_json)
+            return
         twin_fields = set(TwinSpec.model_fields)
         try:
             spec = TwinSpec(**{k: v for k, v in values.items() if k in twin_fields})
@@ -50,28 +71,26 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
                                         for e in exc.errors())) from None
         plan = SimPlan(cfg, spec, token_times=token_times)
-        err = Console(stderr=True)
-        err.print(f"[cyan]simulating[/] {plan.twin.model} on {plan.twin.hardware} "
-                  f"({plan.twin.config.describe()}, {plan.twin.num_blocks * plan.twin.lanes} KV blocks); "
-                  f"load: {plan.shape.describe()}", highlight=False)
-        res = plan.run(progress=_progress(err))
-        s = res.summary
-        if as_json:
-            print(json.dumps(s, indent=2))
-        else:
-            out_console = Console()
-            out_console.print(summary_table(s, None))
-            out_console.print(f"results: {res.run_dir}  (simulated {res.records} requests, "
-                              f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
+        twin = plan.twin
+        fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")
+        where = (f"; on Ray ({cfg.ray})" if cfg.ray else f"; {cfg.workers} worker processes" if plan.fleet else "")
+        err.print(f"[cyan]simulating[/] {twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
+                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}", highlight=False)
+        _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False))), as_json)
 
 
-def _progress(err: Any) -> Any:
-    last = [time.monotonic()]
+def _show(res: Any, as_json: bool) -> None:
+    from rich.console import Console
 
-    def cb(t_virtual: float, n: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 5.0:
-            last[0] = now
-            err.print(f"  {n:,} requests done, virtual time {t_virtual / 3600:.2f} h", highlight=False)
+    from infermeter.cli.view import summary_table
 
-    return cb
+    s = res.summary
+    if as_json:
+        print(json.dumps(s, indent=2))
+        return
+    out_console = Console()
+    out_console.print(summary_table(s, None))
+    out_console.print(f"results: {res.run_dir}  (simulated {res.records} requests, "
+                      f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
+
+

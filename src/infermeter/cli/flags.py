@@ -139,4 +139,10 @@ TWIN = model_flags(TwinSpec, {
     "model": None, "gpu": FlagSpec(aliases=("--hardware",)), "tp": None, "pp": None, "dtype": None, "kv_dtype": None,
     "gpu_memory_utilization": None, "max_num_seqs": None, "max_num_batched_tokens": None, "max_model_len": None,
     "num_gpu_blocks_override": None, "enable_prefix_caching": None, "enable_chunked_prefill": None,
+    "block_size": None,
+    "frontend_overhead_s": FlagSpec(flag="--frontend-overhead", annotation=Optional[str], convert=_duration,
+                                    metavar="DURATION"),
+    "frontend_service_s": FlagSpec(flag="--frontend-service", annotation=Optional[str], convert=_duration,
+                                   metavar="DURATION"),
+    "router": FlagSpec(annotation=str, metavar="POLICY"),
 }, "Deployment (the digital twin)")

@@ -45,6 +45,23 @@ def ray_module() -> Any:
     return ray
 
 
+def ray_connect(ray: Any, address: str, workers: int, **init: Any) -> bool:
+    """Join (or, for ``local``, start) the cluster unless connected; True when this call connected.
+    ``init``: more ``ray.init`` arguments (e.g. a runtime_env)."""
+    if ray.is_initialized():
+        return False
+    kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR", **init}
+    if address == "local":
+        kw["num_cpus"] = max(os.cpu_count() or 1, workers)
+        ray.init(address="local", **kw)
+    else:
+        try:
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError) as exc:
+            raise UserError(f"--ray {address}: cannot connect to a Ray cluster ({exc})") from None
+    return True
+
+
 def estimate_offset(samples: list[tuple[float, float, float]]) -> tuple[float, float]:
     """(offset, rtt) from (driver send, remote time, driver receive) samples: the shortest round trip wins."""
     if not samples:
@@ -96,18 +113,7 @@ class RayPool:
             a.stop.remote()
 
     def _init(self, ray: Any) -> bool:
-        if ray.is_initialized():
-            return False
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
-        if self.address == "local":
-            kw["num_cpus"] = max(os.cpu_count() or 1, self.plan.workers)
-            ray.init(address="local", **kw)
-        else:
-            try:
-                ray.init(address=self.address, **kw)
-            except (ConnectionError, RuntimeError) as exc:
-                raise UserError(f"--ray {self.address}: cannot connect to a Ray cluster ({exc})") from None
-        return True
+        return ray_connect(ray, self.address, self.plan.workers)
 
     async def run(self, on_start: Callable[[float], None] | None = None) -> list[dict[str, Any]]:
         ray = ray_module()

@@ -13,16 +13,19 @@ Both give the same requests in the same order (same seeds)::
 Prefix-cache keys come from the prompt text as the emulator server sees it
 (``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`),
 cut into chunks of ``chars_per_block`` characters; :func:`calibrate_chars_per_block`
-sizes them to 16 tokens of the workload's own text.
-Python's ``hash`` is salted per process, which is why the child sends keys *and*
+sizes them to one block (``block_size`` tokens) of the workload's own text, and a
+:class:`~infermeter.twin.hashing.KeyMaker` reuses an earlier turn's keys over a shared history.
+Python's ``hash`` of text is salted per process, which is why the child sends keys *and*
 the parent never mixes them with keys it computes itself: one run, one process
-making keys. Send times come from the shape's own ``schedule`` (a trace replay's included).
+making keys. The child is started with a fixed ``PYTHONHASHSEED`` (:mod:`infermeter.measure.child`),
+so a run makes the same keys every time (a resumed run continues with the same keys).
+Send times come from the shape's own ``schedule`` (a trace replay's included).
 """
 
 from __future__ import annotations
 
 import gc
-import multiprocessing as mp
+import itertools
 import pickle
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -32,11 +35,20 @@ import numpy as np
 
 from infermeter.errors import UserError
 from infermeter.load.shapes import BaseShape
-from infermeter.twin.hashing import CHARS_PER_BLOCK, spec_keys
+from infermeter.measure.child import start_child
+from infermeter.twin.hashing import CHARS_PER_BLOCK, KeyMaker
+from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.twin.request import SimRequest
 from infermeter.workload import build_workload
 
 BATCH = 8192
+
+
+def timed_specs(shape: BaseShape | None, specs: Iterator[Any], seed: int = 0) -> Iterator[tuple[float, Any]]:
+    """``(send offset, spec)``: the open-loop ``shape``'s schedule (None or a closed loop: every offset 0.0)."""
+    if shape is not None and shape.open_loop:
+        return shape.schedule(np.random.default_rng(seed), specs)
+    return ((0.0, spec) for spec in specs)
 
 
 def local_stream(
@@ -46,17 +58,19 @@ def local_stream(
     seed: int = 0,
     keys: bool = True,
     chars_per_block: int = CHARS_PER_BLOCK,
+    block_size: int = BLOCK_SIZE,
 ) -> Iterator[SimRequest]:
     """SimRequests from specs, timed by the open-loop ``shape``'s schedule (None or a closed loop: 0.0)."""
-    if shape is not None and shape.open_loop:
-        timed: Iterator[tuple[float, Any]] = shape.schedule(np.random.default_rng(seed), specs)
-    else:
-        timed = ((0.0, spec) for spec in specs)
-    rid = 0
+    make = KeyMaker(chars_per_block, block_size) if keys else None
+    return sim_requests(timed_specs(shape, specs, seed), make)
+
+
+def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, first_rid: int = 0) -> Iterator[SimRequest]:
+    """``(send offset, spec)`` -> SimRequests numbered from ``first_rid``, keyed by ``make_keys`` (or keyless)."""
+    rid = first_rid
     for at, spec in timed:
-        block_keys = spec_keys(spec, chars_per_block) if keys else ()
-        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, block_keys, at, spec.conversation_id,
-                         spec.prefix_group)
+        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, make_keys(spec) if make_keys else (), at,
+                         spec.conversation_id, spec.prefix_group)
         rid += 1
 
 
@@ -71,17 +85,23 @@ class FeedSpec:
     duration_s: float | None = None
     keys: bool = True
     chars_per_block: int = CHARS_PER_BLOCK
+    block_size: int = BLOCK_SIZE
+    skip: int = 0  # requests of the stream to pass over first (a resumed run)
 
 
-def _produce(spec: FeedSpec, conn: Any) -> None:  # runs in the child
+def produce(spec: FeedSpec, conn: Any) -> None:
+    """The child's side (:mod:`infermeter.measure.child`): the stream in columnar batches on ``conn``."""
     gc.disable()  # short-lived, cycle-free objects only
     try:
         wl = build_workload(**spec.workload)
-        stream = local_stream(spec.shape, iter(wl.requests()), seed=spec.seed, keys=spec.keys,
-                              chars_per_block=spec.chars_per_block)
+        timed = timed_specs(spec.shape, iter(wl.requests()), spec.seed)
+        if spec.skip:
+            timed = itertools.islice(timed, spec.skip, None)
+        make = KeyMaker(spec.chars_per_block, spec.block_size) if spec.keys else None
+        stream = sim_requests(timed, make, first_rid=spec.skip)
         limit = spec.limit
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
-        n = 0
+        n = spec.skip
         done = False
         while not done:
             at: list[float] = []
@@ -128,16 +148,13 @@ class ChildStream:
     """An iterator of SimRequests made by a child process (see the module docstring)."""
 
     def __init__(self, spec: FeedSpec) -> None:
-        # fork: no re-import of __main__ and a fast start; the child only runs workload code
-        ctx: Any = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        self._conn, child = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_produce, args=(spec, child), daemon=True, name="infermeter-feeder")
-        self._proc.start()
-        child.close()
+        self._child = start_child("infermeter.measure.feeder:produce", spec, name="infermeter-feeder")
+        self._conn = self._child.conn
+        self._skip = spec.skip
         self._gen = self._requests()
 
     def _requests(self) -> Generator[SimRequest, None, None]:
-        rid = 0
+        rid = self._skip
         while True:
             try:
                 kind, payload = pickle.loads(self._conn.recv_bytes())
@@ -147,12 +164,15 @@ class ChildStream:
                 return
             if kind == "error":
                 raise UserError(f"workload process: {payload}")
-            at, pt, mt, conv, grp, kcount, kflat = (c.tolist() for c in payload)
+            at, pt, mt, conv, grp, kcount = (c.tolist() for c in payload[:6])
+            kflat = payload[6]  # keys stay int64 arrays: each request gets its own small copy
+            ends = np.cumsum(payload[5]).tolist()
             pos = 0
             for j in range(len(at)):
-                c = kcount[j]
-                keys = kflat[pos : pos + c]
-                pos += c
+                end = ends[j]
+                # short key lists as lists (cheaper to index), long ones as their own small int64 array
+                keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
+                pos = end
                 cid, gid = conv[j], grp[j]
                 yield SimRequest(rid, at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
                                  None if gid < 0 else gid)
@@ -166,7 +186,4 @@ class ChildStream:
 
     def close(self) -> None:
         self._gen.close()
-        self._conn.close()
-        if self._proc.is_alive():
-            self._proc.terminate()
-        self._proc.join(timeout=10)
+        self._child.close()

@@ -8,34 +8,51 @@ Writes what ``infermeter run`` writes -- ``requests.parquet``, ``run.json`` (``s
     res = simulate(twin, src, out_dir=Path("results/sim"), run=run_header)
     res.summary["output_token_throughput"], res.wall_s
 
-Summary: every batch of records goes to the run's
-:class:`~infermeter.analysis.accumulator.Accumulator` as it is written -- the same builder and
-verdict as a measured run -- so no run, however long (the 72-hour soak), reads its records back;
-``summary_method`` says whether its percentiles are exact or from the accumulator's histograms.
+This is the one-process path (any source, any router); :mod:`infermeter.measure.fleet` splits a
+fleet over processes or Ray actors and ends in the same :func:`finish_run`. Records leave the
+loop in windows, are written in the canonical order (``(ended_at, request_id)``) in fixed row
+groups and go batch by batch to the run's
+:class:`~infermeter.analysis.accumulator.Accumulator` -- the same builder and verdict as a
+measured run -- so no run, however long, reads its records back, and the summary does not
+depend on how many processes simulated it. ``cancel_at`` (duration + ``grace_s``) ends the run
+as a measured one ends: what is still in flight is cancelled; ``timeouts`` are the clients'
+(first token, total) and fail a request as the client would (:mod:`infermeter.twin.loop`).
 
-``server_metrics`` (vLLM's signals, as a scrape of the twin would give them):
-time-weighted means over the run of KV usage, running and waiting requests, their
-maxima, prefix-cache hits / queries (tokens) and preemptions, summed over engines.
+``server_metrics`` (vLLM's signals, as a scrape of the twin would give them): time-weighted
+means over the run of KV usage, running and waiting requests, their maxima, prefix-cache hits /
+queries (tokens) and preemptions, summed over engines in engine order; and
+``num_requests_waiting_start`` / ``_end``, the fleet's waiting queue (time-weighted mean, summed
+over engines) over the first and the last tenth of the arrival span, which the verdict reads as
+queue-growth evidence of saturation.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
+import pickle
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
-from infermeter.measure.recorder import RecordSink
+from infermeter.errors import DataError, UserError
+from infermeter.measure import recorder
+from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
-from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock, run_virtual
+from infermeter.twin.loop import ArrivalSource, EventLoop, LoopStats, VirtualClock
+from infermeter.twin.router import Router
+from infermeter.twin.series import series_mean, sum_series
+
+WINDOW = 8192  # sends per window: the unit in which records leave the loop (and workers)
+GC_EVERY = 16  # record batches between full collections (the loop runs with the cyclic GC paused)
 
 
 @dataclass
@@ -59,55 +76,129 @@ def simulate(
     token_times: bool = False,
     exact_summary_limit: int = EXACT_LIMIT,
     on_progress: Callable[[float, int], None] | None = None,
+    cancel_at: float = math.inf,
+    router: Router | None = None,
+    timeouts: tuple[float | None, float | None] = (None, None),
+    checkpoint_s: float | None = None,
+    checkpoint_extra: dict[str, Any] | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> SimulationResult:
-    """Run ``source`` through ``twin``'s engines; write the run directory; return the summary."""
+    """Run ``source`` through ``twin``'s engines in this process; write the run directory; return the summary.
+
+    ``checkpoint_s``: every so many seconds (at a window's end) the whole simulation is saved to
+    ``checkpoint.pkl`` (records so far in part files), with ``checkpoint_extra`` (what the caller needs
+    to rebuild its plan); ``resume``: such a checkpoint, read back, to go on from (``source`` restored
+    from it and attached to its stream)."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    engines = twin.engines(keep_token_times=token_times)
-    tmp = out_dir / (store.PARQUET + ".tmp")
-    flushes = [0]
-
-    def on_flush(rows: int, t_virtual: float) -> None:
-        flushes[0] += 1
-        if flushes[0] % 16 == 0:
-            gc.collect()  # the loop runs with the cyclic GC paused (see _gc_paused)
-        if on_progress is not None:
-            on_progress(t_virtual, rows)
-
-    acc = Accumulator.for_run(run, exact_limit=exact_summary_limit, derive_itl=not token_times)
-    sink = RecordSink(tmp, acc, warmup=warmup, token_times=token_times, on_flush=on_flush)
-    clock = VirtualClock()
-    stats = LoopStats()
+    if resume is not None:
+        loop, writer, sink, seen = resume["loop"], resume["writer"], resume["sink"], resume["seen"]
+        engines = loop.engines
+        clock = VirtualClock(resume["now"])
+        writer.on_flush = _collector()
+    else:
+        engines = twin.engines(keep_token_times=token_times)
+        loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
+                         known_arrivals=twin.lanes == 1)
+        writer = open_writer(out_dir, run, token_times, exact_summary_limit, parts=checkpoint_s is not None)
+        sink = WindowSink(warmup=warmup, token_times=token_times)
+        clock = VirtualClock()
+        seen = 0
+    last = time.monotonic()
     try:
-        with _gc_paused():
-            run_virtual(engines, source, sink.add, clock, stats=stats)
+        with gc_paused():
+            for _, t in loop.run(source, sink.add, clock, cancel_at=cancel_at, window=WINDOW, timeouts=timeouts):
+                table = sink.window()
+                if table is not None:
+                    seen += table.num_rows
+                    writer.add(table)
+                if on_progress is not None:
+                    on_progress(min(t, clock.now), seen)
+                if checkpoint_s is not None and math.isfinite(t) and time.monotonic() - last >= checkpoint_s:
+                    writer.checkpoint()
+                    save_checkpoint(out_dir, {**(checkpoint_extra or {}), "loop": loop, "now": clock.now,
+                                              "source": source, "sink": sink, "writer": writer, "seen": seen})
+                    last = time.monotonic()
     finally:
         close = getattr(source, "close", None)
         if close is not None:
             close()
-    sink.close()
-    os.replace(tmp, out_dir / store.PARQUET)
+    res = finish_run(out_dir, run, writer, [engine_stats(e) for e in engines],
+                     [e.waiting_series.state() for e in engines], loop.stats, t0,
+                     runtime={"resumed": True} if resume is not None else None)
+    (out_dir / CHECKPOINT).unlink(missing_ok=True)
+    return res
+
+
+CHECKPOINT = "checkpoint.pkl"
+
+
+def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:
+    """The simulation's whole state, replaced atomically (a crash while writing keeps the previous one)."""
+    tmp = Path(out_dir) / (CHECKPOINT + ".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, Path(out_dir) / CHECKPOINT)
+
+
+def load_checkpoint(out_dir: Path) -> dict[str, Any]:
+    path = Path(out_dir) / CHECKPOINT
+    try:
+        with open(path, "rb") as f:
+            state: dict[str, Any] = pickle.load(f)
+            return state
+    except FileNotFoundError:
+        raise UserError(f"--resume {out_dir}: no {CHECKPOINT} there (was it simulated with --checkpoint?)") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise DataError(f"--resume {out_dir}: {CHECKPOINT} cannot be read ({exc})") from None
+
+
+def _collector() -> Callable[[int, float], None]:
+    flushes = [0]
+
+    def on_flush(rows: int, t_virtual: float) -> None:
+        flushes[0] += 1
+        if flushes[0] % GC_EVERY == 0:
+            gc.collect()
+
+    return on_flush
+
+
+def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_limit: int, *,
+                parts: bool = False) -> RecordWriter:
+    acc = Accumulator.for_run(run, exact_limit=exact_limit, derive_itl=not token_times)
+    return RecordWriter(Path(out_dir) / (store.PARQUET + ".tmp"), acc, on_flush=_collector(),
+                        batch_rows=recorder.BATCH_ROWS, parts_dir=Path(out_dir) / "parts" if parts else None)
+
+
+def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: Sequence[dict[str, Any]],
+               waiting: Sequence[tuple[float, Sequence[float]]], loop: LoopStats, t0: float,
+               runtime: dict[str, Any] | None = None) -> SimulationResult:
+    """Close the records, write run.json and summary.json (engine stats in engine order)."""
+    writer.close()
+    out_dir = Path(out_dir)
+    os.replace(writer.path, out_dir / store.PARQUET)
     run = dict(run)
     run["source"] = "simulated"
-    run["server_metrics"] = server_metrics(engines, stats)
+    run["server_metrics"] = server_metrics(stats, loop, sum_series(waiting), writer.intended_span)
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    run["runtime"] = {"wall_s": wall, "virtual_s": stats.end, "records": sink.rows, "peak_rss_mib": rss,
-                      "steps": sum(e.steps for e in engines)}
-    summary = sink.accumulator.summary(run).to_json()
+    run["runtime"] = {"wall_s": wall, "virtual_s": loop.end, "records": writer.rows, "peak_rss_mib": rss,
+                      "steps": sum(int(s["steps"]) for s in stats), "cancelled": loop.cancelled, **(runtime or {})}
+    summary = writer.accumulator.summary(run).to_json()
     summary["run_dir"] = str(out_dir)
     store.write_json(out_dir / store.RUN, run)
     store.write_json(out_dir / store.SUMMARY, summary)
-    return SimulationResult(run_dir=out_dir, summary=summary, run=run, wall_s=wall, records=sink.rows,
-                            virtual_s=stats.end, peak_rss_mib=rss)
+    return SimulationResult(run_dir=out_dir, summary=summary, run=run, wall_s=wall, records=writer.rows,
+                            virtual_s=loop.end, peak_rss_mib=rss)
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic GC: the loop makes millions of short-lived, cycle-free objects
     (reference counting frees them), and generation scans cost ~13% of the run. A full
-    collection still runs every 16 record batches."""
+    collection still runs every ``GC_EVERY`` record batches."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -117,33 +208,54 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def server_metrics(engines: list[Engine], stats: LoopStats) -> dict[str, Any]:
-    """The run's ``server_metrics`` block from the engines' own counters (see module docstring)."""
-    span = stats.end if stats.end > 0 else None
-    lanes = len(engines)
-    queries = sum(e.prefix_queries for e in engines)
-    hits = sum(e.prefix_hits for e in engines)
-    running_int = sum(e.running_integral for e in engines)
+def server_metrics(stats: Sequence[dict[str, Any]], loop: LoopStats, waiting: tuple[float, Sequence[float]],
+                   arrivals: Sequence[float]) -> dict[str, Any]:
+    """The run's ``server_metrics`` block from the engines' own counters (see the module docstring)."""
+    span = loop.end if loop.end > 0 else None
+    lanes = len(stats)
+
+    def total(key: str) -> Any:
+        return sum(s[key] for s in stats)
+
+    queries, hits = total("prefix_queries"), total("prefix_hits")
+    running_int = total("running_integral")
+    in_system = total("in_system_integral")
 
     def mean(x: float) -> float | None:
         return None if span is None else x / span
 
+    a0, a1 = arrivals[0], arrivals[1]
+    start = end = None
+    if math.isfinite(a0) and math.isfinite(a1) and a1 > a0:
+        tenth = (a1 - a0) / 10
+        start, end = series_mean(waiting, a0, a0 + tenth), series_mean(waiting, a1 - tenth, a1)
     return {
         "engine": "infermeter-twin (simulated)",
-        "kv_cache_usage_mean": None if span is None else sum(e.usage_integral for e in engines) / (span * lanes),
-        "kv_cache_usage_max": max(e.max_usage for e in engines),
+        "kv_cache_usage_mean": None if span is None else total("usage_integral") / (span * lanes),
+        "kv_cache_usage_max": max(s["max_usage"] for s in stats),
         "num_requests_running_mean": mean(running_int),
-        "num_requests_running_max": sum(e.max_running for e in engines),
-        "num_requests_waiting_mean": mean(max(stats.in_system_s - running_int, 0.0)),
-        "num_requests_waiting_max": sum(e.max_waiting for e in engines),
+        "num_requests_running_max": total("max_running"),
+        "num_requests_waiting_mean": mean(max(in_system - running_int, 0.0)),
+        "num_requests_waiting_max": total("max_waiting"),
+        "num_requests_waiting_start": start,
+        "num_requests_waiting_end": end,
         "prefix_cache_hits": hits,
         "prefix_cache_queries": queries,
         "prefix_cache_hit_rate": hits / queries if queries else None,
         "prefix_cache_hit_rate_source": "counters" if queries else None,
-        "num_preemptions": sum(e.num_preemptions for e in engines),
-        "prompt_tokens": sum(e.prompt_tokens_total for e in engines),
-        "generation_tokens": sum(e.generation_tokens_total for e in engines),
-        "engine_steps": sum(e.steps for e in engines),
-        "busy_fraction": None if span is None else sum(e.busy_s for e in engines) / (span * lanes),
-        "in_system_mean": mean(stats.in_system_s),
+        "num_preemptions": total("num_preemptions"),
+        "prompt_tokens": total("prompt_tokens_total"),
+        "generation_tokens": total("generation_tokens_total"),
+        "engine_steps": total("steps"),
+        "busy_fraction": None if span is None else total("busy_s") / (span * lanes),
+        "in_system_mean": mean(in_system),
     }
+
+
+def engine_stats(e: Engine) -> dict[str, float | int]:
+    """An engine's counters and integrals as plain numbers (what a run's ``server_metrics`` sums)."""
+    return {"usage_integral": e.usage_integral, "max_usage": e.max_usage, "running_integral": e.running_integral,
+            "max_running": e.max_running, "max_waiting": e.max_waiting, "prefix_queries": e.prefix_queries,
+            "prefix_hits": e.prefix_hits, "num_preemptions": e.num_preemptions,
+            "prompt_tokens_total": e.prompt_tokens_total, "generation_tokens_total": e.generation_tokens_total,
+            "steps": e.steps, "busy_s": e.busy_s, "in_system_integral": e.in_system_integral}

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
@@ -98,6 +99,7 @@ class Deployment:
     _oh_seq: float = field(repr=False, default=0.0)
     _k: float = field(repr=False, default=2.0)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
+    _coeffs: dict[int, tuple[float, float]] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def _smax(self, x: float, y: float) -> float:
         k = self._k
@@ -120,14 +122,14 @@ class Deployment:
         eng = self.engine_defaults
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
-        changed = dict(
+        changed: dict[str, Any] = dict(
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
             seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
-            request_overhead_s=request_overhead_ms * 1e-3)
+            request_overhead_s=request_overhead_ms * 1e-3, _coeffs={})
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
             object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
@@ -168,8 +170,11 @@ class Deployment:
         }
 
     def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
-        c0 = self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0)
-        return c0, self._smax(self._att_pair, self._kv_read)
+        got = self._coeffs.get(num_seqs)  # the twin's decode spans ask for the same batch sizes over and over
+        if got is None:
+            got = self._coeffs[num_seqs] = (self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0),
+                                            self._smax(self._att_pair, self._kv_read))
+        return got
 
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
         """Seconds for ``steps`` pure-decode steps of ``num_seqs`` sequences, context growing by ``num_seqs`` a step."""

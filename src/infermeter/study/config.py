@@ -164,6 +164,17 @@ class Soak(_Frozen):
     replicas: int | Literal["auto"] = "auto"
     timeout_s: float | None = Field(None, gt=0, description="a request slower than this counts as a client timeout")
     configurations: tuple[str, ...] | None = None
+    router: Literal["round-robin", "session"] = Field(
+        "round-robin", description="the gateway's policy across the fleet's replicas (decided from the arrivals)")
+    workers: int | Literal["auto"] = Field("auto", description="processes the fleet is split over (auto: every core)")
+    ray: str | None = Field(None, description="split the fleet over Ray actors instead: ADDRESS, auto or local")
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: Any) -> Any:
+        if v != "auto" and int(v) < 1:
+            raise ValueError(f"{v}: at least 1 worker")
+        return v
 
     @field_validator("duration_s", "window_s", "timeout_s", mode="before")
     @classmethod

@@ -3,9 +3,14 @@
 :func:`run_soaks` simulates ``soak.rate_per_s`` Poisson traffic of one profile for
 ``soak.duration_s`` on each configuration, sized as capacity planning says: ``replicas: auto``
 gives each configuration ``max(1, ceil(rate / (capacity x (1 - headroom))))`` replicas, capacity
-being the cell's SLO capacity (else saturation) in requests/s. Each run is cut into windows
-(``window_s``, hourly by default) by :func:`soak_windows`, reading ``requests.parquet`` in
-batches (memory does not grow with the run)::
+being the cell's SLO capacity (else saturation) in requests/s. The fleet runs on the simulator's
+fleet path (:mod:`infermeter.measure.fleet`): the gateway routes with ``soak.router``
+(``round-robin`` or ``session``), the replicas are split over ``soak.workers`` processes (``auto``:
+every core; or Ray actors with ``soak.ray``), and progress lines carry an ETA from the first
+seconds. Requests still in flight ``grace_s`` after the end are cancelled and count as failed
+(``cancelled``) in their window. Each run is cut into windows (``window_s``, hourly by default)
+by :func:`soak_windows`, reading ``requests.parquet`` in batches (memory does not grow with the
+run)::
 
     soaks = run_soaks(study, cells, out_dir / "soak")
     soaks[0].windows[5]["ttft_ms"]["p99"], soaks[0].budget["consumed"], soaks[0].alerts
@@ -63,6 +68,8 @@ class SoakResult:
     source: str = "simulated"
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    router: str = "round-robin"
+    workers: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,6 +122,9 @@ def _add_batch(batch: Any, wins: list[_Window], window_s: float, slo: Slo, timeo
     outcome = np.asarray(t.column("outcome").to_numpy(zero_copy_only=False), dtype=object)[keep]
     eclass = np.asarray(t.column("error_class").to_numpy(zero_copy_only=False), dtype=object)[keep]
     ok = outcome == "ok"
+    gave_up = outcome == "cancelled"  # still in flight when the run ended: a failure for its client
+    eclass = np.where(gave_up, "cancelled", eclass)
+    outcome = np.where(gave_up, "error", outcome)
     e2e_i = ended - intended
     if timeout_s is not None:
         late = ok & (e2e_i > timeout_s)
@@ -210,21 +220,37 @@ def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
         say(f"soak {conf.label}: {n} replica(s) ({fleet}), {soak.rate_per_s:g} req/s {profile} for "
             f"{soak.duration_s / 3600:g} h (simulated)")
         sim = study.sim_for(conf)
+        workers = soak_workers(soak.workers, n, soak.ray)
         cfg = RunConfig(model=study.model, rate=soak.rate_per_s, duration_s=soak.duration_s, seed=study.seed,
                         profile=profile, slo=study.slo.limits, out=str(run_dir), label=f"soak {conf.label}",
-                        profile_overrides=study.profile_overrides.get(profile) or {})
-        plan = SimPlan(cfg, sim.spec(study.model, fleet), token_times="off")
-        res = plan.run(progress=lambda t, k: say(f"    {k:,} requests, {t / 3600:.2f} h simulated"))
+                        profile_overrides=study.profile_overrides.get(profile) or {}, workers=workers, ray=soak.ray)
+        spec = sim.spec(study.model, fleet).model_copy(update={"router": soak.router})
+        plan = SimPlan(cfg, spec, token_times="off")
+        if n > 1:
+            say(f"    router {soak.router}; " + (f"Ray actors ({soak.ray})" if soak.ray else
+                                                 f"{workers} worker process(es)"))
+        res = plan.run(progress=plan.eta(say))
         windows = soak_windows(run_dir / store.PARQUET, soak.window_s, soak.duration_s, study.slo, soak.objective,
                                soak.timeout_s)
         whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
         alerts = evaluate_alerts(rules, whole, windows)
         budget = error_budget(windows, soak.objective)
         out.append(SoakResult(conf.label, fleet, n, why, profile, soak.rate_per_s, soak.duration_s, soak.window_s,
-                              str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s))
+                              str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s,
+                              router=soak.router, workers=int(res.run["runtime"].get("workers") or 1)))
         say(f"    -> {res.records:,} requests in {res.wall_s:.1f} s; budget consumed "
             f"{(budget['consumed'] or 0):.1%}; {len(alerts)} alert(s)")
     return out
+
+
+def soak_workers(workers: int | str, replicas: int, ray: str | None) -> int:
+    """Processes a soak's fleet is split over: ``auto`` = every core, never more than its replicas
+    (with Ray, ``auto`` = one actor per CPU of the cluster)."""
+    import os
+
+    if workers == "auto":
+        return 1 if ray else max(1, min(os.cpu_count() or 1, replicas))
+    return max(1, min(int(workers), replicas)) if not ray else int(workers)
 
 
 def _brief(s: dict[str, Any]) -> dict[str, Any]:

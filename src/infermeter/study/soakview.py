@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infermeter.report.figures import num as _r
 from infermeter.report.table import Cell, Table
-from infermeter.study.charts import rounded as _r
 from infermeter.study.soak import SoakResult, window_label, windows_key
 
 SIM = "simulated"
@@ -31,13 +31,15 @@ def fleets_table(soaks: list[SoakResult]) -> Table:
     for s in soaks:
         b, m = s.budget, s.summary
         rows.append([Cell.text(s.config), Cell.text(s.hardware), Cell.num(s.replicas), Cell.text(s.replicas_basis),
+                     Cell.text(s.router),
                      Cell.text(SIM, flag=SIM), Cell.num(b["requests"]), Cell.num(m.get("request_throughput"), flag=SIM),
                      Cell.num(m.get("output_token_throughput"), flag=SIM), Cell.num(_p(m.get("ttft_ms"), "p99"), flag=SIM),
                      Cell.num(_p(m.get("e2e_ms"), "p99"), flag=SIM), Cell.num(b["failed"], flag=SIM),
                      Cell.num(b["slo_misses"], flag=SIM), Cell.pct(b["consumed"], SIM),
                      Cell.text(f"{b['exhausted_at_s'] / 3600:.3g} h" if b["exhausted_at_s"] is not None else "no"),
                      Cell.num(len(s.alerts))])
-    cols = ["configuration", "fleet", "replicas", "why", "source", "requests", "req/s", "out tok/s", "TTFT p99 (ms)",
+    cols = ["configuration", "fleet", "replicas", "why", "router", "source", "requests", "req/s", "out tok/s",
+            "TTFT p99 (ms)",
             "E2E p99 (ms)", "failed", "SLO misses", "error budget used", "budget exhausted at", "alerts"]
     return Table("soak_fleets", "Soak: one simulated production run per configuration", cols, rows, section="soak")
 

@@ -132,15 +132,17 @@ def calibrated_twin(cal: DeploymentCalibration, *, served_model_name: str | None
     (``engine_overrides``: max_num_seqs, max_num_batched_tokens, ... replace the calibrated ones)."""
     e = cal.engine
     knobs = {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill}
+             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
+             "block_size": e.block_size, "frontend_overhead_s": cal.frontend.overhead_s,
+             "frontend_service_s": cal.frontend.service_s}
     knobs.update({k: v for k, v in engine_overrides.items() if v is not None and k in EngineConfig.model_fields})
     try:
         config = EngineConfig(**knobs)
     except ValidationError as exc:
         raise field_error("--calibration engine", None, exc) from None
-    blocks = config.num_gpu_blocks_override or max(1, e.kv_capacity_tokens // BLOCK_SIZE)
-    config = config.model_copy(update={"max_model_len": min(config.max_model_len or blocks * BLOCK_SIZE,
-                                                            blocks * BLOCK_SIZE)})
+    bs = config.block_size
+    blocks = config.num_gpu_blocks_override or max(1, e.kv_capacity_tokens // bs)
+    config = config.model_copy(update={"max_model_len": min(config.max_model_len or blocks * bs, blocks * bs)})
     d = cal.deployment
     return Twin(model=d.model, served_model_name=served_model_name or d.model, hardware=d.hardware,
                 predictor=cal.step_time.predictor(), config=config, num_blocks=blocks, lanes=1,

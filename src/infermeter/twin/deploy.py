@@ -13,9 +13,12 @@ loaded. With ``pp > 1`` vLLM keeps ``pp`` micro-batches in flight; the twin runs
 ``pp`` engines per replica, each with ``1/pp`` of the replica's KV blocks and the
 full step time (one micro-batch passes through every stage per step).
 
-KV blocks = ``kv_capacity_tokens // 16`` per replica, unless
-``num_gpu_blocks_override`` is set; ``max_model_len`` = the option, else the
-deployment's (both clamped to what one engine's blocks hold).
+KV blocks = ``kv_capacity_tokens // block_size`` per replica (``EngineConfig.block_size``,
+16 by default), unless ``num_gpu_blocks_override`` is set; ``max_model_len`` = the option,
+else the deployment's (both clamped to what one engine's blocks hold). The API server in
+front of each replica: ``frontend_overhead_s`` (the option, else the performance model's
+per-request overhead) and ``frontend_service_s`` (see ``EngineConfig``). ``router`` names the
+gateway's policy across replicas (:mod:`infermeter.twin.router`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from typing import Any
 from infermeter.errors import ConfigError
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.engine import Engine
-from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.twin.predictor import LinearStepTime, StepTimePredictor
+from infermeter.twin.router import Router
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,42 @@ class Twin:
     config: EngineConfig
     num_blocks: int  # per engine
     lanes: int  # engines: replicas x pp
-    request_overhead_s: float = 0.0
+    request_overhead_s: float = 0.0  # the performance model's per-request overhead (the front end's default)
     details: dict[str, Any] = field(default_factory=dict)
+    pp: int = 1  # engines per replica
+    router: str = "round-robin"
 
-    def engines(self, *, keep_token_times: bool = False, max_span_steps: int = 1 << 30) -> list[Engine]:
+    @property
+    def replicas(self) -> int:
+        return self.lanes // self.pp
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def frontend(self) -> tuple[float, float]:
+        """(overhead, service) seconds of each replica's API server (see ``EngineConfig``)."""
+        o = self.config.frontend_overhead_s
+        return (self.request_overhead_s if o is None else o), self.config.frontend_service_s
+
+    def engines(self, *, keep_token_times: bool = False, max_span_steps: int = 1 << 30,
+                replicas: int | None = None) -> list[Engine]:
+        """Engines for all replicas (or ``replicas`` of them), ``pp`` per replica."""
+        n = self.lanes if replicas is None else replicas * self.pp
         return [
             Engine(self.predictor, self.config, self.num_blocks, keep_token_times=keep_token_times,
                    max_span_steps=max_span_steps)
-            for _ in range(self.lanes)
+            for _ in range(n)
         ]
+
+    def make_router(self, name: str | None = None) -> Router:
+        return Router(name or self.router, self.replicas)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able facts for run.json ``target.emulated`` and ``/v1/models``."""
+        bs = self.block_size
+        o, s = self.frontend
         return {
             "backend": "twin",
             "model": self.model,
@@ -60,10 +87,12 @@ class Twin:
             "engine": "vllm",
             **self.config.model_dump(mode="json"),
             "num_gpu_blocks": self.num_blocks * self.lanes,
-            "block_size": BLOCK_SIZE,
+            "block_size": bs,
             "engines": self.lanes,
-            "max_model_len": min(self.config.max_model_len or self.num_blocks * BLOCK_SIZE,
-                                 self.num_blocks * BLOCK_SIZE),
+            "max_model_len": min(self.config.max_model_len or self.num_blocks * bs, self.num_blocks * bs),
+            "frontend_overhead_s": o,
+            "frontend_service_s": s,
+            "router": self.router,
             **self.details,
         }
 
@@ -77,6 +106,7 @@ def build_twin(
     engine: EngineConfig | None = None,
     gpu_memory_utilization: float = 0.9,
     served_model_name: str | None = None,
+    router: str = "round-robin",
 ) -> Twin:
     """The performance model's deployment as a twin; ConfigError names a bad model/hardware/dtype."""
     from infermeter.perfmodel import build_deployment
@@ -87,15 +117,17 @@ def build_twin(
         raise ConfigError(f"{model} on {d.config.label}: does not fit ({d.why_not})")
     cfg = engine or engine_defaults()
     pp = d.pipeline_depth
+    bs = cfg.block_size
     if cfg.num_gpu_blocks_override is not None:
         blocks = cfg.num_gpu_blocks_override
     else:
-        blocks = d.kv_capacity_tokens // BLOCK_SIZE
+        blocks = d.kv_capacity_tokens // bs
     per_lane = blocks // pp
     if per_lane < 1:
         raise ConfigError(f"{model} on {d.config.label}: no room for a single KV block")
     mml = cfg.max_model_len or d.max_model_len
-    cfg = cfg.model_copy(update={"max_model_len": min(mml, per_lane * BLOCK_SIZE)})
+    cfg = cfg.model_copy(update={"max_model_len": min(mml, per_lane * bs)})
+    Router(router, d.config.replicas)  # a bad name is a ConfigError now
     spec = d.spec
     return Twin(
         model=spec.name,
@@ -105,6 +137,8 @@ def build_twin(
         config=cfg,
         num_blocks=per_lane,
         lanes=d.config.replicas * pp,
+        pp=pp,
+        router=router,
         request_overhead_s=float(getattr(d, "request_overhead_s", 0.0) or 0.0),
         details={
             "dtype": d.dtype,
@@ -144,13 +178,16 @@ def fake_twin(
     engine: EngineConfig | None = None,
     lanes: int = 1,
     model: str = "fake-linear",
+    router: str = "round-robin",
 ) -> Twin:
-    """A twin on the in-package linear step-time fake (tests, demos without a hardware model)."""
+    """A twin on the in-package linear step-time fake (tests, demos without a hardware model);
+    ``lanes`` replicas of one engine each."""
     cfg = engine or EngineConfig()
-    cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or num_blocks * BLOCK_SIZE,
-                                                      num_blocks * BLOCK_SIZE)})
+    cap = num_blocks * cfg.block_size
+    cfg = cfg.model_copy(update={"max_model_len": min(cfg.max_model_len or cap, cap)})
+    Router(router, lanes)
     return Twin(model=model, served_model_name=model, hardware=None, predictor=predictor or LinearStepTime(),
-                config=cfg, num_blocks=num_blocks, lanes=lanes)
+                config=cfg, num_blocks=num_blocks, lanes=lanes, router=router)
 
 
 def hardware_config(gpu: str, tp: int | None = None, pp: int | None = None) -> str:

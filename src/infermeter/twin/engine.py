@@ -32,7 +32,16 @@ new KV blocks per step (a histogram of block-boundary phases) are O(1), so a ste
 costs O(requests whose state changes). When no prefill is pending and nothing can
 be admitted, :meth:`schedule` covers several identical decode steps at once (a
 *span*), up to the next finish, KV exhaustion or ``horizon`` (next arrival), timed
-by the model's closed-form ``decode_span``.
+by the model's closed-form ``decode_span``. A span is optimistic: when a request arrives
+while one is in flight, :meth:`interrupt` ends it at the step in progress at that moment (the
+request joins the next step, as it would step by step), so the caller need not know the next
+arrival.
+
+A step's effects, its KV blocks beyond the first step's and its accounting (steps, busy time,
+KV usage and running-request integrals) are applied by :meth:`complete`, once its length is
+final. The engine integrates its own occupancy (running + waiting, Little's ``L``) and keeps its
+waiting queue over time in a :class:`~infermeter.twin.series.LevelSeries`. Blocks hold
+``config.block_size`` tokens.
 """
 
 from __future__ import annotations
@@ -43,14 +52,25 @@ from collections import deque
 
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.hashing import private_key
-from infermeter.twin.kvcache import BLOCK_SIZE, BlockPool
+from infermeter.twin.kvcache import BlockPool
 from infermeter.twin.predictor import StepTimePredictor
-from infermeter.twin.request import ABORTED, DECODE, FINISHED, PREFILL, REJECTED, WAITING, SimRequest
+from infermeter.twin.request import (
+    ABORTED,
+    CANCELLED,
+    DECODE,
+    FINISHED,
+    PREFILL,
+    REJECTED,
+    WAITING,
+    SimRequest,
+)
+from infermeter.twin.series import LevelSeries
+from infermeter.twin.spans import DecodeSpans
 
 _INF = math.inf
 
 
-class Engine:
+class Engine(DecodeSpans):
     """Queues, KV blocks and step formation; see the module docstring."""
 
     def __init__(
@@ -64,8 +84,9 @@ class Engine:
     ) -> None:
         self.predictor = predictor
         self.config = config
+        bs = self.block_size = config.block_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching=config.enable_prefix_caching)
-        cap = num_blocks * BLOCK_SIZE
+        cap = num_blocks * bs
         self.max_model_len = min(config.max_model_len or cap, cap)
         self.keep_token_times = keep_token_times
         self.max_span_steps = max(1, max_span_steps)
@@ -75,11 +96,12 @@ class Engine:
         self.g = 0  # decode-step counter
         self.n_dec = 0
         self._sum_c = 0  # sum over decoding requests of (c0 - g0)
-        self._phase = [0] * BLOCK_SIZE  # decoding requests per block-boundary phase
+        self._phase = [0] * bs  # decoding requests per block-boundary phase
         self._heap: list[tuple[int, int, int, SimRequest]] = []
         self._seq = 0
         self._tlog: list[float] = [0.0]  # end time of the step that set the counter to g
-        self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float]] | None = None
+        # the step in flight: (steps, n_dec, plan, ends, start, kv, duration, first step's decode blocks)
+        self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float], float, int, float, int] | None = None
         self._aborts: list[SimRequest] = []
         # counters (vLLM metric names in comments)
         self.num_preemptions = 0  # vllm:num_preemptions_total
@@ -91,14 +113,18 @@ class Engine:
         self.busy_s = 0.0
         self.usage_integral = 0.0  # sum of kv usage x step time
         self.running_integral = 0.0  # sum of running requests x step time
+        self.in_system_integral = 0.0  # integral of (running + waiting) dt: Little's L x time
+        self._sys_t = 0.0
+        self.waiting_series = LevelSeries()
         self.max_usage = 0.0
         self.max_waiting = 0
         self.max_running = 0
         self.last_step_tokens = 0
 
     # -- intake --------------------------------------------------------------------
-    def add(self, r: SimRequest) -> bool:
-        """Queue a request; False (state REJECTED, ``error`` set) when it can never run."""
+    def add(self, r: SimRequest, now: float | None = None) -> bool:
+        """Queue a request arriving at ``now`` (default ``r.arrival``); False (state REJECTED,
+        ``error`` set) when it can never run."""
         if r.prompt_tokens < 1 or r.max_tokens < 1:
             r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
         elif r.prompt_tokens + r.max_tokens > self.max_model_len:
@@ -109,11 +135,18 @@ class Engine:
         if r.error is not None:
             r.state = REJECTED
             return False
+        t = r.arrival if now is None else now
+        waiting = self.waiting
+        if t > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(waiting)) * (t - self._sys_t)
+            self._sys_t = t
         if self.keep_token_times and r.token_times is None:
             r.token_times = []
-        self.waiting.append(r)
-        if len(self.waiting) > self.max_waiting:
-            self.max_waiting = len(self.waiting)
+        waiting.append(r)
+        n = len(waiting)
+        self.waiting_series.set(t, n)
+        if n > self.max_waiting:
+            self.max_waiting = n
         return True
 
     @property
@@ -128,7 +161,11 @@ class Engine:
 
     # -- one step ------------------------------------------------------------------
     def schedule(self, now: float, horizon: float = _INF) -> float | None:
-        """Form the next step (or span of decode steps); its duration in seconds, None when idle."""
+        """Form the next step (or span of decode steps); its duration in seconds, None when idle.
+
+        ``horizon`` (optional) caps a span at a known next arrival; without it, :meth:`interrupt`
+        shortens the span when a request arrives.
+        """
         if self._pending is not None:
             raise RuntimeError("schedule() called twice without complete()")
         if self._aborts:
@@ -137,12 +174,14 @@ class Engine:
             return None
         pool = self.pool
         phase = self._phase
+        bs = self.block_size
         g = self.g
         cfg = self.config
+        n_wait = len(self.waiting)
         preempted = False
         while True:  # running requests: decodes, then continuing prefills; preempt until they fit
             n_dec = self.n_dec
-            need = phase[g & 15] if n_dec else 0
+            need = phase[g % bs] if n_dec else 0
             budget = cfg.max_num_batched_tokens - n_dec
             plan: list[tuple[SimRequest, int]] = []
             grow: list[int] = []
@@ -150,7 +189,7 @@ class Engine:
                 if budget <= 0:
                     break
                 chunk = min(r.num_tokens - r.computed, budget)
-                nb = -(-(r.computed + chunk) // BLOCK_SIZE) - r.blocks
+                nb = -(-(r.computed + chunk) // bs) - r.blocks
                 plan.append((r, chunk))
                 grow.append(nb)
                 need += nb
@@ -159,7 +198,7 @@ class Engine:
                 break
             self._preempt(next(reversed(self.running.values())))
             preempted = True
-        d0 = phase[g & 15] if n_dec else 0
+        d0 = phase[g % bs] if n_dec else 0
         if d0:
             pool.allocate(d0)
         if plan:
@@ -169,6 +208,8 @@ class Engine:
                     r.blocks += nb
         if self.waiting and (not preempted or not self.running):
             budget = self._admit(now, budget, plan)
+        if len(self.waiting) != n_wait:
+            self.waiting_series.set(now, len(self.waiting))
         if not plan and n_dec == 0:
             if self.waiting and self.waiting[0].arrival <= now:
                 raise RuntimeError("twin engine: waiting requests but nothing can be scheduled")
@@ -188,46 +229,53 @@ class Engine:
         else:
             # a preemption skipped admission for this step only: no span past it
             steps = 1 if preempted else self._span_steps(now, horizon, kv, pool.num_free + d0)
-            if steps > 1:
-                pool.allocate(self._blocks_for(steps) - d0)
             if self.keep_token_times and steps > 1:
                 ends = self._step_ends(now, n_dec, kv, steps)
-                dur = ends.pop() - now
+                dur = ends[-1] - now
             elif steps == 1:
                 dur = self.predictor.step_time(n_dec, kv, n_dec, None)
             else:
                 dur = self.predictor.decode_span(n_dec, kv, steps)
             self.last_step_tokens = n_dec
-        self._pending = (steps, n_dec, plan, ends)
-        self.steps += steps
-        self.busy_s += dur
-        usage = 1.0 - pool.num_free / pool.num_blocks
-        self.usage_integral += usage * dur
-        self.running_integral += len(self.running) * dur
-        if usage > self.max_usage:
-            self.max_usage = usage
-        if len(self.running) > self.max_running:
-            self.max_running = len(self.running)
+        self._pending = (steps, n_dec, plan, ends, now, kv, dur, d0)
         return dur
 
     def complete(self, now: float) -> list[SimRequest]:
         """Apply the pending step at its end time ``now``; the requests that finished."""
         if self._pending is None:
             return []
-        steps, n_dec, plan, ends = self._pending
+        steps, n_dec, plan, ends, start, kv, dur, d0 = self._pending
         self._pending = None
+        pool = self.pool
+        running = self.running
+        if steps > 1:
+            pool.allocate(self._blocks_for(steps) - d0)
+        # accounting of the step (or span), now that its length is final
+        self.steps += steps
+        self.busy_s += dur
+        usage = 1.0 - pool.num_free / pool.num_blocks
+        n_run = len(running)
+        self.usage_integral += usage * dur
+        self.running_integral += n_run * dur
+        if usage > self.max_usage:
+            self.max_usage = usage
+        if n_run > self.max_running:
+            self.max_running = n_run
+        if now > self._sys_t:
+            self.in_system_integral += (n_run + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
         finished: list[SimRequest] = []
         if n_dec:
             self.g += steps
             self.generation_tokens_total += n_dec * steps
             if self.keep_token_times:
-                self._tlog.extend(ends)
+                if ends:
+                    self._tlog.extend(ends[:-1])
                 self._tlog.append(now)
             heap = self._heap
             g = self.g
             if heap and heap[0][0] <= g:  # decodes that reached max_tokens (inlined _leave_decode + _finish)
-                pool = self.pool
-                running = self.running
+                bs = self.block_size
                 phase = self._phase
                 tlog = self._tlog
                 pop = heapq.heappop
@@ -238,21 +286,41 @@ class Engine:
                     g0, c0 = r.g0, r.c0
                     self.n_dec -= 1
                     self._sum_c -= c0 - g0
-                    phase[(g0 - c0) & 15] -= 1
+                    phase[(g0 - c0) % bs] -= 1
                     if r.token_times is not None:
                         r.token_times.extend(tlog[g0 + 1 : g + 1])
                     computed = r.computed = c0 + g - g0
                     r.outputs = r.o0 + g - g0
-                    blocks = r.blocks = -(-computed // BLOCK_SIZE)
+                    blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
-                    held = r.held
-                    pool.free(held, blocks - len(held))
+                    pool.free(r.held, blocks - r.keyed)
+                    r.held = []
+                    r.keyed = 0
+                    r.cursor = r.own = None
                     r.state = FINISHED
                     r.ended_at = now
                     finished.append(r)
         for r, chunk in plan:
             self._advance_prefill(r, chunk, now, finished)
         return finished
+
+    def cancel_all(self, now: float) -> list[SimRequest]:
+        """The run gave up at ``now``: every request still here ends ``CANCELLED`` (blocks freed)."""
+        self._pending = None
+        if now > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
+        out: list[SimRequest] = []
+        for r in list(self.running.values()):
+            self._release(r, keep=False)
+            out.append(r)
+        out.extend(self.waiting)
+        self.waiting.clear()
+        self.waiting_series.set(now, 0)
+        for r in out:
+            r.state = CANCELLED
+            r.ended_at = now
+        return out
 
     # -- internals -----------------------------------------------------------------
     def _admit(self, now: float, budget: int, plan: list[tuple[SimRequest, int]]) -> int:
@@ -261,7 +329,8 @@ class Engine:
         running = self.running
         max_seqs = self.config.max_num_seqs
         chunked = self.config.enable_chunked_prefill
-        refs = pool._refs
+        bs = self.block_size
+        index = pool._index
         prefilling = self.prefilling
         while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
@@ -269,9 +338,9 @@ class Engine:
                 break
             keys = r.keys
             hits = free_hits = 0
-            if keys and keys[0] in refs:  # most prompts miss on their first block
-                hits, free_hits = pool.match(keys, (r.num_tokens - 1) >> 4)
-            hit_tokens = hits * BLOCK_SIZE
+            if len(keys) and keys[0] in index:  # most prompts miss on their first block
+                hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
+            hit_tokens = hits * bs
             todo = r.num_tokens - hit_tokens
             if todo <= budget:
                 chunk = todo
@@ -279,14 +348,15 @@ class Engine:
                 chunk = budget
             else:
                 break
-            nb = -(-(hit_tokens + chunk) // BLOCK_SIZE) - hits
+            nb = -(-(hit_tokens + chunk) // bs) - hits
             if nb + free_hits > pool.num_free:
                 break
             waiting.popleft()
             if hits:
-                held = list(keys[:hits])
-                pool.acquire(held)
-                r.held = held
+                pool.acquire(path)
+                r.held = path
+                r.keyed = hits
+                r.cursor = path[-1][0]
             if nb:
                 pool.allocate(nb)
             r.blocks = hits + nb
@@ -308,19 +378,14 @@ class Engine:
     def _advance_prefill(self, r: SimRequest, chunk: int, now: float, finished: list[SimRequest]) -> None:
         computed = r.computed = r.computed + chunk
         keys = r.keys
-        if keys and r.next_reg < len(keys):
-            upto = computed >> 4
+        if r.next_reg < len(keys):
+            upto = computed // self.block_size
             if upto > len(keys):
                 upto = len(keys)
-            pool = self.pool
-            if pool.caching:  # register newly full prompt blocks (inline BlockPool.register)
-                refs = pool._refs
-                held = r.held
-                for key in keys[r.next_reg : upto]:
-                    if key not in refs:
-                        refs[key] = 1
-                        held.append(key)
             if upto > r.next_reg:
+                if self.pool.caching:  # cache newly full prompt blocks
+                    r.cursor, r.own, added = self.pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
+                    r.keyed += added
                 r.next_reg = upto
         if computed < r.num_tokens:
             return
@@ -344,48 +409,51 @@ class Engine:
         r.o0 = r.outputs
         self.n_dec += 1
         self._sum_c += r.c0 - g
-        self._phase[(g - r.c0) & 15] += 1
+        self._phase[(g - r.c0) % self.block_size] += 1
         self._seq += 1
         heapq.heappush(self._heap, (g + r.max_tokens - r.o0, self._seq, r.epoch, r))
 
     def _leave_decode(self, r: SimRequest) -> None:
         self.n_dec -= 1
         self._sum_c -= r.c0 - r.g0
-        self._phase[(r.g0 - r.c0) & 15] -= 1
+        self._phase[(r.g0 - r.c0) % self.block_size] -= 1
         if r.token_times is not None:
             r.token_times.extend(self._tlog[r.g0 + 1 : self.g + 1])
 
     def _finish(self, r: SimRequest, now: float) -> None:
         del self.running[r.rid]
-        self.pool.free(r.held, r.blocks - len(r.held))
+        self.pool.free(r.held, r.blocks - r.keyed)
         r.held = []
+        r.keyed = 0
+        r.cursor = r.own = None
         r.state = FINISHED
         r.ended_at = now
 
     def _release(self, r: SimRequest, *, keep: bool) -> None:
         """Take a running ``r`` off the engine and free its blocks (``keep``: computed blocks stay findable)."""
         del self.running[r.rid]
+        bs = self.block_size
         if r.state == DECODE:
             self._leave_decode(r)
             r.outputs = r.o0 + self.g - r.g0
             r.computed = r.c0 + self.g - r.g0
-            r.blocks = -(-r.computed // BLOCK_SIZE)
+            r.blocks = -(-r.computed // bs)
             r.epoch += 1
         else:
             self.prefilling.remove(r)
         pool = self.pool
         if keep:
-            full = r.computed // BLOCK_SIZE
+            full = r.computed // bs
             keys = list(r.keys[:full])
             keys.extend(private_key(r.rid, j) for j in range(len(keys), full))
-            if pool.caching:
-                held = set(r.held)
-                for key in keys:
-                    if key not in held and pool.register(key):
-                        r.held.append(key)
+            if pool.caching and full > r.next_reg:
+                _, _, added = pool.register(keys, r.next_reg, full, r.held, r.cursor, r.own)
+                r.keyed += added
             r.keys = keys
-        pool.free(r.held, r.blocks - len(r.held))
+        pool.free(r.held, r.blocks - r.keyed)
         r.held = []
+        r.keyed = 0
+        r.cursor = r.own = None
         r.blocks = 0
 
     def _preempt(self, r: SimRequest) -> None:
@@ -402,7 +470,11 @@ class Engine:
     def abort(self, r: SimRequest, now: float) -> None:
         """The client went away: drop ``r`` (now if waiting; after the step in flight if running)."""
         if r.state == WAITING:
+            if now > self._sys_t:
+                self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+                self._sys_t = now
             self.waiting.remove(r)
+            self.waiting_series.set(now, len(self.waiting))
             self._end_aborted(r, now)
         elif r.state in (PREFILL, DECODE):
             self._aborts.append(r)
@@ -412,54 +484,11 @@ class Engine:
         r.ended_at = now
 
     def _apply_aborts(self, now: float) -> None:
+        if now > self._sys_t:
+            self.in_system_integral += (len(self.running) + len(self.waiting)) * (now - self._sys_t)
+            self._sys_t = now
         for r in self._aborts:
             if r.state in (PREFILL, DECODE):
                 self._release(r, keep=False)
                 self._end_aborted(r, now)
         self._aborts.clear()
-
-    def _blocks_for(self, steps: int) -> int:
-        """New KV blocks the decoding requests need over the next ``steps`` steps."""
-        full, rest = divmod(steps, BLOCK_SIZE)
-        total = full * self.n_dec
-        g = self.g + full * BLOCK_SIZE
-        phase = self._phase
-        for j in range(rest):
-            total += phase[(g + j) & 15]
-        return total
-
-    def _span_steps(self, now: float, horizon: float, kv: int, free: int) -> int:
-        """Identical decode steps until the next finish, KV exhaustion or arrival (at least 1)."""
-        heap = self._heap
-        while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
-            heapq.heappop(heap)
-        g = self.g
-        k = min(heap[0][0] - g, self.max_span_steps) if heap else self.max_span_steps
-        if k <= 1:
-            return 1
-        n = self.n_dec
-        cycles = free // n
-        if cycles * BLOCK_SIZE < k:  # KV may run out first: last step whose demand still fits
-            kv_steps = cycles * BLOCK_SIZE
-            left = free - cycles * n
-            phase = self._phase
-            while kv_steps < k:
-                d = phase[(g + kv_steps) & 15]
-                if d > left:
-                    break
-                left -= d
-                kv_steps += 1
-            k = max(1, kv_steps)
-        if not self.waiting and horizon < _INF and k > 1:
-            k = max(1, min(k, self.predictor.steps_within(n, kv, horizon - now)))
-        return k
-
-    def _step_ends(self, now: float, n: int, kv: int, steps: int) -> list[float]:
-        """End times of each step of a decode span (keep_token_times: per-token times)."""
-        t = now
-        ends = []
-        st = self.predictor.step_time
-        for j in range(steps):
-            t += st(n, kv + j * n, n, None)
-            ends.append(t)
-        return ends

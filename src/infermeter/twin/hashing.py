@@ -1,23 +1,29 @@
 """Block-content keys for the twin's prefix cache: same leading content, same keys.
 
-vLLM keys a full 16-token block by a hash of (parent block's hash, the block's token
-ids), so two prompts share cached blocks exactly as far as their tokens agree. The
+vLLM keys a full block (``block_size`` tokens, 16 by default) by a hash of (parent block's
+hash, the block's token ids), so two prompts share cached blocks exactly as far as their
+tokens agree; only full blocks are cached, so a prompt shorter than a block never hits. The
 twin has no tokenizer on the hot path, so it keys blocks in one of two ways:
 
 - :func:`token_block_keys` when token ids are known (exact, as vLLM);
 - :func:`text_block_keys` otherwise: the prompt text is cut into chunks of
-  ``CHARS_PER_BLOCK`` characters (16 tokens x ~4 characters per token), each key a
-  chained hash of the previous key and the chunk. At most ``prompt_tokens // 16``
-  keys are made (only full blocks are cached) and no more than the text has whole
-  chunks. Two prompts sharing their first ``n`` characters share their first
-  ``n // CHARS_PER_BLOCK`` keys; prompts that differ in the first chunk share none.
-  A text-derived hit of ``k`` blocks counts as ``16 k`` tokens, so hits are exact in
-  blocks and approximate in tokens when a tokenizer packs more or fewer than four
-  characters per token.
+  ``chars_per_block`` characters (default ``CHARS_PER_BLOCK``: 16 tokens x ~4 characters per
+  token), each key a chained hash of the previous key and the chunk. At most
+  ``prompt_tokens // block_size`` keys are made (only full blocks are cached) and no more than
+  the text has whole chunks. Two prompts sharing their first ``n`` characters share their first
+  ``n // chars_per_block`` keys; prompts that differ in the first chunk share none.
+  A text-derived hit of ``k`` blocks counts as ``block_size x k`` tokens, so hits are exact in
+  blocks and approximate in tokens when a tokenizer packs more or fewer characters per token.
 
-Keys are 63-bit non-negative ints from Python's ``hash`` (C speed). It is salted per
-process, so keys are only ever compared inside one process (one simulation, one
-emulator); results do not depend on their values, only on their equality::
+:class:`KeyMaker` makes the keys of a request stream and reuses, for a request of the same
+conversation or prefix group as an earlier one, that one's keys over their common leading text
+(the same keys, fewer hashes: a chat turn resends its whole history).
+
+Keys are 63-bit non-negative ints from Python's ``hash`` (C speed). Text hashing is salted
+per process, so keys are only compared among keys made by one process (one request stream,
+one emulator); results do not depend on their values, only on their equality (processes
+started with the same ``PYTHONHASHSEED`` make the same keys: the simulator's workers and
+feeder are)::
 
     >>> a = text_block_keys("S" * 128 + "question one", prompt_tokens=40)
     >>> b = text_block_keys("S" * 128 + "another question", prompt_tokens=40)
@@ -42,11 +48,14 @@ from infermeter.workload import build_workload
 
 CHARS_PER_BLOCK = 4 * BLOCK_SIZE
 _MASK = (1 << 63) - 1
+_PRIVATE = -0x5EED_B10C  # tags private keys (a tuple of ints hashes the same in every process)
+KEY_CACHE = 256  # conversations / prefix groups whose last prompt KeyMaker remembers
 
 
-def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHARS_PER_BLOCK) -> list[int]:
+def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHARS_PER_BLOCK,
+                    block_size: int = BLOCK_SIZE) -> list[int]:
     """Chained keys of the prompt's full blocks, derived from text chunks (see module docstring)."""
-    n = min(prompt_tokens // BLOCK_SIZE, len(text) // chars_per_block)
+    n = min(prompt_tokens // block_size, len(text) // chars_per_block)
     keys: list[int] = []
     parent = 0
     for i in range(n):
@@ -55,19 +64,19 @@ def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHA
     return keys
 
 
-def token_block_keys(token_ids: Sequence[int]) -> list[int]:
-    """Chained keys of every full 16-token block of ``token_ids`` (exact, as vLLM)."""
+def token_block_keys(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
+    """Chained keys of every full block of ``token_ids`` (exact, as vLLM)."""
     keys: list[int] = []
     parent = 0
-    for i in range(len(token_ids) // BLOCK_SIZE):
-        parent = hash((parent, tuple(token_ids[i * BLOCK_SIZE : (i + 1) * BLOCK_SIZE]))) & _MASK
+    for i in range(len(token_ids) // block_size):
+        parent = hash((parent, tuple(token_ids[i * block_size : (i + 1) * block_size]))) & _MASK
         keys.append(parent)
     return keys
 
 
 def private_key(request_id: int, block: int) -> int:
-    """A key only request ``request_id`` can hit (its own block ``block``)."""
-    return hash(("private", request_id, block)) & _MASK
+    """A key only request ``request_id`` can hit (its own block ``block``); the same in every process."""
+    return hash((_PRIVATE, request_id, block)) & _MASK
 
 
 def chat_text(messages: Sequence[dict[str, object]]) -> str:
@@ -91,16 +100,75 @@ def spec_text(spec: Any) -> str:
     return spec.prompt if spec.prompt is not None else chat_text(spec.messages or ())
 
 
-def spec_keys(spec: Any, chars_per_block: int = CHARS_PER_BLOCK) -> list[int]:
+def spec_keys(spec: Any, chars_per_block: int = CHARS_PER_BLOCK, block_size: int = BLOCK_SIZE) -> list[int]:
     """Prefix-cache keys of a workload spec's prompt."""
     n = spec.input_tokens
-    if n < 16:
+    if n < block_size:
         return []
-    return text_block_keys(spec_text(spec), n, chars_per_block=chars_per_block)
+    return text_block_keys(spec_text(spec), n, chars_per_block=chars_per_block, block_size=block_size)
 
 
-def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256) -> int:
-    """16 x the workload's characters per token, from its first ``n`` specs (text keys' chunk size).
+class KeyMaker:
+    """:func:`spec_keys` for a stream of specs, reusing an earlier prompt's keys over shared leading text.
+
+    Requests of one conversation (``conversation_id``) or one prefix group (``prefix_group``)
+    usually share their leading text with the previous one: its keys over the longest common
+    run of whole chunks are the same chained hashes, so they are copied, not recomputed. The
+    keys are identical to :func:`spec_keys`'; only the work differs.
+    """
+
+    def __init__(self, chars_per_block: int = CHARS_PER_BLOCK, block_size: int = BLOCK_SIZE,
+                 cache: int = KEY_CACHE) -> None:
+        self.cpb = chars_per_block
+        self.block_size = block_size
+        self.cache = cache
+        self._last: dict[Any, tuple[str, list[int]]] = {}
+
+    def __call__(self, spec: Any) -> list[int]:
+        n_tok = spec.input_tokens
+        bs = self.block_size
+        if n_tok < bs:
+            return []
+        cpb = self.cpb
+        text = spec_text(spec)
+        n = min(n_tok // bs, len(text) // cpb)
+        cid, gid = spec.conversation_id, spec.prefix_group
+        sid = cid if cid is not None else (None if gid is None else ("g", gid))
+        keys: list[int] = []
+        if sid is not None:
+            prev = self._last.pop(sid, None)
+            if prev is not None:
+                keys = _shared(prev[0], prev[1], text, min(n, len(prev[1])), cpb)
+        parent = keys[-1] if keys else 0
+        for i in range(len(keys), n):
+            parent = hash((parent, text[i * cpb : (i + 1) * cpb])) & _MASK
+            keys.append(parent)
+        if sid is not None and n:
+            last = self._last
+            last[sid] = (text, keys)
+            if len(last) > self.cache:
+                del last[next(iter(last))]
+        return keys
+
+
+def _shared(ptext: str, pkeys: list[int], text: str, m: int, cpb: int) -> list[int]:
+    """The previous prompt's keys over the longest run of whole chunks ``text`` shares with it."""
+    if m <= 0:
+        return []
+    if text.startswith(ptext[: m * cpb]):
+        return pkeys[:m]
+    lo, hi = 0, m - 1  # lo chunks shared; find the most (binary search on the prefix length)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text.startswith(ptext[: mid * cpb]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return pkeys[:lo]
+
+
+def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256, block_size: int = BLOCK_SIZE) -> int:
+    """``block_size`` x the workload's characters per token, from its first ``n`` specs (text keys' chunk size).
 
     Keys cut on a fixed character count; sized from the workload, a shared prefix of
     ``T`` tokens hits about ``T`` tokens (with 4 characters per token assumed, prose at
@@ -111,11 +179,11 @@ def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256) -> int:
         chars += len(spec_text(spec))
         tokens += spec.input_tokens
     if tokens == 0 or chars == 0:
-        return CHARS_PER_BLOCK
-    return max(1, round(16 * chars / tokens))
+        return 4 * block_size
+    return max(1, round(block_size * chars / tokens))
 
 
-def workload_chars_per_block(**workload_args: Any) -> int:
+def workload_chars_per_block(block_size: int = BLOCK_SIZE, **workload_args: Any) -> int:
     """:func:`calibrate_chars_per_block` for ``build_workload(**workload_args)`` (default: the
     default synthetic workload), e.g. for the live backend's ``chars_per_block``."""
-    return calibrate_chars_per_block(iter(build_workload(**workload_args).requests()))
+    return calibrate_chars_per_block(iter(build_workload(**workload_args).requests()), block_size=block_size)

@@ -1,11 +1,12 @@
-"""The offline event loop: arrivals and step ends on a virtual clock, in one defined order.
+"""The offline event loop: sends, API-server arrivals and step ends on a virtual clock, in one order.
 
-Two event kinds exist: an *arrival* (the next request from an :class:`ArrivalSource`)
-and a *step end* (the engine's step in flight finishes, and the next one is formed).
-The loop pops whichever is earlier; at equal times :func:`arrival_first` decides, and
-it is the only place that does. An idle engine woken by an arrival gets a zero-length
-step end at that instant, so every request arriving at the same instant joins the
-same batch::
+Three event kinds exist: a *send* (the next request from an :class:`ArrivalSource`), an
+*arrival* at an engine (the request leaves its replica's API server) and a *step end* (an
+engine's step in flight finishes, and the next one is formed). The loop takes the earliest;
+at equal times sends go first, then arrivals, then step ends (:func:`arrival_first` is the
+one rule between an arrival and a step end). An idle engine woken by an arrival gets a
+zero-length step end at that instant, so every request arriving at the same instant joins
+the same batch::
 
     >>> from infermeter.twin.config import EngineConfig
     >>> from infermeter.twin.engine import Engine
@@ -20,20 +21,45 @@ same batch::
     >>> [(r.rid, r.first_token_at, r.ended_at) for r in done]
     [(0, 0.01, 0.02), (1, 0.01, 0.02)]
 
-The loop owns no queue: the source is ordered by time (a closed-loop source adds
-the next request when one finishes, through ``finished``).
+**Fleets.** Engines are grouped into replicas of ``lanes`` engines (pipeline stages). A
+:class:`~infermeter.twin.router.Router` picks the replica at send (a request whose
+``replica`` is already set, by a stream that routed it, keeps it); inside a replica the lane
+with the fewest running + waiting requests takes it. Each replica's API server is a FIFO
+single server (``frontend``: overhead, service seconds; see ``EngineConfig``). Cost grows with
+events, not with replicas x time: step ends sit in a heap (idle engines cost nothing), and a
+decode span is only shortened (:meth:`~infermeter.twin.engine.Engine.interrupt`) when a request
+reaches *its* engine (a fleet of one engine knows its next arrival, the source's, and stops its
+spans there: ``known_arrivals``). Every replica's trajectory depends only on its own arrivals.
+
+**Windows.** With ``window`` set, every ``window``-th send (by request id) closes a window:
+:meth:`EventLoop.run` yields ``(k, t)`` before handling it, when every event before ``t`` has
+been handled (records of requests done before ``t`` are final); sources may also yield
+:class:`Boundary` markers for sends other processes simulate. The last window is ``(k, inf)``.
+
+**Clients' timeouts.** ``timeouts`` (first token, total; seconds from the send, as the client's
+``--first-token-timeout`` and ``--timeout``): a request without a first token (or not finished)
+by then gets an error record at that moment (``first_token_timeout`` / ``total_timeout``, with
+the tokens it had streamed), and the engine aborts it (a waiting one at once, a running one after
+the step in progress), so an overloaded fleet's queue stays bounded, as a real one's does.
+
+**End of the run.** ``cancel_at`` (the duration plus ``grace_s``): events at or after it are not
+handled; steps in flight keep what ended by then, and every request still in the system (in an
+API server, waiting or running) ends ``CANCELLED`` at ``cancel_at``.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from infermeter.twin.engine import Engine
-from infermeter.twin.request import SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, WAITING, SimRequest
+from infermeter.twin.router import Router
 
 _INF = math.inf
 
@@ -60,10 +86,10 @@ class VirtualClock:
 
 
 class ArrivalSource(Protocol):
-    """Requests in arrival order."""
+    """Requests in send order."""
 
     def next_time(self) -> float:
-        """Arrival time of the next request (``inf`` when there is none yet or ever)."""
+        """Send time of the next request (``inf`` when there is none yet or ever)."""
         ...
 
     def pop(self) -> SimRequest: ...
@@ -71,6 +97,16 @@ class ArrivalSource(Protocol):
     def finished(self, r: SimRequest, now: float) -> None:
         """A request finished (or was rejected) at ``now``: closed loops send the next one."""
         ...
+
+
+class Boundary:
+    """A window boundary in a partitioned stream: the send of request ``rid`` (simulated elsewhere) at ``arrival``."""
+
+    __slots__ = ("rid", "arrival", "intended_at")
+
+    def __init__(self, rid: int, arrival: float) -> None:
+        self.rid = rid
+        self.arrival = self.intended_at = arrival
 
 
 class ListSource:
@@ -115,12 +151,13 @@ class HeapSource:
 
 @dataclass
 class LoopStats:
-    """What the loop saw: the final time and the integral of requests in the system over time."""
+    """What the loop saw: the final time and the integral of requests in the engines over time."""
 
     end: float = 0.0
-    in_system_s: float = 0.0  # integral of (arrived - done) dt: Little's L times the span
+    in_system_s: float = 0.0  # integral of (waiting + running) dt over the engines: Little's L x time
     arrived: int = 0
     done: int = 0
+    cancelled: int = 0
 
 
 def route(engines: Sequence[Engine]) -> Engine:
@@ -134,6 +171,315 @@ def route(engines: Sequence[Engine]) -> Engine:
     return best
 
 
+class EventLoop:
+    """Engines as replicas of ``lanes`` engines behind ``router`` and FIFO API servers (module docstring)."""
+
+    def __init__(self, engines: Sequence[Engine], *, lanes: int = 1, router: Router | None = None,
+                 frontend: tuple[float, float] = (0.0, 0.0), known_arrivals: bool | None = None) -> None:
+        self.engines = list(engines)
+        # one engine in the whole fleet: its next arrival is the source's, so spans stop there
+        self.known_arrivals = len(self.engines) == 1 if known_arrivals is None else known_arrivals
+        self.lanes = max(1, lanes)
+        if len(self.engines) % self.lanes:
+            raise ValueError(f"{len(self.engines)} engines do not make replicas of {self.lanes} lanes")
+        self.replicas = len(self.engines) // self.lanes
+        self.router = router or Router("least-outstanding", self.replicas)
+        self.overhead, self.service = frontend
+        self.stats = LoopStats()
+        self._state: dict[str, Any] | None = None  # set at each window boundary: what a checkpoint keeps
+
+    def run(self, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock, *,
+            until: float = _INF, cancel_at: float = _INF, window: int | None = None,
+            timeouts: tuple[float | None, float | None] = (None, None),
+            ) -> Generator[tuple[int, float], None, None]:
+        """Handle events until the source is exhausted and every engine idle, the clock passes ``until``
+        or ``cancel_at`` comes; yields ``(window, its end time)`` at every window boundary. ``timeouts``:
+        the clients' (first token, total) seconds from the send (module docstring)."""
+        engines, lanes = self.engines, self.lanes
+        router = self.router
+        pick, done_at = router.pick, router.done
+        track = not router.stream_decided  # least-outstanding: count what each replica has
+        o, s = self.overhead, self.service
+        # a fixed overhead and a router decided at send: handle each send when it reaches its engine
+        shifted = o > 0 and s == 0 and router.stream_decided
+        direct = (o == 0 and s == 0) or shifted
+        shift = o if shifted else 0.0
+        known = self.known_arrivals
+        saved = self._state  # a loop restored from a checkpoint goes on where it stopped
+        fe_free: list[float] = [0.0] * self.replicas
+        fe: list[tuple[float, int, SimRequest, int]] = []  # requests in API servers: (engine arrival, seq, r, replica)
+        fe_q: deque[tuple[float, int, SimRequest, int]] = deque()  # the same without serial work: in order
+        steps: list[tuple[float, int, int]] = []  # (step end, lane, version)
+        ver = [0] * len(engines)
+        busy = [False] * len(engines)
+        st = self.stats
+        next_time, pop, finished = source.next_time, source.pop, source.finished
+        heappush, heappop = heapq.heappush, heapq.heappop
+        stop = cancel_at if cancel_at < until else until
+        strict = cancel_at <= until  # cancel: events at cancel_at are not handled; until: they are
+        next_b = window if window else -1
+        k_win = 0
+        seq = 0
+        inf = _INF
+
+        # events at or after ``stop`` are not handled (with ``until``: after it)
+        stop = stop if strict else math.nextafter(stop, inf)
+        arrived = done = 0
+        t_first, t_total = timeouts
+        # clients' deadlines, (time, kind 0 first token | 1 total, r): sends come in time order, so each
+        # kind's deadlines do too: two FIFO queues
+        dl1: deque[tuple[float, int, SimRequest]] = deque()
+        dl2: deque[tuple[float, int, SimRequest]] = deque()
+        first_fifo = t_first is not None and (not t_total or t_first <= t_total)
+        dlq = dl1 if first_fifo else dl2
+        dl_kind = 0 if first_fifo else 1
+        dl_after = (t_first if first_fifo else t_total) or 0.0
+        use_dl = bool(t_first or t_total)
+        resume: tuple[Any, float] | None = None
+        if saved is not None:
+            fe_free, fe, fe_q, steps, ver, busy, dl1, dl2 = saved["queues"]
+            next_b, k_win, seq, arrived, done = saved["counts"]
+            resume = saved["resume"]
+            dlq = dl1 if first_fifo else dl2
+
+        def give_up(r: SimRequest, t: float, kind: int) -> None:
+            """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
+            nonlocal done
+            rec = copy.copy(r)
+            lane = r.lane
+            rec.state, rec.ended_at = TIMED_OUT, t
+            if kind == 0:
+                rec.error_class, rec.error = "first_token_timeout", f"no token within {t_first:g} s"
+            else:
+                rec.error_class, rec.error = "total_timeout", f"not finished within {t_total:g} s"
+            r.timed_out = True
+            if lane >= 0:
+                eng = engines[lane]
+                rec.outputs = eng.outputs_of(r)
+                waiting = r.state == WAITING
+                eng.abort(r, t)  # waiting: gone now; running: after the step in progress
+                if not waiting:
+                    end = eng.cut(t)
+                    if end is not None:
+                        ver[lane] += 1
+                        heappush(steps, (end, lane, ver[lane]))
+            done += 1
+            on_done(rec)
+            finished(rec, t)
+            if track:
+                done_at(r.replica)
+
+        def arrive(r: SimRequest, j: int, t: float) -> None:
+            nonlocal arrived, done
+            if lanes == 1:
+                lane = j
+            else:
+                lane = j * lanes + engines.index(route(engines[j * lanes:(j + 1) * lanes]), j * lanes)
+            eng = engines[lane]
+            arrived += 1
+            r.lane = lane
+            if not eng.add(r, t):
+                r.ended_at = t
+                done += 1
+                on_done(r)
+                finished(r, t)
+                if track:
+                    done_at(j)
+                return
+            if not busy[lane]:
+                busy[lane] = True
+                heappush(steps, (t, lane, ver[lane]))  # wake: a zero-length step end at t
+            else:
+                end = eng.interrupt(t)
+                if end is not None:
+                    ver[lane] += 1
+                    heappush(steps, (end, lane, ver[lane]))
+
+        fast = direct and lanes == 1
+        while True:
+            if resume is not None:  # the send a checkpoint was taken at
+                r, t_src = resume
+                resume = None
+                clock.now = t_src
+            else:
+                t_src = next_time() + shift
+                t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
+                t_step = steps[0][0] if steps else inf
+                if dl1 or dl2:
+                    q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                    t_dl = q[0][0]
+                    if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
+                        if t_dl >= stop:
+                            break
+                        _, kind, r = q.popleft()
+                        if r.state >= FINISHED or r.timed_out:
+                            continue
+                        if kind == 0 and r.first_token_at is not None:  # its first token came in time
+                            if t_total:
+                                dl2.append((r.arrival + t_total, 1, r))
+                            continue
+                        clock.now = t_dl
+                        give_up(r, t_dl, kind)
+                        continue
+                if not (t_src <= t_fe and t_src <= t_step):
+                    if arrival_first(t_fe, t_step):
+                        if t_fe >= stop:
+                            break
+                        clock.now = t_fe
+                        _, _, r, j = heappop(fe) if fe else fe_q.popleft()
+                        if r.timed_out:  # its client gave up while it was in the API server
+                            continue
+                        if lanes == 1:  # arrive(r, j, t_fe), inlined
+                            eng = engines[j]
+                            arrived += 1
+                            r.lane = j
+                            if not eng.add(r, t_fe):
+                                r.ended_at = t_fe
+                                done += 1
+                                on_done(r)
+                                finished(r, t_fe)
+                                if track:
+                                    done_at(j)
+                            elif not busy[j]:
+                                busy[j] = True
+                                heappush(steps, (t_fe, j, ver[j]))
+                            else:
+                                end = eng.interrupt(t_fe)
+                                if end is not None:
+                                    ver[j] += 1
+                                    heappush(steps, (end, j, ver[j]))
+                        else:
+                            arrive(r, j, t_fe)
+                        continue
+                    if t_step >= stop:
+                        break
+                    now, lane, v = heappop(steps)
+                    if v != ver[lane]:
+                        continue  # superseded by an interrupted span's new end
+                    clock.now = now
+                    eng = engines[lane]
+                    out = eng.complete(now)
+                    if out:
+                        for r in out:
+                            if r.timed_out:
+                                continue  # reported when its client gave up
+                            done += 1
+                            on_done(r)
+                            finished(r, now)
+                            if track:
+                                done_at(lane // lanes)
+                    if known:
+                        h = next_time() + o
+                        if fe and fe[0][0] < h:
+                            h = fe[0][0]
+                        elif fe_q and fe_q[0][0] < h:
+                            h = fe_q[0][0]
+                        d = eng.schedule(now, h)
+                    else:
+                        d = eng.schedule(now)
+                    if d is None:
+                        busy[lane] = False
+                    else:
+                        heappush(steps, (now + d, lane, v))
+                    continue
+                if t_src >= stop:
+                    break
+                clock.now = t_src
+                r = pop()
+            # a send: r at t_src
+            if r.rid >= next_b > 0:
+                while r.rid >= next_b:
+                    k_win += 1
+                    next_b += window  # type: ignore[operator]
+                    st.arrived, st.done = arrived, done
+                    self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
+                                   "counts": (next_b, k_win, seq, arrived, done), "resume": (r, t_src)}
+                    yield k_win - 1, t_src
+                self._state = None
+            if r.__class__ is Boundary:
+                continue
+            j = r.replica
+            if j < 0:
+                j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
+            if use_dl:
+                dlq.append((r.arrival + dl_after, dl_kind, r))
+            if fast:  # arrive(r, j, t_src), inlined: the common case
+                eng = engines[j]
+                arrived += 1
+                r.lane = j
+                if not eng.add(r, t_src):
+                    r.ended_at = t_src
+                    done += 1
+                    on_done(r)
+                    finished(r, t_src)
+                    if track:
+                        done_at(j)
+                elif not busy[j]:
+                    busy[j] = True
+                    heappush(steps, (t_src, j, ver[j]))
+                else:
+                    end = eng.interrupt(t_src)
+                    if end is not None:
+                        ver[j] += 1
+                        heappush(steps, (end, j, ver[j]))
+            elif direct:
+                arrive(r, j, t_src)
+            elif s:  # the replica's API server works one request at a time
+                t_e = t_src + o
+                free = fe_free[j]
+                t_e = (free if free > t_e else t_e) + s
+                fe_free[j] = t_e
+                seq += 1
+                heappush(fe, (t_e, seq, r, j))
+            else:  # a fixed overhead: arrivals keep the send order
+                fe_q.append((t_src + o, 0, r, j))
+        st.arrived, st.done = arrived, done
+        fe.extend(fe_q)
+        if shifted and cancel_at < inf and cancel_at <= until:  # sent, not yet at their engine: in its API server
+            while next_time() < cancel_at:
+                r = pop()
+                if not isinstance(r, Boundary):
+                    fe.append((cancel_at, 0, r, -1))
+        if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
+            self._cancel(cancel_at, fe, busy, on_done, finished, clock)
+        for e in engines:  # integrals up to the end of the run (idle time adds nothing)
+            e.waiting_series.close(clock.now)
+        st.end = clock.now
+        st.in_system_s = sum(e.in_system_integral for e in engines)
+        yield k_win, inf
+
+    def _cancel(self, t: float, fe: list[tuple[float, int, SimRequest, int]], busy: list[bool],
+                on_done: Callable[[SimRequest], None], finished: Callable[[SimRequest, float], None],
+                clock: VirtualClock) -> None:
+        """The run gives up at ``t``: finish what ends by then, cancel the rest (module docstring)."""
+        st = self.stats
+        clock.now = t
+        for lane, eng in enumerate(self.engines):
+            if busy[lane]:
+                end = eng.settle(t)
+                if end is not None:
+                    for r in eng.complete(end):
+                        if r.timed_out:
+                            continue
+                        st.done += 1
+                        on_done(r)
+                        finished(r, end)
+            left = eng.cancel_all(t)
+            for r in left:
+                if r.timed_out:
+                    continue
+                st.cancelled += 1
+                on_done(r)
+        for _, _, r, _ in sorted(fe, key=lambda x: x[2].rid):
+            if r.timed_out:
+                continue
+            r.state = CANCELLED
+            r.ended_at = t
+            st.cancelled += 1
+            on_done(r)
+        fe.clear()
+
+
 def run_virtual(
     engine: Engine | Sequence[Engine],
     source: ArrivalSource,
@@ -142,109 +488,21 @@ def run_virtual(
     *,
     until: float = _INF,
     stats: LoopStats | None = None,
+    **fleet: Any,
 ) -> float:
     """Run until the source is exhausted and every engine idle (or the clock passes ``until``).
 
-    Several engines (data-parallel replicas, pipeline lanes) step independently; an
-    arrival joins :func:`route`'s choice; equal step ends go in engine order.
-    ``on_done`` gets every finished or rejected request. Returns the final clock time.
+    Several engines are replicas behind a least-outstanding router unless ``fleet`` says
+    otherwise (``lanes``, ``router``, ``frontend``; :class:`EventLoop`). ``on_done`` gets every
+    finished or rejected request. Returns the final clock time.
     """
     engines = [engine] if isinstance(engine, Engine) else list(engine)
-    st = stats if stats is not None else LoopStats()
-    if len(engines) == 1:
-        _run_one(engines[0], source, on_done, clock, until, st)
-    else:
-        _run_many(engines, source, on_done, clock, until, st)
-    st.end = clock.now
+    loop = EventLoop(engines, **fleet)
+    for _ in loop.run(source, on_done, clock, until=until):
+        pass
+    if stats is not None:
+        st = loop.stats
+        stats.end, stats.arrived, stats.done = st.end, stats.arrived + st.arrived, stats.done + st.done
+        stats.in_system_s += st.in_system_s
+        stats.cancelled += st.cancelled
     return clock.now
-
-
-def _run_one(eng: Engine, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock,
-             until: float, st: LoopStats) -> None:
-    """:func:`run_virtual` for one engine: the same events in the same order, fewer lookups."""
-    next_time, pop, finished, add = source.next_time, source.pop, source.finished, eng.add
-    t_step = _INF
-    t_prev = clock.now
-    n_sys = arrived = done = 0
-    in_sys = 0.0
-    while True:
-        t_arr = next_time()
-        if arrival_first(t_arr, t_step):
-            if t_arr == _INF or t_arr > until:
-                break
-            clock.now = t_arr
-            in_sys += n_sys * (t_arr - t_prev)
-            t_prev = t_arr
-            r = pop()
-            arrived += 1
-            if not add(r):
-                r.ended_at = t_arr
-                done += 1
-                on_done(r)
-                finished(r, t_arr)
-                continue
-            n_sys += 1
-            if t_step == _INF:
-                t_step = t_arr  # wake: a zero-length step end after every arrival at this instant
-        else:
-            if t_step > until:
-                break
-            now = clock.now = t_step
-            in_sys += n_sys * (now - t_prev)
-            t_prev = now
-            for r in eng.complete(now):
-                n_sys -= 1
-                done += 1
-                on_done(r)
-                finished(r, now)
-            d = eng.schedule(now, next_time())
-            t_step = _INF if d is None else now + d
-    st.in_system_s += in_sys
-    st.arrived += arrived
-    st.done += done
-
-
-def _run_many(engines: list[Engine], source: ArrivalSource, on_done: Callable[[SimRequest], None],
-              clock: VirtualClock, until: float, st: LoopStats) -> None:
-    """:func:`run_virtual` for several engines (replicas, pipeline lanes)."""
-    t_steps = [_INF] * len(engines)
-    next_time = source.next_time
-    t_prev = clock.now
-    n_sys = 0
-    while True:
-        t_arr = next_time()
-        t_step = min(t_steps)
-        if arrival_first(t_arr, t_step):
-            if t_arr == _INF or t_arr > until:
-                break
-            clock.now = t_arr
-            st.in_system_s += n_sys * (t_arr - t_prev)
-            t_prev = t_arr
-            r = source.pop()
-            eng = route(engines)
-            st.arrived += 1
-            if not eng.add(r):
-                r.ended_at = t_arr
-                st.done += 1
-                on_done(r)
-                source.finished(r, t_arr)
-                continue
-            n_sys += 1
-            k = engines.index(eng)
-            if t_steps[k] == _INF:
-                t_steps[k] = t_arr
-        else:
-            if t_step > until:
-                break
-            now = clock.now = t_step
-            st.in_system_s += n_sys * (now - t_prev)
-            t_prev = now
-            k = t_steps.index(t_step)
-            eng = engines[k]
-            for r in eng.complete(now):
-                n_sys -= 1
-                st.done += 1
-                on_done(r)
-                source.finished(r, now)
-            d = eng.schedule(now, next_time())
-            t_steps[k] = _INF if d is None else now + d

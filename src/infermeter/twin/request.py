@@ -26,6 +26,8 @@ DECODE = 2  # running, one token per step
 FINISHED = 3
 REJECTED = 4
 ABORTED = 5  # the client went away (live)
+CANCELLED = 6  # still in flight when the run gave up on it (``grace_s`` after the duration)
+TIMED_OUT = 7  # its client gave up (first-token or total timeout): the record's copy; the engine aborts it
 
 
 @dataclass(slots=True, eq=False)
@@ -39,13 +41,19 @@ class SimRequest:
     conversation_id: int | None = None
     prefix_group: int | None = None
     tag: Any = None  # caller's handle (the live backend's stream)
+    replica: int = -1  # the replica a stream-decided router sent it to (-1: route at send)
+    lane: int = -1  # the engine it was added to (-1: not yet, or never)
+    timed_out: bool = False  # its client gave up; the engine still holds it until it aborts it
 
     state: int = WAITING
     num_tokens: int = 0
     computed: int = 0
     outputs: int = 0
     blocks: int = 0  # blocks held while waiting/prefilling (decoding: implicit)
-    held: list[int] = field(default_factory=list)  # keys of held keyed blocks (block order)
+    held: list[Any] = field(default_factory=list)  # [cache group, blocks of it held] (twin.kvcache)
+    keyed: int = 0  # of its blocks, those it holds in cache groups (the rest are anonymous)
+    cursor: Any = None  # the cache group its content was last found in (registration goes on from there)
+    own: Any = None  # the cache group it registered last
     next_reg: int = 0  # next prompt block to register in the cache
     g0: int = 0
     c0: int = 0
@@ -57,7 +65,8 @@ class SimRequest:
     cached_tokens: int | None = None  # prefix-cache hit at first admission
     preemptions: int = 0
     token_times: list[float] | None = None  # per-token times when the engine keeps them
-    error: str | None = None  # rejection reason
+    error: str | None = None  # rejection (or timeout) reason
+    error_class: str | None = None  # a record's error class when not a rejection (http_4xx)
 
     def __post_init__(self) -> None:
         self.num_tokens = self.prompt_tokens

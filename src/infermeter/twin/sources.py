@@ -15,9 +15,11 @@ Open loops with ``max_concurrency`` hold a request until one in flight finishes
 (its ``arrival`` then lags its ``intended_at``). A closed loop sends each stream's
 next request when its previous one ends (``intended_at`` = that moment).
 
-``delay`` is the engine's fixed per-request cost before scheduling (the performance
-model's ``request_overhead_s``): a request sent at ``t`` reaches the engine at
-``t + delay``; its records keep ``sent_at = t``.
+Sources give *send* times; the replica's API server (the loop's front end) decides when a
+request reaches its engine. :class:`PartitionSource` is the stream of one worker of a
+partitioned fleet: every request is routed from the stream alone, and only this worker's
+replicas' requests are made (the others leave window :class:`~infermeter.twin.loop.Boundary`
+markers where they close a window).
 """
 
 from __future__ import annotations
@@ -34,19 +36,31 @@ _INF = math.inf
 class _Limited:
     """The stop rules and the request stream both sources share."""
 
-    def __init__(self, reqs: Iterator[SimRequest], requests: int | None, duration_s: float | None, warmup: int,
-                 delay: float) -> None:
+    def __init__(self, reqs: Iterator[SimRequest], requests: int | None, duration_s: float | None,
+                 warmup: int) -> None:
         self._reqs = reqs
         self._it = iter(reqs)
         self._total = None if requests is None else requests + warmup
         self._duration = _INF if duration_s is None else duration_s
-        self._delay = delay
         self._n = 0
 
     def close(self) -> None:
         close = getattr(self._reqs, "close", None)
         if close is not None:
             close()
+
+    @property
+    def consumed(self) -> int:
+        """Requests taken from the stream so far (a resumed run's stream starts after them)."""
+        return self._n
+
+    def __getstate__(self) -> dict[str, object]:  # a checkpoint keeps the state, not the stream
+        return {**self.__dict__, "_reqs": None, "_it": None}
+
+    def attach(self, reqs: Iterator[SimRequest]) -> None:
+        """Go on with ``reqs``: the stream from request ``consumed`` on (after a checkpoint)."""
+        self._reqs = reqs
+        self._it = iter(reqs)
 
 
 class OpenLoopSource(_Limited):
@@ -60,9 +74,8 @@ class OpenLoopSource(_Limited):
         duration_s: float | None = None,
         warmup: int = 0,
         max_concurrency: int | None = None,
-        delay: float = 0.0,
     ) -> None:
-        super().__init__(reqs, requests, duration_s, warmup, delay)
+        super().__init__(reqs, requests, duration_s, warmup)
         self._cap = max_concurrency
         self._in_flight = 0
         self._release = 0.0
@@ -79,7 +92,7 @@ class OpenLoopSource(_Limited):
         if r is None or r.arrival >= self._duration:
             return
         r.intended_at = r.arrival
-        self._next, self._t = r, r.arrival + self._delay
+        self._next, self._t = r, r.arrival
         self._n += 1
 
     def next_time(self) -> float:
@@ -88,7 +101,7 @@ class OpenLoopSource(_Limited):
         nxt = self._next
         if nxt is None or self._in_flight >= self._cap:
             return _INF
-        return max(nxt.arrival, self._release) + self._delay
+        return max(nxt.arrival, self._release)
 
     def pop(self) -> SimRequest:
         r = self._next
@@ -118,9 +131,8 @@ class ClosedLoopSource(_Limited):
         requests: int | None = None,
         duration_s: float | None = None,
         warmup: int = 0,
-        delay: float = 0.0,
     ) -> None:
-        super().__init__(reqs, requests, duration_s, warmup, delay)
+        super().__init__(reqs, requests, duration_s, warmup)
         self._heap: list[tuple[float, int, SimRequest]] = []
         for _ in range(concurrency):
             self._send(0.0)
@@ -132,7 +144,7 @@ class ClosedLoopSource(_Limited):
         if r is None:
             return
         r.arrival = r.intended_at = at
-        heapq.heappush(self._heap, (at + self._delay, self._n, r))
+        heapq.heappush(self._heap, (at, self._n, r))
         self._n += 1
 
     def next_time(self) -> float:
@@ -143,3 +155,71 @@ class ClosedLoopSource(_Limited):
 
     def finished(self, r: SimRequest, now: float) -> None:
         self._send(now)
+
+
+class PartitionSource:
+    """One worker's share of an open-loop stream routed from the stream alone (module docstring).
+
+    ``timed`` yields ``(send offset, spec)`` in send order (the shape's schedule); request ``i``
+    goes to ``router.replica_of(i, ...)``; this worker simulates the replicas in ``owned``
+    (global index -> local index). Stop rules as :class:`OpenLoopSource` (``requests + warmup``
+    requests, none sent at or after ``duration_s``). Every ``window``-th request that is not
+    ours becomes a :class:`~infermeter.twin.loop.Boundary`.
+    """
+
+    def __init__(self, timed: Iterator[tuple[float, object]], router: object, owned: dict[int, int],
+                 make: object, *, requests: int | None = None, duration_s: float | None = None, warmup: int = 0,
+                 window: int | None = None) -> None:
+        from infermeter.twin.loop import Boundary
+
+        self._boundary = Boundary
+        self._timed = timed
+        self._route = router.replica_of  # type: ignore[attr-defined]
+        self._owned = owned
+        self._make = make  # (rid, at, spec, local replica) -> SimRequest
+        self._total = None if requests is None else requests + warmup
+        self._duration = _INF if duration_s is None else duration_s
+        self._window = window or 0
+        self._i = 0
+        self.sent = 0  # requests of the whole stream so far (every worker's)
+        self.first_at: float | None = None  # send span of the whole stream
+        self.last_at: float | None = None
+        self._next: object = None
+        self._t = _INF
+        self._advance()
+
+    def _advance(self) -> None:
+        self._next, self._t = None, _INF
+        owned, route, w, total, horizon = self._owned, self._route, self._window, self._total, self._duration
+        for at, spec in self._timed:
+            i = self._i
+            if (total is not None and i >= total) or at >= horizon:
+                break
+            self._i = i + 1
+            self.sent = i + 1
+            if self.first_at is None:
+                self.first_at = at
+            self.last_at = at
+            local = owned.get(route(i, spec.conversation_id, spec.prefix_group))  # type: ignore[attr-defined]
+            if local is not None:
+                self._next, self._t = self._make(i, at, spec, local), at  # type: ignore[operator]
+                return
+            if w and i and i % w == 0:
+                self._next, self._t = self._boundary(i, at), at
+                return
+
+    def next_time(self) -> float:
+        return self._t
+
+    def pop(self) -> SimRequest:
+        r = self._next
+        self._advance()
+        return r  # type: ignore[return-value]
+
+    def finished(self, r: SimRequest, now: float) -> None:
+        pass
+
+    def close(self) -> None:
+        close = getattr(self._timed, "close", None)
+        if close is not None:
+            close()

@@ -19,9 +19,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from infermeter.twin.deploy import Twin, build_twin, engine_defaults, hardware_config
+from infermeter.twin.router import RouterName
 
 ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override",
-                "enable_prefix_caching", "enable_chunked_prefill")
+                "enable_prefix_caching", "enable_chunked_prefill", "block_size", "frontend_overhead_s",
+                "frontend_service_s")
 
 
 class TwinSpec(BaseModel):
@@ -40,9 +42,17 @@ class TwinSpec(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=1,
                                                description="token budget per step (vLLM's option, default 8192)")
     max_model_len: int | None = Field(None, ge=1, description="prompt + output tokens per request (vLLM's option)")
-    num_gpu_blocks_override: int | None = Field(None, ge=1, description="KV blocks of 16 tokens (replaces the capacity)")
+    num_gpu_blocks_override: int | None = Field(None, ge=1,
+                                                description="KV blocks of --block-size tokens (replaces the capacity)")
     enable_prefix_caching: bool = Field(True, description="vLLM's prefix caching")
     enable_chunked_prefill: bool = Field(True, description="vLLM's chunked prefill")
+    block_size: int | None = Field(None, ge=1, description="tokens per KV block (vLLM's option; 16, CPU backend 128)")
+    frontend_overhead_s: float | None = Field(
+        None, ge=0, description="seconds from send to the API server (default: the performance model's overhead)")
+    frontend_service_s: float | None = Field(
+        None, ge=0, description="seconds of serial work per request in the API server (default 0: none)")
+    router: RouterName = Field("round-robin", description="gateway policy across replicas: round-robin | session | "
+                                                          "least-outstanding (one process only)")
     served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
 
     @property
@@ -58,4 +68,4 @@ class TwinSpec(BaseModel):
         return build_twin(self.model, self.hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
                           engine=engine_defaults(**self.engine_options()),
                           gpu_memory_utilization=self.gpu_memory_utilization,
-                          served_model_name=self.served_model_name)
+                          served_model_name=self.served_model_name, router=self.router)

@@ -36,7 +36,8 @@ def build_backend(cfg: EmulatorConfig) -> Any:
                              itl_s=0 if zero else (10.0 if cfg.itl_ms is None else cfg.itl_ms) / 1000,
                              max_concurrency=cfg.max_concurrency or 256,
                              model_name=cfg.served_model_name or "infermeter-emulator", speedup=cfg.speedup)
-    return TwinBackend(cfg.twin(), speedup=cfg.speedup, chars_per_block=workload_chars_per_block())
+    twin = cfg.twin()
+    return TwinBackend(twin, speedup=cfg.speedup, chars_per_block=workload_chars_per_block(block_size=twin.block_size))
 
 
 def twin_backend(model: str = "llama-3.1-8b", gpu: str = "h100-sxm", **options: Any) -> TwinBackend:

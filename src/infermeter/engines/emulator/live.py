@@ -67,14 +67,17 @@ class TwinBackend:
     """Backend protocol implementation on :class:`~infermeter.twin.engine.Engine` (see module docstring)."""
 
     def __init__(self, twin: Twin, *, speedup: float = 1.0, model_name: str | None = None,
-                 chars_per_block: int = CHARS_PER_BLOCK) -> None:
+                 chars_per_block: int | None = None) -> None:
         if speedup <= 0:
             raise ValueError(f"speedup must be > 0, got {speedup}")
         self.twin = twin
         self.speedup = float(speedup)
         self.model_name = model_name or twin.served_model_name
-        self.chars_per_block = chars_per_block
+        # text keys: a block of ~4-character tokens unless the workload's own figure is given
+        self.chars_per_block = chars_per_block or CHARS_PER_BLOCK * twin.block_size // 16
         self.engines: list[Engine] = twin.engines(max_span_steps=1)
+        self._router = twin.make_router()
+        self._fe_free = [0.0] * twin.replicas
         self.metrics = [EngineMetrics(e.max_model_len) for e in self.engines]
         self._ids = 0
         self._t0: float | None = None
@@ -114,17 +117,30 @@ class TwinBackend:
             return
         self._ensure_started()
         arrived = self.now()  # TTFT counts from here, request overhead included (as vLLM's arrival_time)
-        if self.twin.request_overhead_s:
-            await asyncio.sleep(self.twin.request_overhead_s / self.speedup)
+        overhead, service = self.twin.frontend
+        if overhead:
+            await asyncio.sleep(overhead / self.speedup)
         ids = getattr(req, "prompt_token_ids", None)
         prompt = int(req.prompt_tokens)
-        keys = (token_block_keys(ids) if ids else
-                text_block_keys(getattr(req, "prompt_text", "") or "", prompt, chars_per_block=self.chars_per_block))
+        bs = self.twin.block_size
+        keys = (token_block_keys(ids, bs) if ids else
+                text_block_keys(getattr(req, "prompt_text", "") or "", prompt, chars_per_block=self.chars_per_block,
+                                block_size=bs))
         self._ids += 1
         r = SimRequest(rid=self._ids, arrival=arrived, prompt_tokens=prompt, max_tokens=n, keys=keys,
                        intended_at=arrived)
-        eng = route(self.engines)
+        pp = self.twin.pp
+        if self.twin.router == "least-outstanding":
+            eng = route(self.engines)
+        else:  # live requests carry no session id: session affinity falls back to round-robin
+            j = self._router.replica_of(self._ids, None, None)
+            eng = route(self.engines[j * pp:(j + 1) * pp])
         k = self.engines.index(eng)
+        if service:  # the replica's API server: one request at a time (a FIFO single server)
+            j = k // pp
+            t_e = max(self.now(), self._fe_free[j]) + service
+            self._fe_free[j] = t_e
+            await asyncio.sleep(max(0.0, t_e - self.now()) / self.speedup)
         stream = _Stream(k)
         r.tag = stream
         if not eng.add(r):

@@ -157,7 +157,7 @@ def render_metrics(model_name: str, engines: Sequence[tuple[Engine, EngineMetric
     series("vllm:kv_cache_usage_perc", lambda e, m: e.pool.usage)
     head("vllm:cache_config_info")
     for lab, e, _ in base:
-        info = {**lab, "block_size": "16", "num_gpu_blocks": str(e.pool.num_blocks),
+        info = {**lab, "block_size": str(e.block_size), "num_gpu_blocks": str(e.pool.num_blocks),
                 "enable_prefix_caching": str(e.config.enable_prefix_caching), **(cache_info or {})}
         out.append(f"vllm:cache_config_info{_labels(info)} 1.0")
     series("vllm:prompt_tokens_total", lambda e, m: e.prompt_tokens_total)
