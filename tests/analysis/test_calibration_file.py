@@ -83,3 +83,23 @@ def test_only_measured_runs_of_one_deployment_calibrate(tmp_path):
     (a / "run.json").write_text(json.dumps({**json.loads((a / "run.json").read_text()), "source": "simulated"}))
     with pytest.raises(ConfigError, match="measured runs only"):
         calibrate([a])
+
+
+def test_simulate_with_a_calibration_just_works(tmp_path, cli):
+    dirs = [measured_like(tmp_path, 1, 20, "c1"), measured_like(tmp_path, 4, 40, "c4")]
+    cal = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu")
+    path = cal.write(tmp_path / "cal.yaml")
+    out = tmp_path / "sim"
+    p = cli("simulate", "--calibration", str(path), "--concurrency", "8", "--input-tokens", "128", "--output-tokens",
+            "32", "--requests", "40", "--out", str(out), "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    s, run = json.loads((out / "summary.json").read_text()), json.loads((out / "run.json").read_text())
+    assert s["completed"] == 40 and s["hardware"] == "test-cpu" and s["source"] == "simulated"
+    emulated = run["target"]["emulated"]
+    assert emulated["calibrated"] is True and emulated["step_time"]["base_s"] == pytest.approx(cal.step_time.base_s)
+    # a decode step of 8 sequences: the calibrated base + 8 x (per token + per sequence)
+    tpot = cal.step_time.base_s + 8 * (cal.step_time.per_token_s + cal.step_time.per_seq_s)
+    assert s["tpot_ms"]["p50"] == pytest.approx(tpot * 1000, rel=0.15)
+    wrong = cli("simulate", "--calibration", str(path), "--model", "llama-3.1-70b", "--requests", "5",
+                "--out", str(tmp_path / "x"))
+    assert wrong.returncode == 2 and "calibrates m on test-cpu, not --model llama-3.1-70b" in wrong.stderr

@@ -10,56 +10,34 @@ tests). The flags are :class:`~infermeter.engines.emulator.EmulatorConfig`'s fie
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+from typing import Any
 
 import typer
 
-from infermeter.cli.help import field_help
+from infermeter.cli.flags import TWIN
+from infermeter.cli.options import FlagSpec, model_flags, with_flags
 from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 
-H = field_help(EmulatorConfig)
+EMULATOR = model_flags(EmulatorConfig, {
+    "simple": FlagSpec(flag="--simple/--no-simple"), "ttft_ms": None, "itl_ms": None, "max_concurrency": None,
+    "zero_delay": None, "speedup": None, "faults": FlagSpec(metavar="KIND=SHARE,..."), "fault_seed": None,
+    "stall_s": None, "cut_after": None, "api_key": FlagSpec(envvar=API_KEY_ENV, show_default=False),
+    "served_model_name": None,
+}, "Emulator")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("emulate")
+    @with_flags(TWIN, EMULATOR)
     def emulate(
+        values: dict[str, Any],
         host: str = typer.Option("127.0.0.1", help="Address to listen on."),
         port: int = typer.Option(8000, help="Port (0 = any free port)."),
-        model: str = typer.Option("llama-3.1-8b", help=H["model"]),
-        gpu: str = typer.Option("h100-sxm", help=H["gpu"]),
-        tp: Optional[int] = typer.Option(None, help=H["tp"]),
-        pp: Optional[int] = typer.Option(None, help=H["pp"]),
-        dtype: str = typer.Option("bf16", help=H["dtype"]),
-        kv_dtype: Optional[str] = typer.Option(None, help=H["kv_dtype"]),
-        gpu_memory_utilization: float = typer.Option(0.9, help=H["gpu_memory_utilization"]),
-        max_num_seqs: Optional[int] = typer.Option(None, help=H["max_num_seqs"]),
-        max_num_batched_tokens: Optional[int] = typer.Option(None, help=H["max_num_batched_tokens"]),
-        max_model_len: Optional[int] = typer.Option(None, help=H["max_model_len"]),
-        num_gpu_blocks_override: Optional[int] = typer.Option(None, help=H["num_gpu_blocks_override"]),
-        enable_prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching",
-                                                   help=H["enable_prefix_caching"]),
-        block_size: Optional[int] = typer.Option(None, help=H["block_size"]),
-        frontend_overhead_s: Optional[float] = typer.Option(None, "--frontend-overhead", help=H["frontend_overhead_s"]),
-        frontend_service_s: Optional[float] = typer.Option(None, "--frontend-service", help=H["frontend_service_s"]),
-        served_model_name: Optional[str] = typer.Option(None, help=H["served_model_name"]),
-        simple: bool = typer.Option(False, "--simple", help=H["simple"]),
-        ttft_ms: Optional[float] = typer.Option(None, help=H["ttft_ms"]),
-        itl_ms: Optional[float] = typer.Option(None, help=H["itl_ms"]),
-        max_concurrency: Optional[int] = typer.Option(None, help=H["max_concurrency"]),
-        zero_delay: bool = typer.Option(False, help=H["zero_delay"]),
-        speedup: float = typer.Option(1.0, help=H["speedup"]),
-        faults: Optional[str] = typer.Option(None, help=H["faults"]),
-        fault_seed: int = typer.Option(0, help=H["fault_seed"]),
-        stall_s: float = typer.Option(30.0, help=H["stall_s"]),
-        cut_after: int = typer.Option(3, help=H["cut_after"]),
-        api_key: Optional[str] = typer.Option(None, help=H["api_key"], envvar=API_KEY_ENV,
-                                              show_default=False),
     ) -> None:
         """Serve OpenAI chat/completions from the digital twin (or a simple timing model), with /metrics and faults."""
         from infermeter.engines.emulator.app import serve_forever
 
-        opts = {k: v for k, v in locals().items() if k not in ("host", "port", "serve_forever")}
-        cfg = EmulatorConfig.build("emulate", **opts)
+        cfg = EmulatorConfig.build("emulate", **values)
         try:
             asyncio.run(serve_forever(cfg, host, port, on_ready=lambda line: print(line, flush=True)))
         except KeyboardInterrupt:

@@ -135,8 +135,14 @@ TELEMETRY = _run({
     "emulator_args": FlagSpec(flag="--emulator", annotation=Optional[str], convert=_emulator, show_default=False,
                               metavar="ARGS"),
 }, "Telemetry, alerts, history, embedded emulator")
+def _given(v: Any, flag: str) -> Any:
+    """Pass a value through, and only when the user gave it (so a default can come from elsewhere)."""
+    return v
+
+
 TWIN = model_flags(TwinSpec, {
-    "model": None, "gpu": FlagSpec(aliases=("--hardware",)), "tp": None, "pp": None, "dtype": None, "kv_dtype": None,
+    # model and hardware are passed only when given: a --calibration file names its own
+    "model": FlagSpec(convert=_given), "gpu": FlagSpec(aliases=("--hardware",), convert=_given), "tp": None, "pp": None, "dtype": None, "kv_dtype": None,
     "gpu_memory_utilization": None, "max_num_seqs": None, "max_num_batched_tokens": None, "max_model_len": None,
     "num_gpu_blocks_override": None, "enable_prefix_caching": None, "enable_chunked_prefill": None,
     "block_size": None,
@@ -145,4 +151,5 @@ TWIN = model_flags(TwinSpec, {
     "frontend_service_s": FlagSpec(flag="--frontend-service", annotation=Optional[str], convert=_duration,
                                    metavar="DURATION"),
     "router": FlagSpec(annotation=str, metavar="POLICY"),
+    "calibration": FlagSpec(metavar="FILE"),
 }, "Deployment (the digital twin)")

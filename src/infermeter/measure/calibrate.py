@@ -18,10 +18,12 @@ come from the engine's defaults (``ENGINE_DEFAULTS``) unless given.
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.results import Summary
@@ -97,6 +99,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     tables = [pq.read_table(d / store.PARQUET) for d in dirs]
     fit = fit_linear(engine_steps(tables))
     overhead = frontend_overhead(tables, fit)
+    template = template_tokens(tables)
     scraped = (heads[0].server_metrics or {}).get("engine")
     name = engine or ("vllm" if scraped == "vllm" else scraped) or "vllm"
     defaults = ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"])
@@ -123,14 +126,65 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         deployment=Deployment(model=str(next(iter(models))), hardware=hardware or heads[0].hardware or "unknown",
                               engine=name, url=next(iter(urls))),
         step_time=StepTime(base_s=fit.base_s, per_token_s=fit.per_token_s, per_seq_s=fit.per_seq_s),
-        frontend=Frontend(overhead_s=overhead),
+        frontend=Frontend(overhead_s=overhead, template_tokens=template),
         engine=settings,
         fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals, dropped=fit.dropped,
                       frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
                                      "found the engine idle"))
+    cal = fit_service_time(cal, dirs)
     if check:
         cal = cal.model_copy(update={"checks": tuple(check_run(cal, d) for d in dirs)})
     return cal
+
+
+SERVICE_GRID_S = (0.0, 0.001, 0.002, 0.005, 0.010, 0.015, 0.020, 0.030, 0.050, 0.080)
+
+
+def fit_service_time(cal: DeploymentCalibration, dirs: list[Path]) -> DeploymentCalibration:
+    """The API server's serial work per request, from the runs that sent requests together: the value on
+    ``SERVICE_GRID_S`` whose simulation best matches their TTFT p50 and p90 (the front end's fixed cost
+    shrinks by as much, so a request alone still waits as measured). Runs one at a time cannot tell it."""
+    concurrent = [d for d in dirs if (RunHeader.read(d / store.RUN).config or {}).get("concurrency") not in (None, 1)
+                  or (RunHeader.read(d / store.RUN).config or {}).get("rate") is not None]
+    if not concurrent:
+        return cal
+    measured = {d: Summary.read(d / store.SUMMARY) for d in concurrent}
+    best: tuple[float, float] | None = None
+    with tempfile.TemporaryDirectory(prefix="infermeter-calfit-") as tmp:
+        for k, s in enumerate(SERVICE_GRID_S):
+            if s > cal.frontend.overhead_s + 1e-12:
+                break
+            trial = cal.model_copy(update={"frontend": cal.frontend.model_copy(
+                update={"service_s": s, "overhead_s": cal.frontend.overhead_s - s})})
+            err = 0.0
+            for i, d in enumerate(concurrent):
+                sim = simulated_like(trial, d, Path(tmp) / f"{k}-{i}")
+                for stat in ("p50", "p90"):
+                    m, p = measured[d].ttft_ms.get(stat), sim.ttft_ms.get(stat)
+                    if m and p is not None:
+                        err += abs(p - m) / m
+            if best is None or err < best[1] - 1e-9:
+                best = (s, err)
+    assert best is not None
+    s = best[0]
+    return cal.model_copy(update={"frontend": cal.frontend.model_copy(update={
+        "service_s": s, "overhead_s": cal.frontend.overhead_s - s}),
+        "fit": cal.fit.model_copy(update={"frontend_basis": cal.fit.frontend_basis + "; serial service time: the "
+                                          "grid value whose simulation of the concurrent runs best matches their "
+                                          "TTFT p50 and p90"})})
+
+
+def template_tokens(tables: list[Any]) -> int:
+    """Tokens the server adds to each prompt (its chat template): the median of the server's prompt count
+    minus the prompt's own, over requests whose usage the server reported."""
+    diffs: list[float] = []
+    for t in tables:
+        ok = t.filter(pc.equal(t.column("outcome"), "ok"))
+        p = ok.column("prompt_tokens").to_numpy(zero_copy_only=False)
+        q = ok.column("requested_input_tokens").to_numpy(zero_copy_only=False)
+        src = ok.column("usage_source").to_pylist()
+        diffs += [float(a) - float(b) for a, b, u in zip(p, q, src) if u == "server" and a is not None and b is not None]
+    return max(0, int(round(statistics.median(diffs)))) if diffs else 0
 
 
 def simulated_like(cal: DeploymentCalibration, run_dir: Path, out_dir: Path, **load: Any) -> Summary:

@@ -63,10 +63,12 @@ class StepTime(_Frozen):
 
 
 class Frontend(_Frozen):
-    """What a request costs before the engine sees it (parsing, tokenising, transfer)."""
+    """What a request costs before the engine sees it (parsing, tokenising, transfer), and the tokens the
+    server adds to each prompt (its chat template)."""
 
     overhead_s: float = Field(0.0, ge=0)
     service_s: float = Field(0.0, ge=0, description="serial per-request work of the API server")
+    template_tokens: int = Field(0, ge=0, description="prompt tokens the server adds (chat template)")
 
 
 class EngineSettings(_Frozen):
@@ -127,14 +129,14 @@ class DeploymentCalibration(_Frozen):
 
 
 def calibrated_twin(cal: DeploymentCalibration, *, served_model_name: str | None = None,
-                    **engine_overrides: Any) -> Twin:
+                    router: str = "round-robin", **engine_overrides: Any) -> Twin:
     """A twin of the calibrated deployment: its fitted step time, its scheduler and KV capacity
     (``engine_overrides``: max_num_seqs, max_num_batched_tokens, ... replace the calibrated ones)."""
     e = cal.engine
     knobs = {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
              "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
              "block_size": e.block_size, "frontend_overhead_s": cal.frontend.overhead_s,
-             "frontend_service_s": cal.frontend.service_s}
+             "frontend_service_s": cal.frontend.service_s, "template_tokens": cal.frontend.template_tokens}
     knobs.update({k: v for k, v in engine_overrides.items() if v is not None and k in EngineConfig.model_fields})
     try:
         config = EngineConfig(**knobs)
@@ -146,7 +148,7 @@ def calibrated_twin(cal: DeploymentCalibration, *, served_model_name: str | None
     d = cal.deployment
     return Twin(model=d.model, served_model_name=served_model_name or d.model, hardware=d.hardware,
                 predictor=cal.step_time.predictor(), config=config, num_blocks=blocks, lanes=1,
-                request_overhead_s=cal.frontend.overhead_s,
+                request_overhead_s=cal.frontend.overhead_s, router=router,
                 details={"dtype": d.dtype, "engine": d.engine, "calibrated": True,
                          "kv_capacity_tokens": e.kv_capacity_tokens, "step_time": cal.step_time.model_dump(),
                          "frontend": cal.frontend.model_dump()})

@@ -35,6 +35,7 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, gt=0, description="prompt + output tokens per request")
     num_gpu_blocks_override: int | None = Field(None, gt=0, description="KV blocks (block_size tokens each)")
     block_size: int = Field(16, gt=0, description="tokens per KV block (vLLM: 16 on GPUs, 128 on CPUs)")
+    template_tokens: int = Field(0, ge=0, description="tokens the server adds to every prompt (its chat template)")
     frontend_overhead_s: float | None = Field(
         None, ge=0, description="seconds from send to the API server (network + fixed; default: the performance "
                                 "model's per-request overhead)")

@@ -88,6 +88,7 @@ class Engine(DecodeSpans):
         self.pool = BlockPool(num_blocks, enable_prefix_caching=config.enable_prefix_caching)
         cap = num_blocks * bs
         self.max_model_len = min(config.max_model_len or cap, cap)
+        self.template_tokens = config.template_tokens
         self.keep_token_times = keep_token_times
         self.max_span_steps = max(1, max_span_steps)
         self.waiting: deque[SimRequest] = deque()
@@ -125,6 +126,9 @@ class Engine(DecodeSpans):
     def add(self, r: SimRequest, now: float | None = None) -> bool:
         """Queue a request arriving at ``now`` (default ``r.arrival``); False (state REJECTED,
         ``error`` set) when it can never run."""
+        if self.template_tokens:  # the server's chat template, tokenised with the prompt
+            r.prompt_tokens += self.template_tokens
+            r.num_tokens += self.template_tokens
         if r.prompt_tokens < 1 or r.max_tokens < 1:
             r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
         elif r.prompt_tokens + r.max_tokens > self.max_model_len:

@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infermeter.errors import ConfigError
+from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
 from infermeter.twin.deploy import Twin, build_twin, engine_defaults, hardware_config
 from infermeter.twin.router import RouterName
 
@@ -54,6 +56,8 @@ class TwinSpec(BaseModel):
     router: RouterName = Field("round-robin", description="gateway policy across replicas: round-robin | session | "
                                                           "least-outstanding (one process only)")
     served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
+    calibration: str | None = Field(None, description="a calibration file (`infermeter calibrate`): the twin of that "
+                                                      "measured deployment; model and hardware come from it")
 
     @property
     def hardware(self) -> str:
@@ -64,8 +68,21 @@ class TwinSpec(BaseModel):
         return {k: getattr(self, k) for k in ENGINE_KNOBS}
 
     def twin(self) -> Twin:
-        """The performance model's deployment as a twin (ConfigError names a bad model, hardware or knob)."""
+        """The performance model's deployment as a twin (ConfigError names a bad model, hardware or knob);
+        with ``calibration``, the calibrated deployment's twin, the knobs given here on top."""
+        if self.calibration is not None:
+            return self._calibrated()
         return build_twin(self.model, self.hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
                           engine=engine_defaults(**self.engine_options()),
                           gpu_memory_utilization=self.gpu_memory_utilization,
                           served_model_name=self.served_model_name, router=self.router)
+
+    def _calibrated(self) -> Twin:
+        assert self.calibration is not None
+        cal = DeploymentCalibration.read(self.calibration)
+        for name, theirs in (("model", cal.deployment.model), ("gpu", cal.deployment.hardware)):
+            if name in self.model_fields_set and getattr(self, name) != theirs:
+                raise ConfigError(f"--calibration {self.calibration}: it calibrates {cal.deployment.model} on "
+                                  f"{cal.deployment.hardware}, not --{name} {getattr(self, name)}; drop --{name}")
+        knobs = {k: v for k, v in self.engine_options().items() if k in self.model_fields_set}
+        return calibrated_twin(cal, served_model_name=self.served_model_name, router=self.router, **knobs)
