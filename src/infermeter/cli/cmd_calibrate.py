@@ -53,7 +53,11 @@ def register(app: typer.Typer) -> None:
                 f"{st.per_seq_s * 1000:.3f} ms/sequence  (median |residual| {cal.fit.residuals['median_abs_pct']:.1f}%, "
                 f"p90 {cal.fit.residuals['p90_abs_pct']:.1f}%)" + (f"; not identifiable: {', '.join(cal.fit.dropped)}"
                                                                     if cal.fit.dropped else ""), highlight=False)
-        c.print(f"front end: {fe.overhead_s * 1000:.1f} ms per request before the engine", highlight=False)
+        c.print(f"front end: {fe.overhead_s * 1000:.1f} ms per request before the engine, "
+                f"{fe.service_s * 1000:.1f} ms of serial work in the API server; the server adds "
+                f"{fe.template_tokens} tokens to each prompt", highlight=False)
+        for w in cal.fit.warnings:
+            c.print(f"[yellow]warning:[/] {w}", highlight=False)
         c.print(f"engine: max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
                 f"KV {e.kv_capacity_tokens:,} tokens in blocks of {e.block_size} ({e.source})", highlight=False)
         if cal.checks:

@@ -118,8 +118,14 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         source=("KV capacity and block size from the server's /metrics (cache_config_info); " if info else "")
         + f"scheduler limits {'from flags' if max_num_seqs or max_num_batched_tokens else f'{name} defaults'}")
     runs = []
+    warnings: list[str] = []
     for d, h in zip(dirs, heads):
         s = Summary.read(d / store.SUMMARY)
+        hits = (h.server_metrics or {}).get("prefix_cache_hits") or 0
+        if hits and s.cached_prompt_tokens is None:
+            warnings.append(f"{d}: the server's prefix cache served {hits:,.0f} prompt tokens but did not say which "
+                            "requests got them; their prefill steps look cheaper than they are (measure with fresh "
+                            "prompts: the default --prompt-salt, or reset the cache)")
         runs.append({"run_dir": str(d), "load": s.load, "completed": s.completed,
                      "mean_input_tokens": s.mean_input_tokens, "mean_output_tokens": s.mean_output_tokens})
     cal = DeploymentCalibration(
@@ -129,6 +135,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         frontend=Frontend(overhead_s=overhead, template_tokens=template),
         engine=settings,
         fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals, dropped=fit.dropped,
+                      warnings=tuple(warnings),
                       frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
                                      "found the engine idle"))
     cal = fit_service_time(cal, dirs)

@@ -87,6 +87,7 @@ class FitReport(_Frozen):
     residuals: dict[str, float] = {}
     dropped: tuple[str, ...] = ()
     frontend_basis: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 class DeploymentCalibration(_Frozen):
