@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(BIN)/infermeter run --requests 200 --concurrency 16 --out results/demo
 
 test: $(STAMP)
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -19,9 +19,9 @@ parses the request before stamping its arrival, then waits for a CPU). The
 upper bound, 40 ms + 10 % of the server mean, keeps room for that yet fails if
 the client were anchored elsewhere (intended time: + the whole queueing delay)
 or took the first token from a later chunk (+ an ITL per chunk, ~40 ms here,
-times several chunks). Mean
-ITL must agree within 5 %: both sides divide the same decode spans by the
-same number of gaps, so only the edge jitter differs.
+times several chunks). Mean ITL: both sides divide the same decode spans by
+the same number of gaps, so only the edge jitter differs (the difference of
+the last and the first token's delivery delays, spread over 31 gaps).
 """
 
 from __future__ import annotations
@@ -139,7 +139,20 @@ def test_itl_agrees_with_vllm_histogram(measured):
     summary, _, before, after = measured
     server_ms, n = _mean_ms(after, before, "vllm:inter_token_latency_seconds")
     assert n == 40 * 31  # 32 tokens -> 31 gaps per request
-    assert summary["itl_ms"]["mean"] == pytest.approx(server_ms, rel=0.05)
+    # the client counts the same gaps: one per token after the first content token
+    assert summary["itl_ms"]["count"] == n
+    # Both sides divide one request's decode span (first token -> last token) by 31, so
+    # 31 * (client - server) = (delivery delay of the last token) - (of the first token).
+    # Each delay lies in the TTFT/E2E test's window [-5, 40 ms + 10 % of the server mean];
+    # their difference therefore within 45 ms + 10 % of the server E2E. Under CPU contention
+    # the first token (which shares the API server with arriving prompts) is delayed more than
+    # the last: a CI run saw 18.9 vs 20.9 ms (62 ms per request), within this, not within 5 %.
+    server_e2e, _ = _mean_ms(after, before, "vllm:e2e_request_latency_seconds")
+    client_ms = summary["itl_ms"]["mean"]
+    edge_ms = 31 * (client_ms - server_ms)
+    sys.stderr.write(f"\n[agreement] itl: client {client_ms:.2f} ms, vLLM {server_ms:.2f} ms, "
+                     f"edge difference {edge_ms:.1f} ms per request\n")
+    assert abs(edge_ms) <= 45.0 + 0.10 * server_e2e, f"itl: client {client_ms:.2f} vs vLLM {server_ms:.2f} ms"
 
 
 def test_server_metrics_were_scraped_into_the_run(measured):
