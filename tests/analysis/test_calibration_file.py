@@ -103,3 +103,42 @@ def test_simulate_with_a_calibration_just_works(tmp_path, cli):
     wrong = cli("simulate", "--calibration", str(path), "--model", "llama-3.1-70b", "--requests", "5",
                 "--out", str(tmp_path / "x"))
     assert wrong.returncode == 2 and "calibrates m on test-cpu, not --model llama-3.1-70b" in wrong.stderr
+    # the calibration saw batches of at most 4: a batch of 8 is extrapolated, and the run says so
+    assert cal.fit.max_seqs == 4
+    extrapolated = [f for f in s["findings"] if f["code"] == "extrapolated"]
+    assert extrapolated and "reached 8 sequences" in extrapolated[0]["message"] and "at most 4" in extrapolated[0]["message"]
+    # its predicted figures carry 80% bands, on the basis of a calibrated deployment
+    pi = s["prediction_intervals"]["tpot_ms"]
+    assert pi["lo"] < s["tpot_ms"]["p50"] == pi["value"] < pi["hi"] and "calibrated deployment" in pi["basis"]
+
+
+def test_a_prediction_inside_the_calibrated_batches_is_not_flagged(tmp_path):
+    from infermeter.measure.calibrate import simulated_like
+
+    dirs = [measured_like(tmp_path, 1, 20, "c1"), measured_like(tmp_path, 4, 40, "c4")]
+    cal = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu", check=False)
+    s = simulated_like(cal, dirs[1], tmp_path / "c2", concurrency=2, requests=20)
+    assert s.completed == 20 and "extrapolated" not in [f.code for f in s.findings]
+
+
+def test_the_context_term_is_fitted_only_when_two_length_mixes_tell_it_apart(tmp_path):
+    from infermeter.analysis.stepfit import engine_steps, fit_linear
+
+    kv_engine = LinearStepTime(base_s=0.010, per_token_s=0.0004, per_kv_token_s=4e-6)
+
+    def run(inp, name):
+        work = build_workload(input_tokens=inp, output_tokens="48", seed=3)
+        src = ClosedLoopSource(4, local_stream(None, iter(work.requests()), keys=False), requests=24)
+        res = simulate(fake_twin(predictor=kv_engine), src, out_dir=tmp_path / name, token_times=True,
+                       run={"load": {"open_loop": False}, "model": "m", "config": {}})
+        return pq.read_table(res.run_dir / "requests.parquet")
+
+    short, long = run("128", "short"), run("1536", "long")
+    both = fit_linear(engine_steps([short, long]))
+    assert both.per_kv_token_s == pytest.approx(4e-6, rel=0.15)
+    # four decoding sequences at 1,600 tokens of context each: the step the engine takes
+    assert float(both.predict(4, 4, 6400)) == pytest.approx(kv_engine.step_time(4, 6400, 4), rel=0.03)
+    # one mix alone: context per sequence hardly varies, and calibrate leaves the term out
+    steps = engine_steps([short])
+    ctx = steps.kv_tokens / steps.num_seqs
+    assert ctx.std() < 0.2 * ctx.mean()

@@ -27,7 +27,7 @@ def _run(tmp_path, concurrency, n, name, overhead=0.0, input_tokens="128", outpu
 def test_the_fit_recovers_the_engines_step_time_from_two_concurrencies(tmp_path):
     steps = engine_steps([_run(tmp_path, 1, 20, "c1"), _run(tmp_path, 4, 40, "c4")])
     assert steps.n > 500 and steps.prefills.sum() > 0  # decode steps, and steps with a prefill inside
-    fit = fit_linear(steps)
+    fit = fit_linear(steps, kv=False)  # one length mix: the context term is not identifiable (calibrate leaves it out)
     assert fit.base_s == pytest.approx(TRUE.base_s, rel=0.02)
     assert fit.per_token_s == pytest.approx(TRUE.per_token_s, rel=0.02)
     assert fit.per_seq_s == pytest.approx(TRUE.per_seq_s, rel=0.05)

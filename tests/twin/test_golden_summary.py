@@ -31,7 +31,9 @@ CASES = {
 
 # What a run says about itself, not what it measured: allowed to change (schema 2 added keys, and
 # the verdict learned new rules in issue 13).
-VERDICT_KEYS = {"schema_version", "valid", "invalid_reasons", "warnings", "run_dir", "label", "summary_method"}
+VERDICT_KEYS = {"schema_version", "valid", "invalid_reasons", "warnings", "run_dir", "label", "summary_method",
+                # issue 14: the bands around the figures (tests/twin/test_prediction_intervals.py checks them)
+                "prediction_intervals"}
 # Issue 16: the twin reports its waiting queue over the first and last tenth of the run
 # (server_metrics num_requests_waiting_start/_end), which the verdict reads as saturation evidence:
 # the verdict's copy of them, its evidence and its findings may say more than the files.

@@ -458,6 +458,8 @@ class Accumulator:
             client={k: runtime.get(k) for k in ("client_cpu", "cap_held", "max_in_flight") if k in runtime} or None,
             summary_method="exact" if exact else "streaming (" + SKETCH_METHOD + ")",
             windows=Windows(window_s=self.window_s, series=tuple(self.windows())) if self.window_s else None,
+            # a simulated run's bands, fixed once by the simulation (it knows the twin's regime): run.json
+            prediction_intervals=run.get("prediction_intervals"),
         )
 
 

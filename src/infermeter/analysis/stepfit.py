@@ -6,10 +6,11 @@ so the per-token times of concurrent requests line up: clustering them recovers 
 decoding requests all emitted in the step before ran back to back with it, so its length is the
 gap between the two. Those steps are fitted with least squares to
 
-    step_s = base_s + per_token_s * new_tokens + per_seq_s * num_seqs        (non-negative)
+    step_s = base_s + per_token_s * new_tokens + per_seq_s * num_seqs + per_kv_token_s * kv_tokens
 
-(``new_tokens`` = one per decode plus the uncached prompt tokens of each prefill finishing in the
-step), the model of :class:`infermeter.twin.predictor.LinearStepTime`. The front end's fixed cost
+(all non-negative; ``new_tokens`` = one per decode plus the uncached prompt tokens of each prefill
+finishing in the step; ``kv_tokens`` = the context the step's sequences attend to: each one's prompt
+plus the tokens it has generated), the model of :class:`infermeter.twin.predictor.LinearStepTime`. The front end's fixed cost
 (request parsing, tokenisation, transfer: what the engine never sees) is the median, over requests
 that found the engine idle, of TTFT minus the predicted prefill step::
 
@@ -46,6 +47,7 @@ class Steps:
     new_tokens: np.ndarray
     num_seqs: np.ndarray
     prefills: np.ndarray  # requests whose prefill finished in the step
+    kv_tokens: np.ndarray  # context of the step's sequences (prompt + tokens generated so far)
 
     @property
     def n(self) -> int:
@@ -58,11 +60,16 @@ class StepFit:
     per_token_s: float
     per_seq_s: float
     steps: int
+    per_kv_token_s: float = 0.0
     residuals: dict[str, float] = field(default_factory=dict)
     dropped: tuple[str, ...] = ()  # coefficients fixed at 0 (negative or not identifiable)
 
-    def predict(self, new_tokens: np.ndarray | float, num_seqs: np.ndarray | float) -> np.ndarray:
-        return self.base_s + self.per_token_s * np.asarray(new_tokens) + self.per_seq_s * np.asarray(num_seqs)
+    max_seqs: int = 0  # the largest batch among the fitted steps: predictions beyond it extrapolate
+
+    def predict(self, new_tokens: np.ndarray | float, num_seqs: np.ndarray | float,
+                kv_tokens: np.ndarray | float = 0.0) -> np.ndarray:
+        return (self.base_s + self.per_token_s * np.asarray(new_tokens) + self.per_seq_s * np.asarray(num_seqs)
+                + self.per_kv_token_s * np.asarray(kv_tokens))
 
 
 def _measured_ok(table: pa.Table) -> pa.Table:
@@ -77,7 +84,7 @@ def engine_steps(tables: pa.Table | Sequence[pa.Table], eps_s: float = EPS_S) ->
     if not isinstance(tables, pa.Table):
         parts = [_run_steps(t, eps_s) for t in tables]
         return Steps(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("duration_s", "new_tokens",
-                                                                               "num_seqs", "prefills")))
+                                                                               "num_seqs", "prefills", "kv_tokens")))
     return _run_steps(tables, eps_s)
 
 
@@ -111,7 +118,10 @@ def _run_steps(table: pa.Table, eps_s: float) -> Steps:
     first: list[set[int]] = [set() for _ in range(n_steps)]
     for s, r, k in zip(step_of.tolist(), rid.tolist(), pos.tolist()):
         (first if k == 0 else members)[s].add(r)
-    dur, tok, seq, pre = [], [], [], []
+    ctx: dict[tuple[int, int], int] = {}
+    for s, r, k in zip(step_of.tolist(), rid.tolist(), pos.tolist()):
+        ctx[(s, r)] = k
+    dur, tok, seq, pre, kv = [], [], [], [], []
     for s in range(1, n_steps):
         decodes = members[s]
         if not decodes:
@@ -125,18 +135,23 @@ def _run_steps(table: pa.Table, eps_s: float) -> Steps:
         tok.append(len(decodes) + sum(prompt[r] - cached[r] for r in first[s]))
         seq.append(len(decodes) + len(first[s]))
         pre.append(len(first[s]))
+        kv.append(sum(prompt[r] + ctx[(s, r)] for r in decodes) + sum(prompt[r] for r in first[s]))
     if not dur:
         raise DataError("no back-to-back engine steps in these records (was anything running concurrently?)")
-    return Steps(np.asarray(dur), np.asarray(tok, dtype=float), np.asarray(seq, dtype=float), np.asarray(pre))
+    return Steps(np.asarray(dur), np.asarray(tok, dtype=float), np.asarray(seq, dtype=float), np.asarray(pre),
+                 np.asarray(kv, dtype=float))
 
 
-def fit_linear(steps: Steps) -> StepFit:
-    """Non-negative least squares of step length on (1, new tokens, sequences): every subset of the
-    coefficients is tried and the best fit with none negative is kept (three unknowns: eight fits)."""
+def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
+    """Non-negative least squares of step length on (1, new tokens, sequences, context tokens): every
+    subset of the coefficients is tried and the best fit with none negative is kept (``kv=False``
+    leaves the context term out)."""
     y = steps.duration_s
     cols = {"base_s": np.ones(steps.n), "per_token_s": steps.new_tokens, "per_seq_s": steps.num_seqs}
+    if kv:
+        cols["per_kv_token_s"] = steps.kv_tokens
     best: tuple[float, dict[str, float]] | None = None
-    for k in range(3, 0, -1):
+    for k in range(len(cols), 0, -1):
         for names in itertools.combinations(cols, k):
             x = np.column_stack([cols[n] for n in names])
             if np.linalg.matrix_rank(x) < len(names):
@@ -152,8 +167,9 @@ def fit_linear(steps: Steps) -> StepFit:
     if best is None:
         raise DataError("no non-negative step-time fit: the steps do not vary enough")
     coef = {n: best[1].get(n, 0.0) for n in cols}
-    fit = StepFit(steps=steps.n, dropped=tuple(n for n in cols if n not in best[1]), **coef)
-    pred = fit.predict(steps.new_tokens, steps.num_seqs)
+    fit = StepFit(steps=steps.n, dropped=tuple(n for n in cols if n not in best[1]),
+                  max_seqs=int(steps.num_seqs.max()), **coef)
+    pred = fit.predict(steps.new_tokens, steps.num_seqs, steps.kv_tokens)
     rel = np.abs(pred - y) / np.maximum(y, 1e-9)
     fit.residuals.update({"median_abs_pct": float(np.median(rel) * 100), "p90_abs_pct": float(np.percentile(rel, 90) * 100),
                           "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000)})
@@ -176,5 +192,5 @@ def frontend_overhead(tables: pa.Table | Sequence[pa.Table], fit: StepFit) -> fl
         for i in range(sent.size):
             busy = np.any((sent < sent[i]) & (ended > sent[i]))
             if not busy and np.isfinite(first[i]):
-                idle.append(first[i] - sent[i] - float(fit.predict(prompt[i] - cached[i], 1)))
+                idle.append(first[i] - sent[i] - float(fit.predict(prompt[i] - cached[i], 1, prompt[i])))
     return max(0.0, float(np.median(idle))) if idle else 0.0

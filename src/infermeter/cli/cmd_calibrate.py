@@ -49,10 +49,12 @@ def register(app: typer.Typer) -> None:
         st, fe, e = cal.step_time, cal.frontend, cal.engine
         c.print(f"[bold]{cal.deployment.model}[/] served by {cal.deployment.engine} on {cal.deployment.hardware} "
                 f"({len(cal.fit.runs)} runs, {cal.fit.steps:,} engine steps)", highlight=False)
+        kv = f" + {st.per_kv_token_s * 1e6:.2f} µs/context token" if st.per_kv_token_s else ""
         c.print(f"step time = {st.base_s * 1000:.2f} ms + {st.per_token_s * 1000:.3f} ms/token + "
-                f"{st.per_seq_s * 1000:.3f} ms/sequence  (median |residual| {cal.fit.residuals['median_abs_pct']:.1f}%, "
-                f"p90 {cal.fit.residuals['p90_abs_pct']:.1f}%)" + (f"; not identifiable: {', '.join(cal.fit.dropped)}"
-                                                                    if cal.fit.dropped else ""), highlight=False)
+                f"{st.per_seq_s * 1000:.3f} ms/sequence{kv}  (median |residual| {cal.fit.residuals['median_abs_pct']:.1f}%, "
+                f"p90 {cal.fit.residuals['p90_abs_pct']:.1f}%; batches of up to {cal.fit.max_seqs} sequences seen: "
+                "larger ones are extrapolated)" + (f"; not identifiable: {', '.join(cal.fit.dropped)}"
+                                                   if cal.fit.dropped else ""), highlight=False)
         c.print(f"front end: {fe.overhead_s * 1000:.1f} ms per request before the engine, "
                 f"{fe.service_s * 1000:.1f} ms of serial work in the API server; the server adds "
                 f"{fe.template_tokens} tokens to each prompt", highlight=False)

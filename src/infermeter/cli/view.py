@@ -106,6 +106,9 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         parts.append(Text("GPU: " + (", ".join(bits) or "sampled"), style="cyan"))
     if s.get("errors"):
         parts.append(error_table(s))
+    band = interval_line(s)
+    if band is not None:
+        parts.append(band)
     parts.extend(verdict_lines(s))
     for a in s.get("alerts") or []:
         parts.append(Text(f"ALERT: {a.get('message') or a.get('alert', a)}", style="bold magenta"))
@@ -122,6 +125,26 @@ def error_table(s: dict[str, Any]) -> Fit:
         status = status_of(msg)
         t.add_row(Text(cls, style="red"), str(n), "–" if status is None else str(status), Text(msg))
     return Fit(t)
+
+
+_BANDS = (("ttft_ms", "TTFT p50", "ms", "{:,.1f}"), ("tpot_ms", "TPOT p50", "ms", "{:,.2f}"),
+          ("output_token_throughput", "output", "tok/s", "{:,.0f}"))
+
+
+def interval_line(s: dict[str, Any]) -> Text | None:
+    """A simulated run's predicted figures with their 80% intervals ("TPOT p50 6.96 ms (5.29–8.36)")."""
+    pi = s.get("prediction_intervals") or {}
+    bits = []
+    for key, name, unit, fmt in _BANDS:
+        iv = pi.get(key)
+        if not iv:
+            continue
+        v = fmt.format(iv["value"])
+        bits.append(f"{name} {v} {unit} ({fmt.format(iv['lo'])}–{fmt.format(iv['hi'])})" if "lo" in iv
+                    else f"{name} {v} {unit} (no interval: {str(iv.get('why', '')).split(':')[0]})")
+    if not bits:
+        return None
+    return Text("predicted, 80% intervals from the model's out-of-sample errors: " + " · ".join(bits), style="cyan")
 
 
 def verdict_lines(s: dict[str, Any]) -> list[Text]:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -97,7 +98,12 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         raise ConfigError(f"calibrate: the runs measured different deployments (models {sorted(map(str, models))}, "
                           f"urls {sorted(map(str, urls))}); calibrate one at a time")
     tables = [pq.read_table(d / store.PARQUET) for d in dirs]
-    fit = fit_linear(engine_steps(tables))
+    steps = engine_steps(tables)
+    # the context term is only identifiable when context per sequence varies (more than one length
+    # mix); with one mix it tracks the batch size and would extrapolate to other lengths as noise
+    per_seq_ctx = steps.kv_tokens / np.maximum(steps.num_seqs, 1)
+    ctx_varies = float(np.std(per_seq_ctx)) > 0.2 * float(np.mean(per_seq_ctx))
+    fit = fit_linear(steps, kv=ctx_varies)
     overhead = frontend_overhead(tables, fit)
     template = template_tokens(tables)
     scraped = (heads[0].server_metrics or {}).get("engine")
@@ -131,10 +137,12 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     cal = DeploymentCalibration(
         deployment=Deployment(model=str(next(iter(models))), hardware=hardware or heads[0].hardware or "unknown",
                               engine=name, url=next(iter(urls))),
-        step_time=StepTime(base_s=fit.base_s, per_token_s=fit.per_token_s, per_seq_s=fit.per_seq_s),
+        step_time=StepTime(base_s=fit.base_s, per_token_s=fit.per_token_s, per_seq_s=fit.per_seq_s,
+                           per_kv_token_s=fit.per_kv_token_s),
         frontend=Frontend(overhead_s=overhead, template_tokens=template),
         engine=settings,
-        fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals, dropped=fit.dropped,
+        fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals,
+                      dropped=fit.dropped + (() if ctx_varies else ("per_kv_token_s",)), max_seqs=fit.max_seqs,
                       warnings=tuple(warnings),
                       frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
                                      "found the engine idle"))

@@ -80,7 +80,7 @@ def run_fleet(plan: Any, out: Path, run: dict[str, Any], *,
     if progress is not None:
         progress(loop.end, seen)
     return finish_run(out, run, writer, stats, waiting, loop, t0,
-                      runtime={"workers": len(finals), "backend": parts.backend, **parts.describe()})
+                      runtime={"workers": len(finals), "backend": parts.backend, **parts.describe()}, twin=plan.twin)
 
 
 def assemble(finals: list[dict[str, Any]], pp: int) -> tuple[list[dict[str, Any]], list[Any], LoopStats]:

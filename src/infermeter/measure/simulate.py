@@ -43,6 +43,7 @@ from typing import Any
 from infermeter.analysis.accumulator import EXACT_LIMIT, Accumulator
 from infermeter.errors import DataError, UserError
 from infermeter.measure import recorder
+from infermeter.measure.intervals import prediction_intervals
 from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
@@ -126,7 +127,7 @@ def simulate(
             close()
     res = finish_run(out_dir, run, writer, [engine_stats(e) for e in engines],
                      [e.waiting_series.state() for e in engines], loop.stats, t0,
-                     runtime={"resumed": True} if resume is not None else None)
+                     runtime={"resumed": True} if resume is not None else None, twin=twin)
     (out_dir / CHECKPOINT).unlink(missing_ok=True)
     return res
 
@@ -174,19 +175,28 @@ def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_lim
 
 def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: Sequence[dict[str, Any]],
                waiting: Sequence[tuple[float, Sequence[float]]], loop: LoopStats, t0: float,
-               runtime: dict[str, Any] | None = None) -> SimulationResult:
-    """Close the records, write run.json and summary.json (engine stats in engine order)."""
+               runtime: dict[str, Any] | None = None, twin: Twin | None = None) -> SimulationResult:
+    """Close the records, write run.json and summary.json (engine stats in engine order; with ``twin``, the
+    summary's ``prediction_intervals``)."""
     writer.close()
     out_dir = Path(out_dir)
     os.replace(writer.path, out_dir / store.PARQUET)
     run = dict(run)
     run["source"] = "simulated"
     run["server_metrics"] = server_metrics(stats, loop, sum_series(waiting), writer.intended_span)
+    seen = ((run.get("target") or {}).get("emulated") or {}).get("calibrated_max_seqs")
+    batch = max((int(s["max_running"]) for s in stats), default=0)
+    if seen and batch > seen:
+        run["notices"] = [*run.get("notices", []), (
+            f"extrapolated: the simulated batch reached {batch} sequences; the calibration's steps had at most "
+            f"{seen}, so the step time beyond is extrapolated (measure a run at that concurrency and recalibrate)")]
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     run["runtime"] = {"wall_s": wall, "virtual_s": loop.end, "records": writer.rows, "peak_rss_mib": rss,
                       "steps": sum(int(s["steps"]) for s in stats), "cancelled": loop.cancelled, **(runtime or {})}
     summary = writer.accumulator.summary(run).to_json()
+    if twin is not None:  # kept in run.json, so that every summary of these records carries the same bands
+        run["prediction_intervals"] = summary["prediction_intervals"] = prediction_intervals(twin, summary)
     summary["run_dir"] = str(out_dir)
     store.write_json(out_dir / store.RUN, run)
     store.write_json(out_dir / store.SUMMARY, summary)

@@ -35,6 +35,7 @@ from infermeter.report.tables import (
     cost_table,
     definitions_table,
     gpu_table,
+    interval_table,
     latency_tables,
     prices_table,
     runs_table,
@@ -126,7 +127,7 @@ def build_content(runs: list[RunDir], aggs: list[tuple[RunDir, RunAggregates]], 
                             "breaks even.", [cost_table(costs), prices_table(costs)], has_charts="cost" in has,
                             notes=price_notes))
     numbers = [throughput_table(leaves), *latency_tables(leaves)]
-    numbers += [t for t in (server_table(leaves), gpu_table(leaves)) if t is not None]
+    numbers += [t for t in (interval_table(leaves), server_table(leaves), gpu_table(leaves)) if t is not None]
     sections.append(Section("numbers", "All numbers", "Every run's summary.json values.", numbers))
     sections.append(Section("definitions", "Metric definitions", None, [definitions_table()]))
     now = options.now or dt.datetime.now(dt.timezone.utc)

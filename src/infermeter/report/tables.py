@@ -146,9 +146,35 @@ def gpu_table(leaves: list[RunDir]) -> Table | None:
     return Table("gpu", "GPU telemetry", ["run"] + [k.replace("_", " ") for k in keys], rows)
 
 
+BANDED = [("ttft_ms", "TTFT p50 (ms)"), ("tpot_ms", "TPOT p50 (ms)"), ("output_token_throughput", "output tok/s")]
+
+
+def interval_table(leaves: list[RunDir]) -> Table | None:
+    """Simulated runs' predicted figures with their 80% prediction intervals (summary ``prediction_intervals``)."""
+    rows = []
+    for r in leaves:
+        pi = r.summary.get("prediction_intervals") or {}
+        if not pi:
+            continue
+        row = [run_cell(r)]
+        basis = ""
+        for key, _ in BANDED:
+            iv = pi.get(key) or {}
+            row += [Cell.num(iv.get("value")), Cell.num(iv.get("lo")), Cell.num(iv.get("hi"))]
+            basis = basis or str(iv.get("basis") or "")
+        rows.append([*row, Cell.text(basis)])
+    if not rows:
+        return None
+    cols = ["run"] + [f"{name} {part}" for _, name in BANDED for part in ("", "low", "high")] + ["basis"]
+    cols = [c.replace("  ", " ").strip() for c in cols]
+    return Table("intervals", "Predicted figures: 80% prediction intervals", cols, rows,
+                 note="simulated: the band is where 80% of measurements fell around the model's prediction "
+                      "out of sample (docs/performance-model.md); a saturated run's TTFT has none")
+
+
 def run_tables(leaves: list[RunDir]) -> list[Table]:
     tables = [runs_table(leaves), throughput_table(leaves), *latency_tables(leaves), validity_table(leaves)]
-    tables.extend(t for t in (server_table(leaves), gpu_table(leaves)) if t is not None)
+    tables.extend(t for t in (interval_table(leaves), server_table(leaves), gpu_table(leaves)) if t is not None)
     return tables
 
 

@@ -86,6 +86,8 @@ class FitReport(_Frozen):
     steps: int = 0
     residuals: dict[str, float] = {}
     dropped: tuple[str, ...] = ()
+    max_seqs: int = Field(0, ge=0, description="the largest batch among the fitted steps: beyond it the step "
+                                                "time is extrapolated (simulated runs that go further say so)")
     frontend_basis: str = ""
     warnings: tuple[str, ...] = ()
 
@@ -152,4 +154,5 @@ def calibrated_twin(cal: DeploymentCalibration, *, served_model_name: str | None
                 request_overhead_s=cal.frontend.overhead_s, router=router,
                 details={"dtype": d.dtype, "engine": d.engine, "calibrated": True,
                          "kv_capacity_tokens": e.kv_capacity_tokens, "step_time": cal.step_time.model_dump(),
+                         "calibrated_max_seqs": cal.fit.max_seqs or None,
                          "frontend": cal.frontend.model_dump()})

@@ -1,0 +1,70 @@
+"""80 % prediction intervals for a simulated run's headline figures: ``summary.json`` ``prediction_intervals``.
+
+Promises: :func:`prediction_intervals` returns, for the TTFT p50, TPOT p50 and output tokens/s of a
+simulated run, ``{"value", "lo", "hi", "stat", "basis"}`` from the performance model's
+out-of-sample errors (:mod:`infermeter.perfmodel.uncertainty`), in the run's regime: the twin's
+own deployment (model, hardware, calibration status) when it was built from the performance
+model; a calibrated deployment (``--calibration``) as a ``deployment`` regime, which borrows the
+fitted published rows' cells until the file carries held-out residuals of its own. A figure the
+model cannot bound gets ``{"value", "why"}`` instead, never an invented band: TTFT of a saturated
+run (queueing turns a small step-time error into an unbounded TTFT error)::
+
+    pi = prediction_intervals(twin, summary)      # summary: the dict summary.json holds
+    pi["tpot_ms"]["lo"], pi["tpot_ms"]["hi"], pi["tpot_ms"]["basis"]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infermeter.errors import ConfigError
+from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.uncertainty import METRIC_GROUPS, Regime, interval, regime_of
+from infermeter.twin.deploy import Twin
+
+# summary key -> (statistic, the uncertainty table's metric)
+FIGURES = {"ttft_ms": ("p50", "ttft_ms"), "tpot_ms": ("p50", "tpot_ms"),
+           "output_token_throughput": (None, "output_tokens_per_s")}
+
+
+def _value(summary: dict[str, Any], key: str, stat: str | None) -> float | None:
+    v = summary.get(key)
+    if stat is not None:
+        v = (v or {}).get(stat) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def prediction_intervals(twin: Twin, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """See the module docstring; None when the run has none of the figures."""
+    mi = max(1, round(summary.get("mean_input_tokens") or 1))
+    mo = max(1, round(summary.get("mean_output_tokens") or 1))
+    sm = summary.get("server_metrics") or {}
+    batch = max(1, round(sm.get("num_requests_running_mean") or 1))
+    saturated = bool((summary.get("saturation") or {}).get("saturated"))
+    d = twin.predictor if isinstance(twin.predictor, Deployment) else None
+    out: dict[str, Any] = {}
+    for key, (stat, metric) in FIGURES.items():
+        value = _value(summary, key, stat)
+        if value is None or value <= 0:
+            continue
+        if key == "ttft_ms" and saturated:
+            out[key] = {"stat": stat, "value": value,
+                        "why": "saturated: queueing amplifies the step-time error without bound, so no interval"}
+            continue
+        group = METRIC_GROUPS[metric][0]
+        try:
+            if d is not None:
+                reg = regime_of(d, metric, mi, mo, batch)
+            else:
+                ttft, e2e = _value(summary, "ttft_ms", "p50") or 0.0, _value(summary, "e2e_ms", "p50") or 0.0
+                bound = {"ttft": "prefill", "tpot": "decode"}.get(group) or ("prefill" if ttft > e2e - ttft else "decode")
+                reg = Regime(group, bound, "deployment")
+            lo, hi, basis = interval(metric, value, reg)
+        except ConfigError as exc:
+            out[key] = {"stat": stat, "value": value, "why": str(exc)}
+            continue
+        if d is None:
+            basis += ("; a calibrated deployment: the fitted published rows' errors stand in for its own held-out "
+                      "errors (docs/performance-model.md, 'Calibrating a deployment')")
+        out[key] = {"stat": stat, "value": value, "lo": lo, "hi": hi, "basis": basis}
+    return out or None
