@@ -142,3 +142,22 @@ def test_the_context_term_is_fitted_only_when_two_length_mixes_tell_it_apart(tmp
     steps = engine_steps([short])
     ctx = steps.kv_tokens / steps.num_seqs
     assert ctx.std() < 0.2 * ctx.mean()
+
+
+def test_plan_with_a_calibration_simulates_the_calibrated_deployment(tmp_path, cli):
+    dirs = [measured_like(tmp_path, 1, 20, "c1"), measured_like(tmp_path, 4, 40, "c4")]
+    path = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu", check=False).write(tmp_path / "cal.yaml")
+    p = cli("plan", "--calibration", str(path), "--input-tokens", "128", "--output-tokens", "32", "--concurrency", "2",
+            "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    plan = json.loads(p.stdout)
+    assert plan["model"] == "m" and plan["hardware"] == "test-cpu" and plan["kv_capacity_tokens"] == 93184
+    # two users decode together: TPOT is the true engine's step of two sequences (its context term is 0)
+    assert plan["tpot_ms"] == pytest.approx(1000 * TRUE.step_time(2, 0, 2), rel=0.05)
+    lo, hi = plan["intervals"]["tpot_ms"]
+    assert lo < plan["tpot_ms"] < hi
+    # saturation: the engine's 128-sequence batch, far beyond the 4 the calibration saw
+    assert plan["saturation_concurrency"] == 128 and plan["saturation_output_tokens_per_s"] > plan["output_tokens_per_s"]
+    assert any("reached 128 sequences" in n for n in plan["notes"])
+    wrong = cli("plan", "--calibration", str(path), "--model", "llama-3.1-8b")
+    assert wrong.returncode == 2 and "calibrates m, not --model llama-3.1-8b" in wrong.stderr

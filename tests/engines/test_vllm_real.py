@@ -185,3 +185,40 @@ def test_repeated_prompt_hits_the_prefix_cache(vllm, tmp_path):
     sm = summary["server_metrics"]
     assert sm["prefix_cache_hit_rate"] == pytest.approx(hits / queries)
     assert sm["prefix_cache_hit_rate"] > 0.5
+
+
+def test_calibrate_fits_the_real_engine_and_predicts_a_held_out_load(vllm, tmp_path, cli):
+    """The reduced version of benchmarks/vllm_cpu_validation.py (issue 14): calibrate on concurrency 1 and 4,
+    predict concurrency 2. The accuracy claim (within 20 %) lives in that benchmark and in
+    docs/performance-model.md; on a shared CI machine the engine's speed can change between runs, so this
+    test asserts what cannot drift -- what calibrate reads from the server, and that the held-out prediction
+    is the right order (within a factor of 1.5: a unit or attribution error is 2x or more)."""
+    runs = {}
+    for name, c, n in (("c1", "1", "10"), ("c4", "4", "16"), ("c2", "2", "12")):
+        runs[name] = infermeter_run(vllm.base_url, tmp_path / name, "--api", "chat", "--concurrency", c, "--requests", n,
+                                    "--input-tokens", "128", "--output-tokens", "32", "--ignore-eos", "--warmup", "2")
+    cal_path = tmp_path / "cal.yaml"
+    p = cli("calibrate", str(tmp_path / "c1"), str(tmp_path / "c4"), "--engine", "vllm-cpu", "--hardware", "ci-cpu",
+            "--out", str(cal_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    from infermeter.twin.calibration import DeploymentCalibration
+
+    cal = DeploymentCalibration.read(cal_path)
+    # read from the server itself: its KV pool and block size (cache_config_info) and the chat template's tokens
+    assert cal.engine.block_size == 128 and cal.engine.kv_capacity_tokens > 10_000
+    # (median over requests of the server's prompt count minus ours; the mean differs by a token or two where the
+    # server's tokenizer splits a generated prompt differently)
+    assert 0 < cal.frontend.template_tokens and abs(cal.frontend.template_tokens - (runs["c1"]["mean_input_tokens"] - 128)) <= 4
+    assert cal.fit.max_seqs == 4 and cal.fit.steps > 200
+    assert cal.step_time.base_s > 0 and cal.step_time.per_token_s > 0
+    out = tmp_path / "pred"
+    p = cli("simulate", "--calibration", str(cal_path), "--concurrency", "2", "--requests", "12", "--input-tokens",
+            "128", "--output-tokens", "32", "--out", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    pred = json.loads((out / "summary.json").read_text())
+    for key, stat in (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("output_token_throughput", None)):
+        m = runs["c2"][key][stat] if stat else runs["c2"][key]
+        q = pred[key][stat] if stat else pred[key]
+        sys.stderr.write(f"\n[calibrate] c2 {key}: measured {m:.1f}, predicted {q:.1f} ({100 * (q / m - 1):+.1f}%)\n")
+        assert 1 / 1.5 <= q / m <= 1.5, (key, m, q)
+    assert "prediction_intervals" in pred and pred["prediction_intervals"]["tpot_ms"]["lo"] < pred["tpot_ms"]["p50"]

@@ -77,6 +77,8 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
     for p in plans:
         table.add_column(p["config"], justify="right")
     for label, key, fmt in _ROWS:
+        if all(p.get(key) is None for p in plans):
+            continue  # e.g. memory rows of a calibrated deployment: not modelled
         table.add_row(label, *[_cell(fmt, p.get(key), key, p.get("intervals")) for p in plans])
     if any("cost" in p for p in plans):
         for label, key, fmt in _COST_ROWS:
@@ -257,6 +259,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
         cost: Annotated[bool, typer.Option("--cost", help="Add $/hour, $/1M tokens and $/1M requests at the predicted saturation throughput (dated catalog price).")] = False,
         overhead: Annotated[float, typer.Option("--overhead", help="With --cost: hidden costs as a fraction of the hourly price.")] = 0.0,
+        calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration file (`infermeter calibrate`): plan the measured deployment (model, hardware and engine from the file) by simulating its calibrated twin.")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
@@ -270,6 +273,22 @@ def register(app: typer.Typer) -> None:
                 print(json.dumps(_validation_json(report), indent=2))
             else:
                 _print_validation(report, validate)
+            return
+        if calibration:
+            from infermeter.measure.calibrate import plan_calibrated
+            from infermeter.twin.calibration import DeploymentCalibration
+
+            cal = DeploymentCalibration.read(calibration)
+            if model and model != cal.deployment.model:
+                raise ConfigError(f"--calibration {calibration} calibrates {cal.deployment.model}, not --model {model}")
+            if gpu or compare or extra or check or cost:
+                raise ConfigError("--calibration plans the calibrated deployment itself: drop --gpu/--compare/--check/--cost")
+            plans = [plan_calibrated(cal, input_tokens=input_tokens, output_tokens=output_tokens, concurrency=concurrency)]
+            if as_json:
+                print(json.dumps(plans[0], indent=2))
+                return
+            _print_plans(plans, f"{cal.deployment.model} served by {cal.deployment.engine} on {cal.deployment.hardware} "
+                                f"(calibrated), {input_tokens} in / {output_tokens} out, concurrency {concurrency}")
             return
         if not model:
             raise ConfigError("--model is required (e.g. --model llama-3.1-70b), unless --validate is given")

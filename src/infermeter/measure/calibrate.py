@@ -235,3 +235,51 @@ def check_run(cal: DeploymentCalibration, run_dir: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="infermeter-calcheck-") as tmp:
         simulated = simulated_like(cal, run_dir, Path(tmp) / "sim")
     return {"run_dir": str(run_dir), **compare(measured, simulated)}
+
+
+def plan_calibrated(cal: DeploymentCalibration, *, input_tokens: int, output_tokens: int, concurrency: int = 1,
+                    requests: int | None = None) -> dict[str, Any]:
+    """``infermeter plan --calibration``: the calibrated twin simulated at ``concurrency`` closed-loop users and at
+    saturation (the engine's batch limit, or the KV capacity's), in ``plan --json``'s keys. Figures are simulated
+    from the calibration (no roofline): ``intervals`` are the simulations' ``prediction_intervals``, and a load
+    beyond the calibrated batch sizes says so in ``notes``."""
+    e = cal.engine
+    sat_n = max(1, min(e.max_num_seqs, e.kv_capacity_tokens // max(1, input_tokens + output_tokens)))
+
+    def sim(n: int, tmp: str, name: str) -> Summary:
+        cfg = RunConfig(model=cal.deployment.model, input_tokens=str(input_tokens), output_tokens=str(output_tokens),
+                        concurrency=n, requests=requests or max(24, 3 * n), seed=1, out=str(Path(tmp) / name),
+                        history=False)
+        res = SimPlan(cfg, twin=calibrated_twin(cal), token_times="off").run()
+        return Summary.read(res.run_dir / store.SUMMARY)
+
+    with tempfile.TemporaryDirectory(prefix="infermeter-calplan-") as tmp:
+        at, sat = sim(concurrency, tmp, "at"), sim(sat_n, tmp, "sat")
+    pi = at.prediction_intervals or {}
+    spi = sat.prediction_intervals or {}
+
+    def band(block: dict[str, Any], key: str) -> list[float] | None:
+        iv = block.get(key) or {}
+        return [round(iv["lo"], 4), round(iv["hi"], 4)] if "lo" in iv else None
+
+    tpot = at.tpot_ms.get("p50")
+    intervals = {k: v for k, v in {"ttft_ms": band(pi, "ttft_ms"), "tpot_ms": band(pi, "tpot_ms"),
+                                   "output_tokens_per_s": band(pi, "output_token_throughput"),
+                                   "saturation_output_tokens_per_s": band(spi, "output_token_throughput")}.items() if v}
+    notes = [f.message for s in (at, sat) for f in s.findings if f.code == "extrapolated"]
+    d = cal.deployment
+    return {
+        "config": f"{d.hardware} (calibrated)", "model": d.model, "hardware": d.hardware, "engine": d.engine,
+        "dtype": d.dtype or "as served", "kv_dtype": "as served", "replicas": 1, "input_tokens": input_tokens,
+        "output_tokens": output_tokens, "concurrency": concurrency, "fits": True, "why_not": None,
+        "kv_capacity_tokens": e.kv_capacity_tokens, "max_concurrency": e.max_num_seqs,
+        "ttft_ms": at.ttft_ms.get("p50"), "tpot_ms": tpot,
+        "per_user_output_tokens_per_s": 1000.0 / tpot if tpot else None,
+        "output_tokens_per_s": at.output_token_throughput,
+        "saturation_output_tokens_per_s": sat.output_token_throughput, "saturation_concurrency": sat_n,
+        "bound": "calibrated step time", "intervals": intervals,
+        "basis": "simulated with the calibrated twin (p50s of a closed-loop simulation); intervals: "
+                 + str(((pi.get("tpot_ms") or {}).get("basis")) or "none"),
+        "calibration": {"created_at": cal.created_at, "runs": len(cal.fit.runs), "max_seqs": cal.fit.max_seqs},
+        "notes": list(dict.fromkeys(notes)),
+    }
