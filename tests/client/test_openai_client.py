@@ -6,9 +6,6 @@ import json
 import pytest
 from aiohttp import web
 
-from infermeter.client.openai import ClientConfig, OpenAIClient
-from infermeter.client.session import make_session
-from infermeter.records.record import RequestRecord
 from infermeter.workload.spec import RequestSpec
 
 SPEC = RequestSpec(index=0, prompt=None, messages=({"role": "user", "content": "hi"},), max_tokens=3, input_tokens=1)
@@ -18,29 +15,9 @@ def chunk(delta, finish=None):
     return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
 
 
-async def _send(handler, api_key=None, **cfg):
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    try:
-        async with make_session() as session:
-            client = OpenAIClient(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", api_key=api_key, **cfg),
-                                  session, lambda: loop.time() - t0)
-            rec = RequestRecord(request_id=0)
-            await client.send(SPEC, rec)
-            return rec
-    finally:
-        await runner.cleanup()
-
-
-def send(handler, **kw):
-    return asyncio.run(_send(handler, **kw))
+@pytest.fixture
+def send(send_once):
+    return lambda handler, **kw: asyncio.run(send_once(handler, SPEC, **kw))
 
 
 def sse(body: str, wait_after_s: float = 0.0):
@@ -61,18 +38,18 @@ def sse(body: str, wait_after_s: float = 0.0):
     'data: {"choices":[],"usage":{"prompt_tokens":"3","completion_tokens":2}}\n\n',
     'data: {"choices":[{"delta":{"content":5}}]}\n\n',
 ])
-def test_valid_json_of_the_wrong_shape_is_malformed_not_lost(body):
+def test_valid_json_of_the_wrong_shape_is_malformed_not_lost(body, send):
     rec = send(sse(chunk({"content": "a"}) + body + "data: [DONE]\n\n"))
     assert rec.outcome == "error" and rec.error_class == "malformed_response"
     assert rec.ended_at is not None
 
 
-def test_non_string_finish_reason_is_kept_as_text():
+def test_non_string_finish_reason_is_kept_as_text(send):
     rec = send(sse(chunk({"content": "a"}) + chunk({"content": "b"}, finish=1) + "data: [DONE]\n\n"))
     assert rec.outcome == "ok" and rec.finish_reason == "1"
 
 
-def test_end_is_the_done_event_not_the_connection_close():
+def test_end_is_the_done_event_not_the_connection_close(send):
     body = chunk({"content": "a"}) + chunk({"content": "b"}) + chunk({}, "length") + \
         'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
     rec = send(sse(body, wait_after_s=1.0))
@@ -80,7 +57,7 @@ def test_end_is_the_done_event_not_the_connection_close():
     assert rec.ended_at - rec.sent_at < 0.5
 
 
-def test_a_plain_json_answer_has_no_token_timing():
+def test_a_plain_json_answer_has_no_token_timing(send):
     async def handler(request):
         return web.json_response({"choices": [{"message": {"content": "a b c"}, "finish_reason": "length"}],
                                   "usage": {"prompt_tokens": 1, "completion_tokens": 3}})
@@ -89,7 +66,7 @@ def test_a_plain_json_answer_has_no_token_timing():
     assert rec.first_token_at is None and rec.chunk_times == []
 
 
-def test_an_echoed_api_key_is_redacted():
+def test_an_echoed_api_key_is_redacted(send):
     async def handler(request):
         return web.json_response({"error": f"bad key {request.headers['Authorization']}"}, status=401)
     rec = send(handler, api_key="sk-LEAKME")
@@ -97,7 +74,7 @@ def test_an_echoed_api_key_is_redacted():
     assert "sk-LEAKME" not in rec.error_detail and "***" in rec.error_detail
 
 
-def test_redirect_is_not_a_server_error():
+def test_redirect_is_not_a_server_error(send):
     async def handler(request):
         return web.Response(status=304)
     assert send(handler).error_class == "malformed_response"

@@ -12,8 +12,6 @@ import statistics
 
 from aiohttp import web
 
-from infermeter.client.openai import ClientConfig, OpenAIClient
-from infermeter.client.session import make_session
 from infermeter.records.record import RequestRecord
 from infermeter.workload.spec import RequestSpec
 
@@ -21,7 +19,7 @@ SPEC = RequestSpec(index=0, prompt=None, messages=({"role": "user", "content": "
 PLAN = [(0.050, {"content": "a"}), (0.070, {"content": "b"}), (0.090, {"content": "c"}), (0.110, {"content": "d"})]
 
 
-def test_every_stamp_is_the_arrival_of_its_bytes_even_the_last_unterminated_event():
+def test_every_stamp_is_the_arrival_of_its_bytes_even_the_last_unterminated_event(send_once):
     writes: list[float] = []
 
     async def go() -> RequestRecord:
@@ -45,21 +43,7 @@ def test_every_stamp_is_the_arrival_of_its_bytes_even_the_last_unterminated_even
             await asyncio.sleep(1.0)  # close late: an end stamped at close would be 1 s late
             return resp
 
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            async with make_session() as session:
-                client = OpenAIClient(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m"), session, clock)
-                rec = RequestRecord(request_id=0)
-                await client.send(SPEC, rec)
-                return rec
-        finally:
-            await runner.cleanup()
+        return await send_once(handler, SPEC, clock=clock)
 
     rec = asyncio.run(go())
     assert rec.outcome == "ok" and rec.completion_tokens == 4 and len(rec.chunk_times) == 4

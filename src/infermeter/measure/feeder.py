@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 import itertools
 import pickle
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,12 +136,34 @@ def produce(spec: FeedSpec, conn: Any) -> None:
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        try:
-            conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
-        except (BrokenPipeError, EOFError):
-            pass
+        report_error(conn, exc)
     finally:
         conn.close()
+
+
+def report_error(conn: Any, exc: BaseException) -> None:
+    """Send a child's failure to its parent as ``("error", "Type: message")`` (the parent raises it); a parent
+    already gone is no one to tell."""
+    try:
+        conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
+    except (BrokenPipeError, EOFError, OSError):
+        pass
+
+
+def unpack_requests(rids: Iterable[int], at: Any, pt: Any, mt: Any, conv: Any, grp: Any, kcount: Any,
+                    kflat: Any) -> Iterator[SimRequest]:
+    """SimRequests from the column arrays a child process sent (arrival, prompt and max tokens, conversation
+    and prefix group (-1: none), key counts and the keys flat). Keys stay int64 arrays on the wire; each
+    request gets short key lists as lists (cheaper to index), long ones as their own small int64 array."""
+    ats, pts, mts, convs, grps = (c.tolist() for c in (at, pt, mt, conv, grp))
+    ends = np.cumsum(kcount).tolist()
+    pos = 0
+    for j, rid in enumerate(rids):
+        end = ends[j]
+        keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
+        pos = end
+        cid, gid = convs[j], grps[j]
+        yield SimRequest(rid, ats[j], pts[j], mts[j], keys, ats[j], None if cid < 0 else cid, None if gid < 0 else gid)
 
 
 class ChildStream:
@@ -164,19 +186,10 @@ class ChildStream:
                 return
             if kind == "error":
                 raise UserError(f"workload process: {payload}")
-            at, pt, mt, conv, grp, kcount = (c.tolist() for c in payload[:6])
-            kflat = payload[6]  # keys stay int64 arrays: each request gets its own small copy
-            ends = np.cumsum(payload[5]).tolist()
-            pos = 0
-            for j in range(len(at)):
-                end = ends[j]
-                # short key lists as lists (cheaper to index), long ones as their own small int64 array
-                keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
-                pos = end
-                cid, gid = conv[j], grp[j]
-                yield SimRequest(rid, at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
-                                 None if gid < 0 else gid)
-                rid += 1
+            n = len(payload[0])
+            yield from unpack_requests(range(rid, rid + n), payload[0], payload[1], payload[2], payload[3], payload[4],
+                                       payload[5], payload[6])
+            rid += n
 
     def __iter__(self) -> Iterator[SimRequest]:
         return self._gen  # the generator itself: no per-item wrapper call

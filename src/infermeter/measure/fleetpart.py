@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
-from infermeter.measure.feeder import timed_specs
+from infermeter.measure.feeder import report_error, timed_specs, unpack_requests
 from infermeter.measure.recorder import WindowSink
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
@@ -107,18 +107,9 @@ class FedSource:
             if msg[0] == "error":
                 raise UserError(f"fleet feeder: {msg[1]}")
             _, t_end, cols = msg
-            rid, at, pt, mt, conv, grp, rep = (c.tolist() for c in cols[:7])
-            kflat = cols[8]  # keys stay int64 arrays: each request gets its own small copy
-            ends = np.cumsum(cols[7]).tolist()
-            pos = 0
-            for j in range(len(rid)):
-                end = ends[j]
-                keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
-                pos = end
-                cid, gid = conv[j], grp[j]
-                r = SimRequest(rid[j], at[j], pt[j], mt[j], keys, at[j], None if cid < 0 else cid,
-                               None if gid < 0 else gid)
-                r.replica = rep[j]
+            reqs = unpack_requests(cols[0].tolist(), cols[1], cols[2], cols[3], cols[4], cols[5], cols[7], cols[8])
+            for r, rep in zip(reqs, cols[6].tolist()):
+                r.replica = rep
                 yield r
             k += 1
             if t_end != float("inf"):
@@ -201,10 +192,7 @@ def work(job: FleetJob, conn: Any, feed: Any = None) -> None:
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        try:
-            conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
-        except (BrokenPipeError, EOFError, OSError):
-            pass
+        report_error(conn, exc)
 
 
 @dataclass(frozen=True)
@@ -276,7 +264,4 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        try:
-            conn.send_bytes(pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
-        except (BrokenPipeError, EOFError, OSError):
-            pass
+        report_error(conn, exc)

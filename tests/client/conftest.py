@@ -1,0 +1,40 @@
+"""A one-handler aiohttp server on 127.0.0.1 and one client request against it (``send_once`` fixture)."""
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from infermeter.client.openai import ClientConfig, OpenAIClient
+from infermeter.client.session import make_session
+from infermeter.records.record import RequestRecord
+
+
+async def send_once(handler, spec, *, clock=None, api_key=None, **cfg) -> RequestRecord:
+    """Serve ``handler`` at /v1/chat/completions, send ``spec`` once, return its record (``clock``: the run
+    clock the client stamps with; by default seconds since the server started)."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    if clock is None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        clock = lambda: loop.time() - t0  # noqa: E731
+    try:
+        async with make_session() as session:
+            client = OpenAIClient(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m", api_key=api_key, **cfg),
+                                  session, clock)
+            rec = RequestRecord(request_id=0)
+            await client.send(spec, rec)
+            return rec
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture(name="send_once")
+def send_once_fixture():
+    return send_once
