@@ -91,3 +91,18 @@ def test_latency_that_grows_with_the_prompts_is_not_saturation():
     s = build_summary(records_to_table(recs), run={"load": {"open_loop": True}})
     assert s.saturation.trend_p < 0.01  # the trend is real...
     assert s.saturated is False  # ...but it is the workload, not a queue
+
+
+def test_long_requests_at_the_edges_of_a_short_run_are_not_a_lost_rate():
+    # 200 requests at 20 req/s (10 s) that last 0.5-4 s each: the completions span ~13.5 s, which is 74 % of
+    # the offered rate if measured between the extreme completion times; the server kept up with every one
+    rng = np.random.default_rng(5)
+    e2e = rng.uniform(0.5, 4.0, 200)
+    healthy = [ok(i, i / 20, 0.1, float(e2e[i])) for i in range(200)]
+    s = build_summary(records_to_table(healthy), run={"load": {"open_loop": True, "target_rate": 20.0}})
+    assert s.saturated is False and s.saturation.evidence == ()
+    assert s.saturation.rate_ratio == pytest.approx(1.0, abs=0.08)
+    # the same requests behind a server that completes one every 0.1 s: half the offered rate
+    backlog = [ok(i, i / 20, 0.1 + i * 0.05, 0.1 + i * 0.05 + float(e2e[i]) / 20) for i in range(200)]
+    s2 = build_summary(records_to_table(backlog), run={"load": {"open_loop": True, "target_rate": 20.0}})
+    assert s2.saturated is True and s2.saturation.rate_ratio == pytest.approx(0.5, abs=0.05)

@@ -37,7 +37,10 @@ VERDICT_KEYS = {"schema_version", "valid", "invalid_reasons", "warnings", "run_d
 # Issue 16: the twin reports its waiting queue over the first and last tenth of the run
 # (server_metrics num_requests_waiting_start/_end), which the verdict reads as saturation evidence:
 # the verdict's copy of them, its evidence and its findings may say more than the files.
-VERDICT_PATHS = {"findings", "saturation.waiting_start", "saturation.waiting_end", "saturation.evidence"}
+VERDICT_PATHS = {"findings", "saturation.waiting_start", "saturation.waiting_end", "saturation.evidence",
+                 # the verdict's completion rate is measured between the earliest- and latest-intended
+                 # completions (analysis.accumulator._Edges), no longer between the extreme completion times
+                 "saturation.completion_rate", "saturation.rate_ratio", "saturation.rate_ratio_limit"}
 
 
 def _figures(d: object, prefix: str = "") -> dict[str, object]:

@@ -98,7 +98,7 @@ class Saturation(_Frozen):
     saturated: bool | None = None
     basis: str = "not judged"
     offered_rate: float | None = None  # req/s the schedule offered (its own send times)
-    completion_rate: float | None = None  # req/s completed, over the span of completions
+    completion_rate: float | None = None  # req/s completed, between the earliest- and latest-intended completions
     rate_ratio: float | None = None
     rate_ratio_limit: float | None = None
     latency_start_s: float | None = None  # TTFT from the intended send, first block of the run

@@ -19,7 +19,8 @@ latencies grow with the length of the run and describe no steady state). An open
 saturated when any of these holds:
 
 - ``rate``: requests completed at under ``rate_ratio_limit`` of the offered rate (completions
-  per second over the span of completions, against the schedule's own rate; the limit is
+  per second between the mean ends of the earliest- and the latest-intended completed requests,
+  ``analysis.accumulator._Edges``, against the schedule's own rate; the limit is
   ``min(0.9, 1 - 3/sqrt(n))`` for n completions, so noise of small runs does not trip it);
 - ``trend``: TTFT from the intended send grows through the run: the mean over ``TREND_BLOCKS``
   equal spans of intended send time rises with a one-sided Mann-Kendall p < ``TREND_P`` and a

@@ -34,6 +34,7 @@ class MatrixMetric:
     higher_is_better: bool
     value: Callable[[RunDir, RunCost | None], float | None]
     cell: Callable[[float | None], Cell]
+    steady: bool = False  # a latency percentile: a saturated run's describes no steady state, so it is never best
 
 
 def _p95(key: str) -> Callable[[RunDir, RunCost | None], float | None]:
@@ -42,8 +43,8 @@ def _p95(key: str) -> Callable[[RunDir, RunCost | None], float | None]:
 
 MATRIX_METRICS = [
     MatrixMetric("throughput", "Output tokens/s", True, lambda r, c: r.summary.get("output_token_throughput"), Cell.num),
-    MatrixMetric("ttft_p95", "TTFT p95 (ms)", False, _p95("ttft_ms"), Cell.num),
-    MatrixMetric("tpot_p95", "TPOT p95 (ms)", False, _p95("tpot_ms"), Cell.num),
+    MatrixMetric("ttft_p95", "TTFT p95 (ms)", False, _p95("ttft_ms"), Cell.num, steady=True),
+    MatrixMetric("tpot_p95", "TPOT p95 (ms)", False, _p95("tpot_ms"), Cell.num, steady=True),
     MatrixMetric("error_rate", "Error rate", False, lambda r, c: r.summary.get("error_rate"), Cell.pct),
     MatrixMetric("usd_per_1m", "$ per 1M output tokens", False, lambda r, c: c.usd_per_1m_output if c else None, Cell.usd),
 ]
@@ -86,7 +87,8 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
     if len(row_names) < 2 and len(col_names) < 2:
         return []
     cost_of: dict[int, RunCost] = {id(c.run): c for c in costs}
-    note = ("★ marks the best valid value in each profile column (none when all are equal); invalid runs are marked "
+    note = ("★ marks the best valid value in each profile column (ties as printed: all of them; none when all print "
+            "the same; a saturated run's latency percentiles never); invalid runs are marked "
             "(invalid) and never best; (sim.) marks simulated runs, (emul.) runs against infermeter's emulator.")
     if shadowed:
         note += f" {shadowed} run(s) shared a cell with a later run and are not shown here."
@@ -110,7 +112,7 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
                 suffix = (" (invalid)" if not is_valid else "") + tag
                 flag = "invalid" if not is_valid else ("simulated" if simulated else None)
                 row.append(Cell(c.display + suffix, c.value, flag=flag))
-                ok_row.append(is_valid)
+                ok_row.append(is_valid and not (m.steady and r.summary.get("saturated")))
             grid.append(row)
             valid.append(ok_row)
         for j in range(1, len(col_names) + 1):

@@ -95,16 +95,19 @@ class Table:
 
 
 def mark_best(rows: list[list[Cell]], col: int, higher_is_better: bool, eligible: list[bool] | None = None) -> None:
-    """Flag the best numeric value in column ``col`` among eligible rows (ties: all of them; none when all are equal)."""
+    """Flag the best numeric value in column ``col`` among eligible rows. Ties are judged as printed: every value
+    that shows the same as the best is flagged too, and none when all show the same (a lead the reader cannot
+    see is not a win)."""
     vals = [
         (i, r[col].value) for i, r in enumerate(rows)
         if isinstance(r[col].value, (int, float)) and not isinstance(r[col].value, bool)
         and math.isfinite(r[col].value) and (eligible is None or eligible[i])
     ]
-    if len(vals) < 2 or len({v for _, v in vals}) == 1:  # nothing to beat, or all equal
+    shown = {i: rows[i][col].display.split(" (")[0] for i, _ in vals}
+    if len(vals) < 2 or len(set(shown.values())) == 1:  # nothing to beat, or all show the same
         return
-    target = max(v for _, v in vals) if higher_is_better else min(v for _, v in vals)
+    best = max(vals, key=lambda x: x[1]) if higher_is_better else min(vals, key=lambda x: x[1])
     for i, v in vals:
-        if v == target:
+        if shown[i] == shown[best[0]]:
             c = rows[i][col]
             rows[i][col] = Cell(c.display, c.value, True, c.flag)
