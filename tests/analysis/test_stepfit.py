@@ -1,5 +1,6 @@
 """Engine steps recovered from the client's records, and the linear step-time fit, on runs of known timing."""
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -54,3 +55,18 @@ def test_records_without_token_times_are_a_clear_error(tmp_path):
                                         completion_tokens=2)])
     with pytest.raises(DataError, match="per-token times"):
         engine_steps(t)
+
+
+def test_steps_stretched_by_a_noisy_neighbour_do_not_bend_the_fit(tmp_path):
+    from infermeter.analysis.stepfit import Steps
+
+    steps = engine_steps([_run(tmp_path, 1, 20, "n1"), _run(tmp_path, 4, 40, "n4")])
+    rng = np.random.default_rng(0)
+    hit = rng.random(steps.n) < 0.1  # one step in ten lost its core for 5-30 ms
+    noisy = Steps(steps.duration_s + hit * rng.uniform(0.005, 0.030, steps.n), steps.new_tokens, steps.num_seqs,
+                  steps.prefills, steps.kv_tokens)
+    fit = fit_linear(noisy, kv=False)
+    assert fit.base_s == pytest.approx(TRUE.base_s, rel=0.03)
+    assert fit.per_token_s == pytest.approx(TRUE.per_token_s, rel=0.03)
+    assert fit.per_seq_s == pytest.approx(TRUE.per_seq_s, rel=0.10)
+    assert fit.residuals["outliers"] >= 0.8 * hit.sum()

@@ -142,14 +142,14 @@ def _run_steps(table: pa.Table, eps_s: float) -> Steps:
                  np.asarray(kv, dtype=float))
 
 
-def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
-    """Non-negative least squares of step length on (1, new tokens, sequences, context tokens): every
-    subset of the coefficients is tried and the best fit with none negative is kept (``kv=False``
-    leaves the context term out)."""
-    y = steps.duration_s
-    cols = {"base_s": np.ones(steps.n), "per_token_s": steps.new_tokens, "per_seq_s": steps.num_seqs}
-    if kv:
-        cols["per_kv_token_s"] = steps.kv_tokens
+OUTLIER_MADS = 3.5  # a step this many robust deviations (1.4826 MAD) off the fit is set aside,
+OUTLIER_REL = 0.25  # and more than this fraction of its predicted length
+ROBUST_ROUNDS = 3
+
+
+def _nnls_subsets(cols: dict[str, np.ndarray], y: np.ndarray) -> dict[str, float]:
+    """Least squares over every subset of the columns; the best fit with no negative coefficient among
+    the largest subsets that have one."""
     best: tuple[float, dict[str, float]] | None = None
     for k in range(len(cols), 0, -1):
         for names in itertools.combinations(cols, k):
@@ -166,13 +166,39 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
             break
     if best is None:
         raise DataError("no non-negative step-time fit: the steps do not vary enough")
-    coef = {n: best[1].get(n, 0.0) for n in cols}
-    fit = StepFit(steps=steps.n, dropped=tuple(n for n in cols if n not in best[1]),
-                  max_seqs=int(steps.num_seqs.max()), **coef)
-    pred = fit.predict(steps.new_tokens, steps.num_seqs, steps.kv_tokens)
+    return best[1]
+
+
+def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
+    """Non-negative least squares of step length on (1, new tokens, sequences, context tokens): every
+    subset of the coefficients is tried and the best fit with none negative is kept (``kv=False``
+    leaves the context term out). Robust to a shared machine: steps more than ``OUTLIER_MADS`` robust
+    deviations and ``OUTLIER_REL`` of their length off the fit (the OS gave the engine's core to someone else mid-step) are set aside and
+    the fit repeated, up to ``ROBUST_ROUNDS`` times; ``residuals["outliers"]`` counts them."""
+    y_all = steps.duration_s
+    cols_all = {"base_s": np.ones(steps.n), "per_token_s": steps.new_tokens, "per_seq_s": steps.num_seqs}
+    if kv:
+        cols_all["per_kv_token_s"] = steps.kv_tokens
+    keep = np.ones(steps.n, dtype=bool)
+    for _ in range(ROBUST_ROUNDS):
+        coef = _nnls_subsets({n: c[keep] for n, c in cols_all.items()}, y_all[keep])
+        pred = sum(coef.get(n, 0.0) * c for n, c in cols_all.items())
+        resid = y_all - pred
+        mad = 1.4826 * float(np.median(np.abs(resid[keep] - np.median(resid[keep]))))
+        new_keep = np.abs(resid) <= np.maximum(OUTLIER_MADS * mad, OUTLIER_REL * pred)
+        if new_keep.sum() < max(len(cols_all) + 1, steps.n // 2) or (new_keep == keep).all():
+            break
+        keep = new_keep
+    coef = _nnls_subsets({n: c[keep] for n, c in cols_all.items()}, y_all[keep])
+    full = {n: coef.get(n, 0.0) for n in cols_all}
+    fit = StepFit(steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
+                  max_seqs=int(steps.num_seqs[keep].max()), **full)
+    y = y_all[keep]
+    pred = fit.predict(steps.new_tokens[keep], steps.num_seqs[keep], steps.kv_tokens[keep])
     rel = np.abs(pred - y) / np.maximum(y, 1e-9)
     fit.residuals.update({"median_abs_pct": float(np.median(rel) * 100), "p90_abs_pct": float(np.percentile(rel, 90) * 100),
-                          "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000)})
+                          "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000),
+                          "outliers": float(steps.n - int(keep.sum()))})
     return fit
 
 
