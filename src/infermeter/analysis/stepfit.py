@@ -190,9 +190,10 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
             break
         keep = new_keep
     coef = _nnls_subsets({n: c[keep] for n, c in cols_all.items()}, y_all[keep])
-    full = {n: coef.get(n, 0.0) for n in cols_all}
-    fit = StepFit(steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
-                  max_seqs=int(steps.num_seqs[keep].max()), **full)
+    fit = StepFit(base_s=coef.get("base_s", 0.0), per_token_s=coef.get("per_token_s", 0.0),
+                  per_seq_s=coef.get("per_seq_s", 0.0), per_kv_token_s=coef.get("per_kv_token_s", 0.0),
+                  steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
+                  max_seqs=int(steps.num_seqs[keep].max()))
     y = y_all[keep]
     pred = fit.predict(steps.new_tokens[keep], steps.num_seqs[keep], steps.kv_tokens[keep])
     rel = np.abs(pred - y) / np.maximum(y, 1e-9)

@@ -47,10 +47,11 @@ def register(app: typer.Typer) -> None:
         path = cal.write(out)
         c = Console()
         st, fe, e = cal.step_time, cal.frontend, cal.engine
-        out = int(cal.fit.residuals.get("outliers", 0))
+        aside = int(cal.fit.residuals.get("outliers", 0))
         c.print(f"[bold]{cal.deployment.model}[/] served by {cal.deployment.engine} on {cal.deployment.hardware} "
                 f"({len(cal.fit.runs)} runs, {cal.fit.steps:,} engine steps fitted"
-                + (f"; {out:,} set aside as stretched by other work on the machine" if out else "") + ")", highlight=False)
+                + (f"; {aside:,} set aside as stretched by other work on the machine" if aside else "") + ")",
+                highlight=False)
         kv = f" + {st.per_kv_token_s * 1e6:.2f} µs/context token" if st.per_kv_token_s else ""
         c.print(f"step time = {st.base_s * 1000:.2f} ms + {st.per_token_s * 1000:.3f} ms/token + "
                 f"{st.per_seq_s * 1000:.3f} ms/sequence{kv}  (median |residual| {cal.fit.residuals['median_abs_pct']:.1f}%, "
