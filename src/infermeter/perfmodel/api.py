@@ -32,7 +32,7 @@ llama.cpp on a GPU runs a batch of more than 32 tokens over quantised (GGUF) wei
 separate dequantisation kernel (read the B_w quantised bytes, write B_16 = 2 bytes a weight)
 followed by the FP16 cuBLAS GEMM (ggml-cuda with tensor cores: MMQ only up to
 ``MMQ_MAX_BATCH_SIZE`` 32), so its prompt rate takes the FP16 prefill efficiency
-(``prefill_dtype`` ``f16``) plus that pass.
+(``prefill_dtype`` ``fp16``) plus that pass.
 For pure decode A = K, so a step is ``C0(n) + D K``; :meth:`decode_span` and
 :meth:`steps_within` use that closed form. With ``pp > 1`` up to ``pipeline_depth`` micro-batches
 are in flight (vLLM's virtual engines): a twin may run that many batches concurrently.
@@ -266,7 +266,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     why = mem.why_not(need or None)
     fam, cls = hw.family, hw.memory_class
     dequant = eng.name == "llamacpp" and hw.type == "gpu" and prec.weight_only and prec.weight_dtype in GGUF_TYPES
-    pre_dtype = "f16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
+    pre_dtype = "fp16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
     mfu, mfu_e = cal.efficiency(fam, eng.name, pre_dtype, "prefill", tp, cls)
     mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
     # a generation's step overhead is its own (its fields give the prior); else the engine's
