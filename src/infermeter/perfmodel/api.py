@@ -19,6 +19,7 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
+      + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
 
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
@@ -27,6 +28,11 @@ whose decode attention is not group-aware). Efficiencies and engine costs come f
 calibration (the shipped table, or a per-deployment file overlaid on it); ``engine`` may name a
 version (``trtllm@0.6.1``). :meth:`Deployment.with_values` rescales a built replica to other
 calibrated values (the fit's fast path).
+llama.cpp on a GPU runs a batch of more than 32 tokens over quantised (GGUF) weights as a
+separate dequantisation kernel (read the B_w quantised bytes, write B_16 = 2 bytes a weight)
+followed by the FP16 cuBLAS GEMM (ggml-cuda with tensor cores: MMQ only up to
+``MMQ_MAX_BATCH_SIZE`` 32), so its prompt rate takes the FP16 prefill efficiency
+(``prefill_dtype`` ``fp16``) plus that pass.
 For pure decode A = K, so a step is ``C0(n) + D K``; :meth:`decode_span` and
 :meth:`steps_within` use that closed form. With ``pp > 1`` up to ``pipeline_depth`` micro-batches
 are in flight (vLLM's virtual engines): a twin may run that many batches concurrently.
@@ -45,10 +51,11 @@ from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
 from infermeter.perfmodel.models import ModelSpec, get_model
-from infermeter.perfmodel.precision import Precision, resolve_precision
+from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
 
 LINK_EFFICIENCY = 0.8  # achieved fraction of per-direction link bandwidth in collectives (NCCL bus bandwidth)
 ACT_BYTES = 2  # activations exchanged in 16-bit
+DEQUANT_MIN_TOKENS = 32  # ggml-cuda MMQ_MAX_BATCH_SIZE: larger batches dequantise GGUF weights to FP16 for cuBLAS
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,7 @@ class Deployment:
     kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
     gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
     seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
+    prefill_dtype: str = field(repr=False, default="")  # dtype whose prefill efficiency applies ("" = the weight dtype)
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
     _lin_seq: float = field(repr=False, default=0.0)
@@ -97,6 +105,7 @@ class Deployment:
     _comm_tok: float = field(repr=False, default=0.0)
     _oh_step: float = field(repr=False, default=0.0)
     _oh_seq: float = field(repr=False, default=0.0)
+    _dequant: float = field(repr=False, default=0.0)  # seconds of a dequantisation pass (steps of > DEQUANT_MIN_TOKENS tokens)
     _k: float = field(repr=False, default=2.0)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
     _coeffs: dict[int, tuple[float, float]] = field(init=False, repr=False, compare=False, default_factory=dict)
@@ -126,7 +135,7 @@ class Deployment:
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
             seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
-            _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b,
+            _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
             request_overhead_s=request_overhead_ms * 1e-3, _coeffs={})
@@ -156,7 +165,8 @@ class Deployment:
         lin = self._smax(self._lin_tok * new_tokens + self._lin_seq * num_seqs,
                          self.weight_time(new_tokens) + self._kv_write * new_tokens)
         att = self._smax(self._att_pair * attn_pairs, self._kv_read * kv_tokens)
-        return lin + att + self._comm_step + self._comm_tok * new_tokens + self._oh_step + self._oh_seq * num_seqs
+        t = lin + att + self._comm_step + self._comm_tok * new_tokens + self._oh_step + self._oh_seq * num_seqs
+        return t + self._dequant if new_tokens > DEQUANT_MIN_TOKENS else t
 
     def breakdown(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> dict[str, float]:
         """Unsmoothed seconds of one step by cause: compute, memory, communication, overhead."""
@@ -164,7 +174,8 @@ class Deployment:
             attn_pairs = new_tokens * (kv_tokens / max(num_seqs, 1) - 0.5 * new_tokens / max(num_seqs, 1) + 0.5)
         return {
             "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs,
-            "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens,
+            "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens
+            + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
             "overhead": self._oh_step + self._oh_seq * num_seqs,
         }
@@ -254,7 +265,9 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     mml = max_model_len or min(spec.max_context, max(mem.kv_capacity_tokens, 1))
     why = mem.why_not(need or None)
     fam, cls = hw.family, hw.memory_class
-    mfu, mfu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "prefill", tp, cls)
+    dequant = eng.name == "llamacpp" and hw.type == "gpu" and prec.weight_only and prec.weight_dtype in GGUF_TYPES
+    pre_dtype = "fp16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
+    mfu, mfu_e = cal.efficiency(fam, eng.name, pre_dtype, "prefill", tp, cls)
     mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
     # a generation's step overhead is its own (its fields give the prior); else the engine's
     oh = cal.lookup(fam, eng.generation or eng.name, "*", "step_overhead", "*", cls)
@@ -293,7 +306,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
-        seq_overhead_us=seq_oh_us,
+        seq_overhead_us=seq_oh_us, prefill_dtype=pre_dtype,
+        _dequant=L * (per_layer + spec.layer_params / tp * 2.0) / bw if dequant else 0.0,
         _lin_tok=2 * L * spec.layer_active_params / tp / p_c,
         _lin_seq=2 * spec.head_params / tp / p_16,
         _w_dense=(L * per_layer - L * expert_bytes + head_b) / bw,

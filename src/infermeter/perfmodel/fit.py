@@ -201,6 +201,11 @@ def _phases(row: Row) -> tuple[str, ...]:
     return ("decode",) if row.metric in ("tpot_ms", "decode_tokens_per_s") else ("prefill", "decode")
 
 
+def _dtype(d: Deployment, phase: str) -> str:
+    """The dtype whose ``phase`` efficiency the replica uses (llama.cpp's GGUF prompts run FP16 GEMMs after dequantising)."""
+    return d.prefill_dtype or d.dtype if phase == "prefill" else d.dtype
+
+
 def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     """Stage 0 (memory class: efficiencies, engine overheads, generation re-reads), stage 1 (family), stage 2 (specific keys)."""
     base = priors_only(base or load_calibration())
@@ -211,7 +216,7 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
         if _small_batch(row):
             out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:
-            out += [("eff", d.hw.memory_class, eng.group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
+            out += [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
         if eng.layer_overhead_us > 0 and d.hw.memory_class:
             out.append(("ohl", eng.name, d.hw.memory_class))
         if d.gqa_group > 1 and eng.generation:
@@ -219,10 +224,10 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
         return out
 
     def by_family(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, _engine(d).group, dtype_class(d.dtype), ph, "*") for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
 
     def specific(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, _engine(d).name, d.dtype, ph, row.tp) for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row)]
 
     stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)
     stage1 = _stage(rows, stage0, by_family, LAMBDA_SPECIFIC)
