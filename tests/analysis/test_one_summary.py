@@ -55,6 +55,20 @@ def test_a_simulated_run_summarizes_the_same_on_every_path(tmp_path):
     _same(reference, paths)
 
 
+def test_a_closed_loop_with_tied_send_times_summarizes_the_same_on_every_path(tmp_path):
+    # 64 streams start at 0.0 and successors of requests ending in one engine step share their send time:
+    # the saturation's earliest/latest groups must not depend on how the records are batched
+    cfg = RunConfig(concurrency=64, requests=600, warmup=0, seed=2, input_tokens="200", output_tokens="40,10",
+                    out=str(tmp_path / "c64"))
+    res = SimPlan(cfg, TwinSpec(model="llama-3.1-8b", gpu="h100-sxm"), token_times="on").run()
+    table = pq.read_table(res.run_dir / "requests.parquet")
+    intended = table.column("intended_at").to_pylist()
+    assert len(set(intended)) < len(intended) - 64  # ties, many of them
+    reference, paths = _paths(res.run_dir)
+    paths["summarize"] = summarize_dir(res.run_dir)
+    _same(reference, paths)
+
+
 def test_a_measured_run_summarizes_the_same_on_every_path(tmp_path):
     with EmulatorProcess(["--ttft-ms", "10", "--itl-ms", "2", "--max-concurrency", "8"]) as emu:
         cfg = RunConfig(url=emu.base_url, concurrency=8, requests=200, warmup=5, output_tokens="12", input_tokens="30",

@@ -13,13 +13,13 @@ processor; the client's window (request sent -> chunk parsed) strictly
 contains that one, so client - server >= 0 per request, up to clock jitter
 (-5 ms slack). The extra on top is loopback HTTP, request parsing before
 vLLM stamps the arrival, SSE encoding and the client's event loop: measured
-at ~9 ms on this 2-core machine with the engine using one core, but up to
-~70 ms when other processes compete for the two cores (the API server, which
-parses the request before stamping its arrival, then waits for a CPU). The
-upper bound, 40 ms + 10 % of the server mean, keeps room for that yet fails if
-the client were anchored elsewhere (intended time: + the whole queueing delay)
-or took the first token from a later chunk (+ an ITL per chunk, ~40 ms here,
-times several chunks). Mean ITL: both sides divide the same decode spans by
+at ~9 ms on this 2-core machine with the engine using one core, ~70 ms when
+other processes compete for the two cores, and 232 ms beside a CPU hog plus
+another heavy job (the API server parses the request before stamping its
+arrival, then waits for a CPU). The upper bound, 40 ms + 10 % of the server
+mean, is asserted only when the 1-minute load average stayed within 0.75 per
+core; the anchoring is checked whatever the load by comparing the TTFT and
+E2E differences (they share the front end's delay). Mean ITL: both sides divide the same decode spans by
 the same number of gaps, so only the edge jitter differs (the difference of
 the last and the first token's delivery delays, spread over 31 gaps).
 """
@@ -91,12 +91,17 @@ def infermeter_run(base_url: str, out: Path, *args: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+LOADED: list[float] = []  # the 1-minute load average per core around the agreement run
+
+
 @pytest.fixture(scope="module")
 def measured(vllm, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "c4"
     before = scrape(vllm.base_url)
+    load0 = os.getloadavg()[0]
     summary = infermeter_run(vllm.base_url, out, "--api", "chat", "--concurrency", "4", "--requests", "40",
                              "--input-tokens", "128", "--output-tokens", "32", "--ignore-eos")
+    LOADED.append(max(load0, os.getloadavg()[0]) / (os.cpu_count() or 1))
     after = scrape(vllm.base_url)
     return summary, out, before, after
 
@@ -131,8 +136,27 @@ def test_client_latency_agrees_with_vllm_histograms(measured, client_key, hist):
     assert n == 40
     client_ms = summary[client_key]["mean"]
     diff = client_ms - server_ms
-    sys.stderr.write(f"\n[agreement] {client_key}: client {client_ms:.1f} ms, vLLM {server_ms:.1f} ms, diff {diff:.1f} ms\n")
-    assert -5.0 <= diff <= 40.0 + 0.10 * server_ms, f"{client_key}: client {client_ms:.1f} vs vLLM {server_ms:.1f} ms"
+    sys.stderr.write(f"\n[agreement] {client_key}: client {client_ms:.1f} ms, vLLM {server_ms:.1f} ms, diff {diff:.1f} ms"
+                     f" (load {LOADED[-1]:.2f} per core)\n")
+    # the client's window contains the server's: never shorter, whatever the machine does
+    assert diff >= -5.0, f"{client_key}: client {client_ms:.1f} shorter than vLLM's {server_ms:.1f} ms"
+    # how much longer depends on the CPU the API server gets before it stamps the arrival: ~9 ms on a quiet
+    # machine, 232 ms once seen beside a CPU hog and another heavy job on two cores. The upper bound is asserted
+    # only when the machine was not oversubscribed; the anchoring of the first token is checked load-free below.
+    if LOADED[-1] <= 0.75:
+        assert diff <= 40.0 + 0.10 * server_ms, f"{client_key}: client {client_ms:.1f} vs vLLM {server_ms:.1f} ms"
+
+
+def test_first_and_last_token_are_anchored_alike(measured):
+    """TTFT's and E2E's client-minus-server differences share the front end's delay before vLLM stamps the
+    arrival, whatever the load; they differ only by the first and the last token's delivery delays. A client
+    taking the first token from a later chunk would add an ITL (~20-40 ms here) per chunk to the first."""
+    summary, _, before, after = measured
+    d_ttft = summary["ttft_ms"]["mean"] - _mean_ms(after, before, "vllm:time_to_first_token_seconds")[0]
+    server_e2e = _mean_ms(after, before, "vllm:e2e_request_latency_seconds")[0]
+    d_e2e = summary["e2e_ms"]["mean"] - server_e2e
+    sys.stderr.write(f"\n[agreement] TTFT diff {d_ttft:.1f} ms, E2E diff {d_e2e:.1f} ms\n")
+    assert abs(d_ttft - d_e2e) <= 45.0 + 0.10 * server_e2e, (d_ttft, d_e2e)
 
 
 def test_itl_agrees_with_vllm_histogram(measured):

@@ -40,7 +40,7 @@ VERDICT_KEYS = {"schema_version", "valid", "invalid_reasons", "warnings", "run_d
 VERDICT_PATHS = {"findings", "saturation.waiting_start", "saturation.waiting_end", "saturation.evidence",
                  # the verdict's completion rate is measured between the earliest- and latest-intended
                  # completions (analysis.accumulator._Edges), no longer between the extreme completion times
-                 "saturation.completion_rate", "saturation.rate_ratio", "saturation.rate_ratio_limit"}
+                 "saturation.completion_rate", "saturation.rate_ratio"}
 
 
 def _figures(d: object, prefix: str = "") -> dict[str, object]:

@@ -48,3 +48,12 @@ def test_the_report_and_the_console_show_the_bands(tmp_path, cli):
     show = cli("simulate", "--model", "llama-3.1-8b", "--concurrency", "4", "--requests", "60", "--input-tokens", "512",
                "--output-tokens", "128", "--out", str(tmp_path / "sim"))
     assert show.returncode == 0 and "80% intervals" in show.stdout and "TPOT p50" in show.stdout
+
+
+def test_an_open_loop_the_server_keeps_up_with_has_its_throughput_set_by_the_load(tmp_path):
+    # 2 req/s x 128 tokens: 256 tok/s is all the schedule offers; a band around it would be the model's, not the run's
+    s = _run(tmp_path, "easy", rate=2.0, arrival="constant", requests=60).summary
+    assert s["saturated"] is False
+    pi = s["prediction_intervals"]
+    assert "lo" not in pi["output_token_throughput"] and pi["output_token_throughput"]["why"].startswith("set by")
+    assert pi["tpot_ms"]["lo"] < s["tpot_ms"]["p50"] < pi["tpot_ms"]["hi"]

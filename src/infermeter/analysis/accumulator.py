@@ -188,35 +188,38 @@ class _Edges:
     latest group minus the mean end of the earliest, for the completions in between. Means over ``K``
     requests, not the extreme ends: the first and last *completion* times carry the whole spread of
     request lengths (a healthy 10 s run of 0.5-4 s requests completes over 13.5 s, which would read as
-    75% of the offered rate), while a mean over the ends of requests sent together moves only with
+    74% of the offered rate), while a mean over the ends of requests sent together moves only with
     the server's backlog."""
 
     __slots__ = ("early", "late")
     K = 32
 
     def __init__(self) -> None:
-        self.early: list[tuple[float, float]] = []
-        self.late: list[tuple[float, float]] = []
+        self.early: list[tuple[float, int, float]] = []  # (intended, request id, ended)
+        self.late: list[tuple[float, int, float]] = []
 
-    def add(self, intended: np.ndarray, ended: np.ndarray) -> None:
+    def add(self, intended: np.ndarray, ended: np.ndarray, rid: np.ndarray) -> None:
         keep = np.isfinite(intended) & np.isfinite(ended)
         if not keep.any():
             return
-        i, e = intended[keep], ended[keep]
+        i, e, r = intended[keep], ended[keep], rid[keep]
         k = self.K
-        if i.size > k:  # only a batch's own K earliest and K latest can enter
-            lo, hi = np.argpartition(i, k - 1)[:k], np.argpartition(i, i.size - k)[-k:]
+        if i.size > k:  # only a batch's own K earliest and K latest can enter, and every value tied with them
+            lo = np.flatnonzero(i <= np.partition(i, k - 1)[k - 1])
+            hi = np.flatnonzero(i >= np.partition(i, i.size - k)[i.size - k])
         else:
             lo = hi = np.arange(i.size)
-        self.early = sorted(self.early + list(zip(i[lo].tolist(), e[lo].tolist())))[:k]
-        self.late = sorted(self.late + list(zip(i[hi].tolist(), e[hi].tolist())))[-k:]
+        # ordered by intended time, ties by request id (not by end: that would favour the fastest of a tied wave),
+        # so that the kept sets do not depend on how the records were batched
+        self.early = sorted(self.early + list(zip(i[lo].tolist(), r[lo].tolist(), e[lo].tolist())))[:k]
+        self.late = sorted(self.late + list(zip(i[hi].tolist(), r[hi].tolist(), e[hi].tolist())))[-k:]
 
     def completion_rate(self, completed: int, gap_s: float = 0.0) -> float | None:
         k = max(1, min(self.K, completed // 4))
         if completed < 2 or not self.early:
             return None
         first, last = self.early[:k], self.late[-k:]
-        span = sum(e for _, e in last) / k - sum(e for _, e in first) / k - gap_s
+        span = sum(e for _, _, e in last) / k - sum(e for _, _, e in first) / k - gap_s
         return (completed - k) / span if span > 0 and completed > k else None
 
 
@@ -271,10 +274,16 @@ class Accumulator:
         self.dists = {k: Samples(exact_limit) for k in ("ttft", "ttft_intended", "tpot", "itl", "e2e", "e2e_intended",
                                                         "lag", "out_tps")}
         self.trend = _Trend()
-        self.edges = _Edges()
+        self.edges: _Edges | None = _Edges()
         self._open: dict[int, _Window] = {}
         self._closed: dict[int, Window] = {}
         self._late: dict[int, list[int]] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A checkpoint from before ``edges`` existed resumes without a completion rate (the saturation's rate
+        rule then says it was not judged) rather than one measured over part of the run."""
+        state.setdefault("edges", None)
+        self.__dict__.update(state)
 
     @classmethod
     def for_run(cls, run: dict[str, Any] | None, **kw: Any) -> Accumulator:
@@ -313,7 +322,8 @@ class Accumulator:
         if np.isfinite(fin).any():
             self.last_end = max(self.last_end, float(np.nanmax(fin)))
         ok_end = ended[ok]
-        self.edges.add(intended[ok], ok_end)
+        if self.edges is not None:
+            self.edges.add(intended[ok], ok_end, np.asarray(col(table, "request_id"), dtype=float)[ok])
         was_sent = np.isfinite(sent)
         if was_sent.any():
             self.sent += int(was_sent.sum())
@@ -444,7 +454,7 @@ class Accumulator:
         span_all = self.intended_all[1] - self.intended_all[0] - gap
         if open_loop and self.scheduled >= 2 and span_all > 0:
             offered = (self.scheduled - 1) / span_all
-        completion = self.edges.completion_rate(self.completed, gap)
+        completion = self.edges.completion_rate(self.completed, gap) if self.edges is not None else None
         target = float(load["target_rate"]) if open_loop and load.get("target_rate") else scheduled_rate
         dist = {k: d.distribution(1.0 if k == "out_tps" else MS) for k, d in self.dists.items()}
         runtime = run.get("runtime") or {}

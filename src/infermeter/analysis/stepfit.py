@@ -142,8 +142,8 @@ def _run_steps(table: pa.Table, eps_s: float) -> Steps:
                  np.asarray(kv, dtype=float))
 
 
-OUTLIER_MADS = 3.5  # a step this many robust deviations (1.4826 MAD) off the fit is set aside,
-OUTLIER_REL = 0.25  # and more than this fraction of its predicted length
+OUTLIER_MADS = 3.5  # a step this many robust deviations (1.4826 MAD) longer than the fit is set aside,
+OUTLIER_REL = 0.25  # and longer by more than this fraction of its predicted length
 ROBUST_ROUNDS = 3
 
 
@@ -173,8 +173,10 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
     """Non-negative least squares of step length on (1, new tokens, sequences, context tokens): every
     subset of the coefficients is tried and the best fit with none negative is kept (``kv=False``
     leaves the context term out). Robust to a shared machine: steps more than ``OUTLIER_MADS`` robust
-    deviations and ``OUTLIER_REL`` of their length off the fit (the OS gave the engine's core to someone else mid-step) are set aside and
-    the fit repeated, up to ``ROBUST_ROUNDS`` times; ``residuals["outliers"]`` counts them."""
+    deviations and ``OUTLIER_REL`` of their length *longer* than the fit (the OS gave the engine's core to
+    someone else mid-step; a step cannot be shortened that way, so none is set aside for being short) are set
+    aside and the fit repeated, up to ``ROBUST_ROUNDS`` times; ``residuals["outliers"]`` counts them, and the
+    other residual figures are over every step."""
     y_all = steps.duration_s
     cols_all = {"base_s": np.ones(steps.n), "per_token_s": steps.new_tokens, "per_seq_s": steps.num_seqs}
     if kv:
@@ -185,7 +187,7 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
         pred = sum(coef.get(n, 0.0) * c for n, c in cols_all.items())
         resid = y_all - pred
         mad = 1.4826 * float(np.median(np.abs(resid[keep] - np.median(resid[keep]))))
-        new_keep = np.abs(resid) <= np.maximum(OUTLIER_MADS * mad, OUTLIER_REL * pred)
+        new_keep = resid <= np.maximum(OUTLIER_MADS * mad, OUTLIER_REL * pred)  # one-sided: only stretched steps
         if new_keep.sum() < max(len(cols_all) + 1, steps.n // 2) or (new_keep == keep).all():
             break
         keep = new_keep
@@ -194,8 +196,8 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
                   per_seq_s=coef.get("per_seq_s", 0.0), per_kv_token_s=coef.get("per_kv_token_s", 0.0),
                   steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
                   max_seqs=int(steps.num_seqs[keep].max()))
-    y = y_all[keep]
-    pred = fit.predict(steps.new_tokens[keep], steps.num_seqs[keep], steps.kv_tokens[keep])
+    y = y_all  # residuals over every step, the set-aside ones too (the fit's quality is not flattered)
+    pred = fit.predict(steps.new_tokens, steps.num_seqs, steps.kv_tokens)
     rel = np.abs(pred - y) / np.maximum(y, 1e-9)
     fit.residuals.update({"median_abs_pct": float(np.median(rel) * 100), "p90_abs_pct": float(np.percentile(rel, 90) * 100),
                           "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000),

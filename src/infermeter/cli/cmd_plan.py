@@ -91,7 +91,10 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             con.print(f"[cyan]price[/] {c['price']} (applied to the predicted saturation throughput)", highlight=False)
         elif c and "error" in c:
             con.print(f"[yellow]{p['config']}: no price[/]: {c['error']}", highlight=False)
-    if any(p.get("basis") for p in plans):
+    if any(p.get("calibration") for p in plans):
+        con.print("[cyan]simulated[/] with the calibrated twin: brackets give the 80% interval where the calibration "
+                  "covers the load (--json has the basis); none where the batch goes beyond it.", highlight=False)
+    elif any(p.get("basis") for p in plans):
         con.print("[cyan]predicted[/]: timings and throughputs are model predictions; brackets give their 80% interval "
                   "(out-of-sample errors on published measurements, by regime; --json has the basis). Memory figures are computed.",
                   highlight=False)
@@ -281,8 +284,14 @@ def register(app: typer.Typer) -> None:
             cal = DeploymentCalibration.read(calibration)
             if model and model != cal.deployment.model:
                 raise ConfigError(f"--calibration {calibration} calibrates {cal.deployment.model}, not --model {model}")
-            if gpu or compare or extra or check or cost:
-                raise ConfigError("--calibration plans the calibrated deployment itself: drop --gpu/--compare/--check/--cost")
+            given = [flag for flag, on in (
+                ("--gpu", gpu), ("--compare", compare or extra), ("--check", check), ("--cost", cost), ("--gpus", gpus),
+                ("--tp", tp), ("--pp", pp), ("--dtype", dtype != "bf16"), ("--kv-dtype", kv_dtype),
+                ("--engine", engine != "vllm"), ("--gpu-memory-utilization", gpu_memory_utilization != 0.9),
+                ("--hardware-file", hardware_file)) if on]
+            if given:
+                raise ConfigError(f"--calibration plans the calibrated deployment itself (its hardware, engine and KV "
+                                  f"capacity come from the file): drop {', '.join(given)}")
             plans = [plan_calibrated(cal, input_tokens=input_tokens, output_tokens=output_tokens, concurrency=concurrency)]
             if as_json:
                 print(json.dumps(plans[0], indent=2))

@@ -7,7 +7,9 @@ own deployment (model, hardware, calibration status) when it was built from the 
 model; a calibrated deployment (``--calibration``) as a ``deployment`` regime, which borrows the
 fitted published rows' cells until the file carries held-out residuals of its own. A figure the
 model cannot bound gets ``{"value", "why"}`` instead, never an invented band: TTFT of a saturated
-run (queueing turns a small step-time error into an unbounded TTFT error)::
+run (queueing turns a small step-time error into an unbounded TTFT error), the throughput of an
+open loop the server kept up with (the offered load sets it), and every figure of a calibrated
+run whose batch went beyond the calibration's (``extrapolated``)::
 
     pi = prediction_intervals(twin, summary)      # summary: the dict summary.json holds
     pi["tpot_ms"]["lo"], pi["tpot_ms"]["hi"], pi["tpot_ms"]["basis"]
@@ -40,16 +42,26 @@ def prediction_intervals(twin: Twin, summary: dict[str, Any]) -> dict[str, Any] 
     mo = max(1, round(summary.get("mean_output_tokens") or 1))
     sm = summary.get("server_metrics") or {}
     batch = max(1, round(sm.get("num_requests_running_mean") or 1))
-    saturated = bool((summary.get("saturation") or {}).get("saturated"))
+    sat = summary.get("saturation") or {}
+    saturated = bool(sat.get("saturated"))
+    follows_load = sat.get("saturated") is False and bool(sat.get("offered_rate"))  # an open loop it kept up with
+    extrapolated = any((f or {}).get("code") == "extrapolated" for f in summary.get("findings") or [])
     d = twin.predictor if isinstance(twin.predictor, Deployment) else None
     out: dict[str, Any] = {}
     for key, (stat, metric) in FIGURES.items():
         value = _value(summary, key, stat)
         if value is None or value <= 0:
             continue
-        if key == "ttft_ms" and saturated:
-            out[key] = {"stat": stat, "value": value,
-                        "why": "saturated: queueing amplifies the step-time error without bound, so no interval"}
+        why = None
+        if extrapolated:
+            why = ("extrapolated: the batch went beyond the calibration's, where its step time has no measured "
+                   "error, so no interval")
+        elif key == "ttft_ms" and saturated:
+            why = "saturated: queueing amplifies the step-time error without bound, so no interval"
+        elif key == "output_token_throughput" and follows_load:
+            why = "set by the offered load: the server kept up, so the model's throughput error does not apply"
+        if why is not None:
+            out[key] = {"stat": stat, "value": value, "why": why}
             continue
         group = METRIC_GROUPS[metric][0]
         try:

@@ -12,8 +12,11 @@ only from figures the tables show:
   else :mod:`infermeter.perfmodel.uncertainty` in the figure's regime; "not available" for
   measured or calibrated cells, never invented), and the SLO-capacity search's own precision: the true SLO edge lies between the
   capacity step and the next rate that missed, so the cost per unit lies in
-  ``[cost x low / high, cost]``. The call is **too close to call** when the two configurations'
-  intervals overlap;
+  ``[cost x low / high, cost]``. The call is **too close to call** when the 80 % interval of the
+  runner-up / recommended cost *ratio* includes 1: for two simulated cells, from the model's
+  paired out-of-sample errors (:mod:`infermeter.perfmodel.paired`: two predictions on one
+  hardware family err together, across families much less), widened by both search brackets;
+  otherwise (a measured or calibrated cell) when their intervals overlap;
 - **holds**: the daily-volume range where the recommended configuration is the cheapest fleet
   (from :func:`infermeter.analysis.capacity.break_even`'s bands);
 - **caveats**: simulated vs measured, prices with their dates (undated or stale ones said so),
@@ -84,6 +87,7 @@ class Decision:
     holds_text: str = ""
     caveats: list[str] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)
+    ratio: Interval | None = None  # runner-up / recommended cost, 80% (paired model errors and search brackets)
 
     @property
     def best(self) -> Option | None:
@@ -100,14 +104,25 @@ class Decision:
 
     @property
     def too_close(self) -> bool:
-        """The two intervals overlap (or the figures tie): the data cannot tell them apart."""
+        """The figures tie, or the cost ratio's interval includes 1 (without one: the two intervals overlap)."""
         b, r = self.best, self.runner_up
         if b is None or r is None:
             return False
         if same_shown(b.value, r.value):
             return True
+        if self.ratio is not None:
+            return self.ratio.lo <= 1.0
         bi, ri = b.interval, r.interval
         return bool(bi and ri and bi.overlaps(ri))
+
+    @property
+    def call_text(self) -> str:
+        """Why the call is close or clear, in a few words for the card and the findings."""
+        if self.ratio is not None:
+            span = f"{self.ratio.lo:.2f}–{self.ratio.hi:.2f}"
+            return (f"the cost ratio's 80% interval, {span}, includes 1" if self.too_close
+                    else f"the cost ratio's 80% interval is {span}") + f" ({self.ratio.basis.split(' from ')[-1]})"
+        return "their intervals overlap" if self.too_close else "the intervals do not overlap"
 
     def to_json(self) -> dict[str, Any]:
         def opt(o: Option | None) -> dict[str, Any] | None:
@@ -119,7 +134,9 @@ class Decision:
                     "model_interval": None if o.model is None else [o.model.lo, o.model.hi, o.model.basis],
                     "model_interval_note": o.model_note}
         return {"profile": self.profile, "metric": self.metric, "best": opt(self.best), "runner_up": opt(self.runner_up),
-                "margin": self.margin, "too_close": self.too_close, "holds": [list(h) for h in self.holds],
+                "margin": self.margin, "too_close": self.too_close, "call": self.call_text,
+                "ratio_interval": None if self.ratio is None else [self.ratio.lo, self.ratio.hi, self.ratio.basis],
+                "holds": [list(h) for h in self.holds],
                 "holds_text": self.holds_text, "caveats": self.caveats, "excluded": self.excluded,
                 "ranking": [opt(o) for o in self.options]}
 
@@ -249,6 +266,7 @@ def decide(study: StudyConfig, cells: list[CellResult], prices: StudyPrices) -> 
                 mi = Interval(v * mi.lo, v * mi.hi, mi.basis)
             options.append(Option(cc, v, _search_interval(cc.cell, v, cc.basis), mi, note))
         d = Decision(profile, metric, options)
+        d.ratio = ratio_interval_of(d)
         d.excluded = [f"{cc.cell.config}: {short_reason(cc.reason)}" for cc in ccs
                       if cc not in ranked and cc.reason] + [f"{cc.cell.config}: no price at its cost basis"
                                                             for cc in ccs if cc not in ranked and not cc.reason]
@@ -257,6 +275,21 @@ def decide(study: StudyConfig, cells: list[CellResult], prices: StudyPrices) -> 
         d.caveats = caveats(study, [cc.cell for cc in ccs], prices, d)
         out[profile] = d
     return out
+
+
+def ratio_interval_of(d: Decision) -> Interval | None:
+    """The runner-up / recommended cost ratio's 80% interval, when both figures are the model's (simulated cells
+    with a model interval): the paired model error, widened by each SLO search's bracket."""
+    from infermeter.perfmodel.paired import family_of, ratio_interval
+
+    b, r = d.best, d.runner_up
+    if b is None or r is None or b.model is None or r.model is None or not b.value:
+        return None
+    fb, fr = family_of(b.cell.hardware), family_of(r.cell.hardware)
+    lo, hi, basis = ratio_interval(r.value / b.value, same_family=fb is not None and fb == fr)
+    qb = b.search.lo / b.value if b.search is not None and b.value else 1.0  # true cost in [value x q, value]
+    qr = r.search.lo / r.value if r.search is not None and r.value else 1.0
+    return Interval(lo * qr, hi / qb, basis + ("; and the SLO searches' brackets" if qb < 1 or qr < 1 else ""))
 
 
 def caveats(study: StudyConfig, cells: list[CellResult], prices: StudyPrices, d: Decision) -> list[str]:
@@ -305,4 +338,4 @@ def decision_line(d: Decision, unit: str | None = None) -> str:
     if same_shown(b.value, r.value):
         return text + f"; tied with {r.cell.config} ({fmt_sig_usd(r.value)}): too close to call."
     text += f"; {r.cell.config} costs {(d.margin or 0.0):.1%} more ({fmt_sig_usd(r.value)})"
-    return text + (": too close to call (their intervals overlap)." if d.too_close else ".")
+    return text + (f": too close to call ({d.call_text})." if d.too_close else f" ({d.call_text}).")

@@ -65,8 +65,8 @@ def decision_cards(study: StudyConfig, decisions: dict[str, Decision], prices: S
                      ("its interval", _interval_text(d.runner_up)),
                      ("margin", (f"{m:.1%}" if m >= 0.0005 else "none") + (
                          (": a tie" if same_shown(d.best.value, d.runner_up.value) else
-                          ": too close to call (the intervals overlap)") if d.too_close
-                         else ": the intervals do not overlap"))]
+                          f": too close to call ({d.call_text})") if d.too_close
+                         else f": clear ({d.call_text})"))]
         if d.holds_text:
             rows.append(("holds", d.holds_text))
         if d.excluded:
@@ -92,7 +92,9 @@ def decision_table(study: StudyConfig, decisions: dict[str, Decision]) -> Table:
     return Table("decision", "Decision per profile", ["profile", "recommended", UNIT[study.pricing.value_metric],
                                                       "runner-up", "runner-up cost", "margin", "call", "holds"],
                  rows, section="decision",
-                 note="Margin = runner-up / recommended - 1. Too close to call: the two figures' intervals overlap.")
+                 note="Margin = runner-up / recommended - 1. Too close to call: the 80% interval of that cost ratio "
+                      "includes 1 (two simulated figures: the model's paired errors, which are small within one "
+                      "hardware family; otherwise: the two figures' intervals overlap).")
 
 
 VERDICT_TEXT = {"impossible": "IMPOSSIBLE (beyond the ceiling)", "implausible": "implausible (above 90% of it)",

@@ -199,8 +199,7 @@ def _value(w: _Writer, profile: str) -> None:
             text += f"; tied with {r.cell.config} ({shown(rr)}): too close to call"
         else:
             text += f", {(d.margin or 0) / (1 + (d.margin or 0)):.1%} cheaper than {r.cell.config} ({shown(rr)})"
-            if d.too_close:
-                text += "; too close to call: their intervals overlap"
+            text += f"; too close to call: {d.call_text}" if d.too_close else f"; clear: {d.call_text}"
     lead = w.comparable(profile, "sat_out")
     if lead and r is not None and lead[0].config == r.cell.config:
         text += f"; {r.cell.config} has the highest throughput"

@@ -1,0 +1,109 @@
+"""How far apart two predictions can be wrong: the model's paired out-of-sample errors.
+
+Promises: :func:`ratio_interval` gives the 80% interval of the true ratio of two predicted figures
+(e.g. two configurations' cost per request) from the model's errors on *pairs* of published rows:
+two hardware measured by one publication under the same conditions (model, dtype, engine,
+scenario, lengths, metric, device count). Their log errors ``log(measured/predicted)`` under the
+leave-one-publication-out fit are differenced; the spread of those differences is what a
+comparison of two predictions inherits. Pairs on one hardware family (A100 SXM vs PCIe, H100 vs
+H200) share the fitted efficiencies and err together (sd ~0.07); pairs across families much less
+so (sd ~0.2, about the single-row spread times sqrt(2) minus a little), so the same figures make
+a clear call within a family and a close one across::
+
+    lo, hi, basis = ratio_interval(1.5, same_family=True)     # e.g. (1.35, 1.67, "80% interval ...")
+
+The shipped table is ``data/paired-errors.yaml`` (``python -m infermeter.perfmodel.paired
+tests/data/published-measurements.csv`` derives it; a test keeps it equal to a fresh derivation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from infermeter.errors import ConfigError
+from infermeter.perfmodel.configspec import parse_config
+from infermeter.perfmodel.hardware import DATA_DIR, get_hardware
+from infermeter.perfmodel.uncertainty import COVERAGE, records_of, t90
+
+PAIRED_FILE = DATA_DIR / "paired-errors.yaml"
+
+
+def family_of(config: str) -> str | None:
+    """The hardware family of a configuration string (``4xa100-80gb:tp4`` -> ``ampere``); None if unknown."""
+    try:
+        return get_hardware(parse_config(config).hardware).family
+    except (ConfigError, KeyError, ValueError):
+        return None
+
+
+def pairs_of(report: Any) -> list[tuple[float, bool]]:  # noqa: ANN401 - a validate.Report
+    """(difference of the two rows' log errors, same hardware family) for every pair of rows of one publication
+    that differ only in their hardware."""
+    groups: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
+    for _, e, pub, r in records_of(report):
+        w = r.row
+        key = (pub, w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens, w.output_tokens,
+               w.metric, w.gpus)
+        groups.setdefault(key, []).append((w.hardware, e))
+    out = []
+    for rows in groups.values():
+        for (ha, ea), (hb, eb) in itertools.combinations(rows, 2):
+            if ha != hb:
+                out.append((ea - eb, family_of(ha) == family_of(hb) is not None))
+    return out
+
+
+def table_from_report(report: Any, source: str = "") -> dict[str, Any]:  # noqa: ANN401
+    """``{same_family: {n, rms}, cross_family: {n, rms}}``: the root mean square of the paired differences (the
+    order within a pair is arbitrary, so no mean is kept)."""
+    pairs = pairs_of(report)
+    out: dict[str, Any] = {"source": source}
+    for name, same in (("same_family", True), ("cross_family", False)):
+        ds = [d for d, s in pairs if s is same]
+        out[name] = {"n": len(ds), "rms": round(math.sqrt(sum(d * d for d in ds) / len(ds)), 4) if ds else None}
+    return out
+
+
+@lru_cache(maxsize=1)
+def load() -> dict[str, Any]:
+    data = yaml.safe_load(PAIRED_FILE.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "same_family" not in data or "cross_family" not in data:
+        raise ConfigError(f"{PAIRED_FILE}: expected same_family and cross_family blocks")
+    return data
+
+
+def ratio_interval(ratio: float, same_family: bool, table: dict[str, Any] | None = None) -> tuple[float, float, str]:
+    """The 80% interval of the true ratio of two predictions whose predicted ratio is ``ratio``."""
+    table = table or load()
+    cell = table["same_family" if same_family else "cross_family"]
+    n, rms = int(cell["n"]), float(cell["rms"])
+    if n < 3:  # too few pairs of this kind: the cross-family spread, the wider
+        cell = table["cross_family"]
+        n, rms = int(cell["n"]), float(cell["rms"])
+    h = t90(n - 1) * rms * math.sqrt(1 + 1 / n)
+    kind = "one hardware family" if same_family else "different hardware families"
+    return (ratio * math.exp(-h), ratio * math.exp(h),
+            f"{COVERAGE:.0%} interval of the ratio from the model's paired out-of-sample errors on {kind} (n={n})")
+
+
+def main(argv: list[str]) -> int:
+    from infermeter.perfmodel.corpus import load_rows
+    from infermeter.perfmodel.validate import validate
+
+    path = argv[0] if argv else "tests/data/published-measurements.csv"
+    table = table_from_report(validate(load_rows(path), holdout="source"),
+                              source=f"paired leave-one-publication-out errors of {path}; "
+                                     f"python -m infermeter.perfmodel.paired {path}")
+    sys.stdout.write("# Two hardware of one publication under the same conditions: the spread of the difference of\n"
+                     "# their log errors (infermeter.perfmodel.paired)\n" + yaml.safe_dump(table, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
