@@ -22,7 +22,7 @@ def test_the_shipped_paired_table_is_a_fresh_derivation_and_within_a_family_erro
 def test_a_25_percent_margin_is_clear_within_a_family_and_close_across():
     table = {"same_family": {"n": 12, "rms": 0.0744}, "cross_family": {"n": 41, "rms": 0.1973}}
     lo, hi, basis = ratio_interval(1.25, same_family=True, table=table)
-    assert 1.0 < lo < 1.25 < hi and "one hardware family (n=12)" in basis
+    assert 1.0 < lo < 1.25 < hi and "within one hardware family, n=12" in basis
     lo, hi, _ = ratio_interval(1.25, same_family=False, table=table)
     assert lo < 1.0 < 1.25 < hi
     # too few pairs of a kind: the wider cross-family spread stands in

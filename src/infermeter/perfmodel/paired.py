@@ -87,9 +87,9 @@ def ratio_interval(ratio: float, same_family: bool, table: dict[str, Any] | None
         cell = table["cross_family"]
         n, rms = int(cell["n"]), float(cell["rms"])
     h = t90(n - 1) * rms * math.sqrt(1 + 1 / n)
-    kind = "one hardware family" if same_family else "different hardware families"
+    kind = "within one hardware family" if same_family else "across hardware families"
     return (ratio * math.exp(-h), ratio * math.exp(h),
-            f"{COVERAGE:.0%} interval of the ratio from the model's paired out-of-sample errors on {kind} (n={n})")
+            f"{COVERAGE:.0%} interval of the ratio from the model's paired out-of-sample errors {kind}, n={n}")
 
 
 def main(argv: list[str]) -> int:

@@ -121,7 +121,7 @@ class Decision:
         if self.ratio is not None:
             span = f"{self.ratio.lo:.2f}–{self.ratio.hi:.2f}"
             return (f"the cost ratio's 80% interval, {span}, includes 1" if self.too_close
-                    else f"the cost ratio's 80% interval is {span}") + f" ({self.ratio.basis.split(' from ')[-1]})"
+                    else f"the cost ratio's 80% interval is {span}") + f"; from {self.ratio.basis.split(' from ')[-1]}"
         return "their intervals overlap" if self.too_close else "the intervals do not overlap"
 
     def to_json(self) -> dict[str, Any]:
@@ -289,7 +289,7 @@ def ratio_interval_of(d: Decision) -> Interval | None:
     lo, hi, basis = ratio_interval(r.value / b.value, same_family=fb is not None and fb == fr)
     qb = b.search.lo / b.value if b.search is not None and b.value else 1.0  # true cost in [value x q, value]
     qr = r.search.lo / r.value if r.search is not None and r.value else 1.0
-    return Interval(lo * qr, hi / qb, basis + ("; and the SLO searches' brackets" if qb < 1 or qr < 1 else ""))
+    return Interval(lo * qr, hi / qb, basis + (" and the SLO searches' brackets" if qb < 1 or qr < 1 else ""))
 
 
 def caveats(study: StudyConfig, cells: list[CellResult], prices: StudyPrices, d: Decision) -> list[str]:
