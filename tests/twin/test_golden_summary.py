@@ -4,7 +4,10 @@ The three ``tests/data/golden/*.summary.json`` files were written by ``infermete
 the commands in ``CASES``: first at commit dee2cbe, before the summary builders were merged into
 one accumulator (issue 17; the figures held through that refactor), then again when the
 performance model was refitted on the enlarged corpus (issue 14 changes the predicted step times
-on purpose: TTFT p50 of the 5 req/s case 70.8 -> 60.3 ms). Regenerate them only for a deliberate
+on purpose: TTFT p50 of the 5 req/s case 70.8 -> 60.3 ms), and ``sim-closed-c16`` once more when
+the corpus gained the TensorRT-LLM v0.10/v0.11 A100 70B rows (branch corpus3: the Ampere serving-group
+FP16 efficiencies it draws on were refitted; TPOT p50 12.04 -> 13.14 ms, duration 157.5 -> 175.2 s;
+the two H100 cases did not change). Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.
