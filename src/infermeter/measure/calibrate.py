@@ -125,6 +125,11 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         + f"scheduler limits {'from flags' if max_num_seqs or max_num_batched_tokens else f'{name} defaults'}")
     runs = []
     warnings: list[str] = []
+    tokens = sum(int(pc.sum(t.column("completion_tokens")).as_py() or 0) for t in tables)
+    if fit.steps < 200:
+        warnings.append(f"only {fit.steps} clean engine steps from {tokens:,} streamed tokens ({int(fit.residuals.get('outliers', 0))} "
+                        "more set aside as stretched): tokens arrived bunched or the machine was busy; the fit is "
+                        "thin (measure longer runs, on a quieter machine)")
     for d, h in zip(dirs, heads):
         s = Summary.read(d / store.SUMMARY)
         hits = (h.server_metrics or {}).get("prefix_cache_hits") or 0
