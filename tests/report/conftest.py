@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,20 +136,7 @@ def grid_runs(tmp_path_factory) -> list[Path]:
     return out
 
 
-def _helper(name: str):
-    """A sibling helper module (tests run with --import-mode=importlib, so no plain import)."""
-    spec = importlib.util.spec_from_file_location(f"infermeter_report_tests_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
-def chromium():
-    """``inspect(page, extra)`` in headless Chromium (installed with apt-get when missing; skipped when impossible)."""
-    cdp = _helper("_chromium")
-    path, why = cdp.ensure_chromium()
-    if path is None:
-        pytest.skip(f"headless Chromium is not available: {why}")
-    return functools.partial(cdp.inspect_page, path)
+def chromium(chromium_browser):
+    """``inspect(page, extra)`` in headless Chromium (tests/conftest.py ``chromium_browser``)."""
+    return chromium_browser.inspect

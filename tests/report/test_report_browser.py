@@ -40,29 +40,15 @@ CLICKS = {
 
 
 @pytest.fixture(scope="module")
-def page_report(chromium, grid_runs, make_sweep_module, tmp_path_factory):
+def page_report(chromium, chromium_browser, grid_runs, make_sweep_module, tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     sweep = make_sweep_module(root / "sweep", [5.0, 10.0, 20.0, 30.0], label=EVIL, model="llama</script><b>x")
     files = build_report([*grid_runs, sweep], root / "out", ReportOptions(
         price_options=PriceOptions(price_per_gpu_hour=2.0), api_usd_per_1m=0.5,
         now=dt.datetime(2025, 1, 10, tzinfo=dt.timezone.utc)))
-    cdp = _chromium_module()
+    cdp = chromium_browser.driver
     clicks = {**CLICKS, "clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS}
     return files, chromium(files.html, clicks)
-
-
-def _chromium_module():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "_chromium" in sys.modules:
-        return sys.modules["_chromium"]
-    spec = importlib.util.spec_from_file_location("_chromium", Path(__file__).with_name("_chromium.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_chromium"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_page_loads_without_errors(page_report):

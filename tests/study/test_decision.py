@@ -143,22 +143,11 @@ def test_per_configuration_model_dtype_provider_and_calibration(tmp_path: Path) 
             build_study({"configurations": [bad]}, "t")
 
 
-def test_the_study_page_draws_every_chart_with_nothing_clipped(result: Any) -> None:
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("_chromium_dec", Path(__file__).parents[1] / "report" / "_chromium.py")
-    if spec is None or spec.loader is None:
-        pytest.skip("the report tests' Chromium driver is not there")
-    cdp = importlib.util.module_from_spec(spec)
-    sys.modules["_chromium_dec"] = cdp
-    spec.loader.exec_module(cdp)
-    path, why = cdp.ensure_chromium()
-    if path is None:
-        pytest.skip(why)
-    page = cdp.inspect_page(path, result.files["html"], {"clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS,
-                                                         "ready": "document.body.getAttribute('data-charts-ready')"},
-                            before=cdp.OPEN_ALL)
+def test_the_study_page_draws_every_chart_with_nothing_clipped(result: Any, chromium_browser: Any) -> None:
+    cdp = chromium_browser.driver
+    page = chromium_browser.inspect(result.files["html"], {"clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS,
+                                                           "ready": "document.body.getAttribute('data-charts-ready')"},
+                                    before=cdp.OPEN_ALL)
     assert (page.console_errors, page.exceptions, page.log_errors) == ([], [], [])
     assert json.loads(page.values["clipped"]) == [] and json.loads(page.values["empty"]) == []
     ids = {c["id"] for c in page.charts}

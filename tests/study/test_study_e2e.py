@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,21 +123,9 @@ def test_an_existing_study_folder_is_not_overwritten(result: Any) -> None:
         run_study(build_study(STUDY, "test"), result.out_dir)
 
 
-def test_report_renders_in_a_browser(result: Any, tmp_path: Path) -> None:
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("_chromium_study", Path(__file__).parents[1] / "report" / "_chromium.py")
-    if spec is None or spec.loader is None:
-        pytest.skip("the report tests' Chromium driver is not there")
-    cdp = importlib.util.module_from_spec(spec)
-    sys.modules["_chromium_study"] = cdp
-    spec.loader.exec_module(cdp)
-    path, why = cdp.ensure_chromium()
-    if path is None:
-        pytest.skip(why)
-    page = cdp.inspect_page(path, result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"},
-                            before=cdp.OPEN_ALL)
+def test_report_renders_in_a_browser(result: Any, chromium_browser: Any) -> None:
+    page = chromium_browser.inspect(result.files["html"], {"charts": "document.body.getAttribute('data-charts-ready')"},
+                                    before=chromium_browser.driver.OPEN_ALL)
     assert (page.console_errors, page.exceptions, page.log_errors) == ([], [], [])
     assert int(page.values["charts"]) >= 4
     assert all(c["std"] > 0 for c in page.charts)
