@@ -323,7 +323,7 @@ class Accumulator:
             self.last_end = max(self.last_end, float(np.nanmax(fin)))
         ok_end = ended[ok]
         if self.edges is not None:
-            self.edges.add(intended[ok], ok_end, np.asarray(col(table, "request_id"), dtype=float)[ok])
+            self.edges.add(intended[ok], ok_end, col(table, "request_id")[ok])
         was_sent = np.isfinite(sent)
         if was_sent.any():
             self.sent += int(was_sent.sum())

@@ -72,7 +72,8 @@ class StepFit:
                 + self.per_kv_token_s * np.asarray(kv_tokens))
 
 
-def _measured_ok(table: pa.Table) -> pa.Table:
+def measured_ok(table: pa.Table) -> pa.Table:
+    """The successful requests of the measured phase (warm-up left out)."""
     if "phase" in table.column_names:
         table = table.filter(pc.equal(table.column("phase"), "measure"))
     return table.filter(pc.equal(table.column("outcome"), "ok"))
@@ -89,7 +90,7 @@ def engine_steps(tables: pa.Table | Sequence[pa.Table], eps_s: float = EPS_S) ->
 
 
 def _run_steps(table: pa.Table, eps_s: float) -> Steps:
-    ok = _measured_ok(table)
+    ok = measured_ok(table)
     if ok.num_rows == 0:
         raise DataError("no successful request to recover engine steps from")
     times = ok.column("chunk_times").to_pylist()
@@ -182,8 +183,10 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
     if kv:
         cols_all["per_kv_token_s"] = steps.kv_tokens
     keep = np.ones(steps.n, dtype=bool)
-    for _ in range(ROBUST_ROUNDS):
+    for rounds in range(ROBUST_ROUNDS + 1):  # the fit on ``keep``; then, while rounds remain, set stretched steps aside
         coef = _nnls_subsets({n: c[keep] for n, c in cols_all.items()}, y_all[keep])
+        if rounds == ROBUST_ROUNDS:
+            break
         pred = sum(coef.get(n, 0.0) * c for n, c in cols_all.items())
         resid = y_all - pred
         mad = 1.4826 * float(np.median(np.abs(resid[keep] - np.median(resid[keep]))))
@@ -191,7 +194,6 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
         if new_keep.sum() < max(len(cols_all) + 1, steps.n // 2) or (new_keep == keep).all():
             break
         keep = new_keep
-    coef = _nnls_subsets({n: c[keep] for n, c in cols_all.items()}, y_all[keep])
     fit = StepFit(base_s=coef.get("base_s", 0.0), per_token_s=coef.get("per_token_s", 0.0),
                   per_seq_s=coef.get("per_seq_s", 0.0), per_kv_token_s=coef.get("per_kv_token_s", 0.0),
                   steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
@@ -211,7 +213,7 @@ def frontend_overhead(tables: pa.Table | Sequence[pa.Table], fit: StepFit) -> fl
     (seconds, >= 0; 0 when no request found it idle)."""
     idle: list[float] = []
     for table in [tables] if isinstance(tables, pa.Table) else tables:
-        ok = _measured_ok(table)
+        ok = measured_ok(table)
         sent = np.asarray(ok.column("sent_at").to_numpy(zero_copy_only=False), dtype=float)
         first = np.asarray(pc.fill_null(ok.column("first_token_at").cast(pa.float64()), np.nan).to_numpy(), dtype=float)
         ended = np.asarray(ok.column("ended_at").to_numpy(zero_copy_only=False), dtype=float)

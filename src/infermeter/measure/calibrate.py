@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.results import Summary
-from infermeter.analysis.stepfit import engine_steps, fit_linear, frontend_overhead
+from infermeter.analysis.stepfit import engine_steps, fit_linear, frontend_overhead, measured_ok
 from infermeter.errors import ConfigError, DataError
 from infermeter.measure.config import RunConfig
 from infermeter.measure.simplan import SimPlan
@@ -130,8 +130,8 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         warnings.append(f"only {fit.steps} clean engine steps from {tokens:,} streamed tokens ({int(fit.residuals.get('outliers', 0))} "
                         "more set aside as stretched): tokens arrived bunched or the machine was busy; the fit is "
                         "thin (measure longer runs, on a quieter machine)")
-    for d, h in zip(dirs, heads):
-        s = Summary.read(d / store.SUMMARY)
+    summaries = [Summary.read(d / store.SUMMARY) for d in dirs]
+    for d, h, s in zip(dirs, heads, summaries):
         hits = (h.server_metrics or {}).get("prefix_cache_hits") or 0
         if hits and s.cached_prompt_tokens is None:
             warnings.append(f"{d}: the server's prefix cache served {hits:,.0f} prompt tokens but did not say which "
@@ -151,24 +151,26 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
                       warnings=tuple(warnings),
                       frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
                                      "found the engine idle"))
-    cal = fit_service_time(cal, dirs)
+    cal = fit_service_time(cal, dirs, heads, summaries)
     if check:
-        cal = cal.model_copy(update={"checks": tuple(check_run(cal, d) for d in dirs)})
+        cal = cal.model_copy(update={"checks": tuple(check_run(cal, d, s) for d, s in zip(dirs, summaries))})
     return cal
 
 
 SERVICE_GRID_S = (0.0, 0.001, 0.002, 0.005, 0.010, 0.015, 0.020, 0.030, 0.050, 0.080)
 
 
-def fit_service_time(cal: DeploymentCalibration, dirs: list[Path]) -> DeploymentCalibration:
+def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[RunHeader],
+                     summaries: list[Summary]) -> DeploymentCalibration:
     """The API server's serial work per request, from the runs that sent requests together: the value on
     ``SERVICE_GRID_S`` whose simulation best matches their TTFT p50 and p90 (the front end's fixed cost
-    shrinks by as much, so a request alone still waits as measured). Runs one at a time cannot tell it."""
-    concurrent = [d for d in dirs if (RunHeader.read(d / store.RUN).config or {}).get("concurrency") not in (None, 1)
-                  or (RunHeader.read(d / store.RUN).config or {}).get("rate") is not None]
+    shrinks by as much, so a request alone still waits as measured). Runs one at a time cannot tell it.
+    ``heads`` and ``summaries``: the runs' run.json and summary.json, in ``dirs``' order."""
+    measured = {d: s for d, h, s in zip(dirs, heads, summaries)
+                if (h.config or {}).get("concurrency") not in (None, 1) or (h.config or {}).get("rate") is not None}
+    concurrent = list(measured)
     if not concurrent:
         return cal
-    measured = {d: Summary.read(d / store.SUMMARY) for d in concurrent}
     best: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory(prefix="infermeter-calfit-") as tmp:
         for k, s in enumerate(SERVICE_GRID_S):
@@ -199,7 +201,7 @@ def template_tokens(tables: list[Any]) -> int:
     minus the prompt's own, over requests whose usage the server reported."""
     diffs: list[float] = []
     for t in tables:
-        ok = t.filter(pc.equal(t.column("outcome"), "ok"))
+        ok = measured_ok(t)
         p = ok.column("prompt_tokens").to_numpy(zero_copy_only=False)
         q = ok.column("requested_input_tokens").to_numpy(zero_copy_only=False)
         src = ok.column("usage_source").to_pylist()
@@ -235,8 +237,8 @@ def compare(measured: Summary, simulated: Summary) -> dict[str, Any]:
     return out
 
 
-def check_run(cal: DeploymentCalibration, run_dir: Path) -> dict[str, Any]:
-    measured = Summary.read(run_dir / store.SUMMARY)
+def check_run(cal: DeploymentCalibration, run_dir: Path, measured: Summary) -> dict[str, Any]:
+    """The measured run in ``run_dir`` (its summary: ``measured``) simulated back with the calibration."""
     with tempfile.TemporaryDirectory(prefix="infermeter-calcheck-") as tmp:
         simulated = simulated_like(cal, run_dir, Path(tmp) / "sim")
     return {"run_dir": str(run_dir), **compare(measured, simulated)}
