@@ -38,10 +38,14 @@ def test_example_campaign_is_interrupted_resumed_and_reports(tmp_path, cli, infe
     assert report["complete"] and report["done"] == report["cells"] == 16
     thr = {(g["target"], g["profile"], g["load"]): g["figures"]["request_throughput"] for g in report["groups"]}
     assert all(f["n"] == 2 for f in thr.values())
-    # 8 streams on 4 slots of (20 ms + 16 x 5 ms): at most 40 req/s; on 16 slots all 8 run at once
+    # 8 streams on 4 slots of (20 ms + 16 x 5 ms): at most 40 req/s, and half of them wait a whole request's
+    # time for a slot; on 16 slots all 8 run at once: at most 80 req/s. Only bounds a loaded machine cannot
+    # break (how much faster 16 slots are is a speed claim: benchmarks/, not a test)
     for profile in ("short", "chat"):
         assert thr[("slots4", profile, "c8")]["mean"] <= 40 * 1.05
-        assert thr[("slots16", profile, "c8")]["mean"] > 1.5 * thr[("slots4", profile, "c8")]["mean"]
+        assert thr[("slots16", profile, "c8")]["mean"] <= 80 * 1.05
+        waited = json.loads((out / "runs" / "slots4" / profile / "c8" / "r0" / "summary.json").read_text())
+        assert waited["ttft_ms"]["max"] >= 100.0  # queued behind a request of >= 100 ms: the 4-slot limit held
     # the open loop at 40 req/s is below both ceilings: both serve it
     assert abs(thr[("slots16", "short", "r40")]["mean"] - thr[("slots4", "short", "r40")]["mean"]) < 4
 
@@ -61,9 +65,9 @@ def test_ctrl_c_while_waiting_for_a_target_stops_at_once_with_130(tmp_path, infe
     while time.monotonic() < deadline and not any(b"target never" in x for x in lines):
         time.sleep(0.05)
     time.sleep(0.5)  # inside the health wait
-    t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=30)
     reader.join(timeout=10)
-    assert proc.returncode == 130 and time.monotonic() - t0 < 10
+    # Ctrl-C ends the 600 s health wait at once: communicate's 30 s guard would fail the test otherwise
+    assert proc.returncode == 130
     assert any(b"interrupted (SIGINT): campaign stopped after 0 of 1 runs" in x for x in lines), lines
