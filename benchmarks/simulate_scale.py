@@ -13,6 +13,7 @@ Four cases (all figures printed; this is a benchmark, not a timed test):
     .venv/bin/python benchmarks/simulate_scale.py                 # everything (about half an hour here)
     .venv/bin/python benchmarks/simulate_scale.py --case a --hours 1
     .venv/bin/python benchmarks/simulate_scale.py --case b,c --router session
+    make fast && PYTHONPATH=.fast .venv/bin/python benchmarks/simulate_scale.py   # the compiled twin
 
 Per case: wall time, CPU seconds of this process and of its helper processes, simulated requests
 per wall second and per CPU second, the peak resident memory of the whole process tree (sampled
@@ -143,6 +144,15 @@ def simulate_case(name: str, *, hours: float, gpu: str, workers: int, router: st
     return m
 
 
+def build() -> str:
+    """Which build of the twin runs: compiled with mypyc (setup.py, ``make fast``) or pure Python."""
+    import infermeter.twin.engine as engine
+
+    if engine.__file__.endswith(".py"):
+        return "pure Python (for the compiled build: make fast, then PYTHONPATH=.fast)"
+    return f"compiled with mypyc ({Path(engine.__file__).parent.parent.parent})"
+
+
 def size_fleet(out: Path) -> tuple[str, int, str, float]:
     """(fleet, replicas, why, seconds): one 4xA100 TP4 replica's chat SLO capacity, sized as a study sizes a soak."""
     from infermeter.study.config import build_study
@@ -189,7 +199,7 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp(prefix="infermeter-scale-"))
         out = tmp
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{os.cpu_count()} cores; load average now {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{os.cpu_count()} cores; load average now {os.getloadavg()[0]:.1f}; the twin: {build()}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     try:
         if "a" in cases:

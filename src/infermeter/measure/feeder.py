@@ -38,7 +38,7 @@ from infermeter.load.shapes import BaseShape
 from infermeter.measure.child import start_child
 from infermeter.twin.hashing import CHARS_PER_BLOCK, KeyMaker
 from infermeter.twin.kvcache import BLOCK_SIZE
-from infermeter.twin.request import SimRequest
+from infermeter.twin.request import SimRequest, from_columns
 from infermeter.workload import build_workload
 
 BATCH = 8192
@@ -153,17 +153,9 @@ def report_error(conn: Any, exc: BaseException) -> None:
 def unpack_requests(rids: Iterable[int], at: Any, pt: Any, mt: Any, conv: Any, grp: Any, kcount: Any,
                     kflat: Any) -> Iterator[SimRequest]:
     """SimRequests from the column arrays a child process sent (arrival, prompt and max tokens, conversation
-    and prefix group (-1: none), key counts and the keys flat). Keys stay int64 arrays on the wire; each
-    request gets short key lists as lists (cheaper to index), long ones as their own small int64 array."""
-    ats, pts, mts, convs, grps = (c.tolist() for c in (at, pt, mt, conv, grp))
-    ends = np.cumsum(kcount).tolist()
-    pos = 0
-    for j, rid in enumerate(rids):
-        end = ends[j]
-        keys = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
-        pos = end
-        cid, gid = convs[j], grps[j]
-        yield SimRequest(rid, ats[j], pts[j], mts[j], keys, ats[j], None if cid < 0 else cid, None if gid < 0 else gid)
+    and prefix group (-1: none), key counts and the keys flat; :func:`infermeter.twin.request.from_columns`)."""
+    return from_columns(rids, at.tolist(), pt.tolist(), mt.tolist(), conv.tolist(), grp.tolist(),
+                        np.cumsum(kcount).tolist(), kflat)
 
 
 class ChildStream:

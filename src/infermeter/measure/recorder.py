@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from infermeter.analysis.accumulator import Accumulator
 from infermeter.records.record import ARROW_SCHEMA
-from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest, columns_of
 
 BATCH_ROWS = 1 << 16
 
@@ -56,9 +56,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
     """One row per request in ``ARROW_SCHEMA`` (see the module docstring)."""
     n = len(buf)
     (rid_l, intended_l, sent_l, first_l, ended_l, n_in_l, n_out_l, cached_l, max_l, conv_l, grp_l, state_l,
-     details) = zip(*[(r.rid, r.arrival if r.intended_at is None else r.intended_at, r.arrival,
-                       r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs, r.cached_tokens, r.max_tokens,
-                       r.conversation_id, r.prefix_group, r.state, r.error) for r in buf])
+     details) = columns_of(buf)
     state = np.array(state_l, dtype=np.int64)
     ok = state == FINISHED
     timed_out = state == TIMED_OUT

@@ -49,6 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from typing import Any
 
 from infermeter.twin.config import EngineConfig
 from infermeter.twin.hashing import private_key
@@ -66,6 +67,7 @@ from infermeter.twin.request import (
 )
 from infermeter.twin.series import LevelSeries
 from infermeter.twin.spans import DecodeSpans
+from infermeter.twin.state import set_state, state_of
 
 _INF = math.inf
 
@@ -121,6 +123,12 @@ class Engine(DecodeSpans):
         self.max_waiting = 0
         self.max_running = 0
         self.last_step_tokens = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:  # checkpoints; both builds (twin.state)
+        return (type(self), (self.predictor, self.config, self.pool.num_blocks), state_of(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)
 
     # -- intake --------------------------------------------------------------------
     def add(self, r: SimRequest, now: float | None = None) -> bool:

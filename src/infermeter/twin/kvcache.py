@@ -41,7 +41,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from infermeter.twin.state import set_state, state_of
+
 BLOCK_SIZE = 16  # vLLM's default on GPUs; an engine's own is ``EngineConfig.block_size``
+# a block's content key: an int, or a numpy int64 from a request's key array (they hash and compare
+# alike); Any, so that the compiled build (setup.py) takes both
+Key = Any
 
 
 class Group:
@@ -49,7 +54,7 @@ class Group:
 
     __slots__ = ("keys", "start", "n", "cached", "max_h", "holders", "segs", "first")
 
-    def __init__(self, keys: Sequence[int], start: int, n: int) -> None:
+    def __init__(self, keys: Sequence[Key], start: int, n: int) -> None:
         self.keys = keys  # the registering request's key list (absolute block positions)
         self.start = start
         self.first = keys[start]  # the key it is found by
@@ -59,8 +64,14 @@ class Group:
         self.holders: dict[int, int] = {n: 1}  # blocks held -> holders
         self.segs: list[list[Any]] = []  # its live segments in the LRU queue
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.keys, self.start, self.n), state_of(self))
 
-def _run(keys: Sequence[int], gkeys: Sequence[int], p: int, end: int) -> int:
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)
+
+
+def _run(keys: Sequence[Key], gkeys: Sequence[Key], p: int, end: int) -> int:
     """How many positions from ``p`` (``keys[p] == gkeys[p]`` known) agree before ``end``: chained keys
     agree on a prefix, so a binary search finds it."""
     if keys[end - 1] == gkeys[end - 1]:
@@ -86,10 +97,16 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.num_free = num_blocks
         self.caching = enable_prefix_caching
-        self._index: dict[int, Group] = {}  # first key -> group
+        self._index: dict[Key, Group] = {}  # first key -> group
         # free blocks, LRU first: [None, anonymous count, 0, 0] or [group, 0, lo, hi] (its blocks lo..hi-1)
         self._queue: deque[list[Any]] = deque([[None, num_blocks, 0, 0]])
         self.evictions = 0  # cached blocks dropped to make room
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.num_blocks,), state_of(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)
 
     # -- queries -------------------------------------------------------------------
     @property
@@ -105,7 +122,7 @@ class BlockPool:
         """Whether a cached group starts with ``key`` (the engine's quick miss test)."""
         return key in self._index
 
-    def match(self, keys: Sequence[int], limit: int) -> tuple[int, int, list[list[Any]]]:
+    def match(self, keys: Sequence[Key], limit: int) -> tuple[int, int, list[list[Any]]]:
         """Leading keys (at most ``limit``) that are cached: (hit blocks, of which free, path to acquire)."""
         if not self.caching or limit <= 0 or not len(keys):
             return 0, 0, []
@@ -142,7 +159,7 @@ class BlockPool:
                         live.append(seg)
                 g.segs = live
 
-    def register(self, keys: Sequence[int], lo: int, hi: int, held: list[list[Any]], cursor: Group | None = None,
+    def register(self, keys: Sequence[Key], lo: int, hi: int, held: list[list[Any]], cursor: Group | None = None,
                  own: Group | None = None) -> tuple[Group | None, Group | None, int]:
         """A request's blocks ``lo..hi-1`` (positions in its key list ``keys``) are full: cache them.
 
@@ -204,7 +221,8 @@ class BlockPool:
             else:
                 queue.append([None, anonymous, 0, 0])
             self.num_free += anonymous
-        for g, h in reversed(held):
+        for i in range(len(held) - 1, -1, -1):  # the tail first (an index loop: mypyc compiles it)
+            g, h = held[i]
             holders = g.holders
             c = holders[h] - 1
             if c:

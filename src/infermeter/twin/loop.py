@@ -60,6 +60,7 @@ from typing import Any, Protocol
 from infermeter.twin.engine import Engine
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, WAITING, SimRequest
 from infermeter.twin.router import Router
+from infermeter.twin.state import set_state, state_of
 
 _INF = math.inf
 
@@ -107,6 +108,9 @@ class Boundary:
     def __init__(self, rid: int, arrival: float) -> None:
         self.rid = rid
         self.arrival = self.intended_at = arrival
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.rid, self.arrival))
 
 
 class ListSource:
@@ -187,6 +191,12 @@ class EventLoop:
         self.overhead, self.service = frontend
         self.stats = LoopStats()
         self._state: dict[str, Any] | None = None  # set at each window boundary: what a checkpoint keeps
+
+    def __reduce__(self) -> tuple[Any, ...]:  # checkpoints; both builds (twin.state)
+        return (type(self), (self.engines,), state_of(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)
 
     def run(self, source: ArrivalSource, on_done: Callable[[SimRequest], None], clock: VirtualClock, *,
             until: float = _INF, cancel_at: float = _INF, window: int | None = None,

@@ -1,6 +1,6 @@
 """One request inside the twin: what it asks for and where the engine has got to.
 
-Hot-path data (a slotted dataclass, no validation). Times are seconds on the
+Hot-path data (a slotted class, no validation). Times are seconds on the
 caller's clock (virtual offline, scaled real time live)::
 
     >>> r = SimRequest(rid=7, arrival=1.5, prompt_tokens=100, max_tokens=20)
@@ -16,8 +16,10 @@ values at decode entry (``c0``, ``o0`` at step counter ``g0``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from infermeter.twin.state import set_state, state_of
 
 # request states
 WAITING = 0
@@ -30,47 +32,118 @@ CANCELLED = 6  # still in flight when the run gave up on it (``grace_s`` after t
 TIMED_OUT = 7  # its client gave up (first-token or total timeout): the record's copy; the engine aborts it
 
 
-@dataclass(slots=True, eq=False)
 class SimRequest:
-    rid: int
-    arrival: float  # reached the engine
-    prompt_tokens: int
-    max_tokens: int  # output tokens it will generate (the twin has no EOS)
-    keys: list[int] | tuple[int, ...] = ()  # content keys of full prompt blocks
-    intended_at: float | None = None  # load schedule's intended send time (records)
-    conversation_id: int | None = None
-    prefix_group: int | None = None
-    tag: Any = None  # caller's handle (the live backend's stream)
-    replica: int = -1  # the replica a stream-decided router sent it to (-1: route at send)
-    lane: int = -1  # the engine it was added to (-1: not yet, or never)
-    timed_out: bool = False  # its client gave up; the engine still holds it until it aborts it
+    """One request (module docstring). A plain slotted class with an explicit ``__init__``: the compiled
+    build (setup.py) makes it a native class, whose construction a dataclass's generated ``__init__`` would
+    slow down."""
 
-    state: int = WAITING
-    num_tokens: int = 0
-    computed: int = 0
-    outputs: int = 0
-    blocks: int = 0  # blocks held while waiting/prefilling (decoding: implicit)
-    held: list[Any] = field(default_factory=list)  # [cache group, blocks of it held] (twin.kvcache)
-    keyed: int = 0  # of its blocks, those it holds in cache groups (the rest are anonymous)
-    cursor: Any = None  # the cache group its content was last found in (registration goes on from there)
-    own: Any = None  # the cache group it registered last
-    next_reg: int = 0  # next prompt block to register in the cache
-    g0: int = 0
-    c0: int = 0
-    o0: int = 0
-    epoch: int = 0  # bumps on preemption: stale heap entries are skipped
-    scheduled_at: float | None = None
-    first_token_at: float | None = None
-    ended_at: float | None = None
-    cached_tokens: int | None = None  # prefix-cache hit at first admission
-    preemptions: int = 0
-    token_times: list[float] | None = None  # per-token times when the engine keeps them
-    error: str | None = None  # rejection (or timeout) reason
-    error_class: str | None = None  # a record's error class when not a rejection (http_4xx)
+    __slots__ = (
+        "rid", "arrival", "prompt_tokens", "max_tokens", "keys", "intended_at", "conversation_id",
+        "prefix_group", "tag", "replica", "lane", "timed_out", "state", "num_tokens", "computed", "outputs",
+        "blocks", "held", "keyed", "cursor", "own", "next_reg", "g0", "c0", "o0", "epoch", "scheduled_at",
+        "first_token_at", "ended_at", "cached_tokens", "preemptions", "token_times", "error", "error_class",
+    )
 
-    def __post_init__(self) -> None:
-        self.num_tokens = self.prompt_tokens
+    def __init__(self, rid: int, arrival: float, prompt_tokens: int, max_tokens: int, keys: Any = (),
+                 intended_at: float | None = None, conversation_id: int | None = None,
+                 prefix_group: int | None = None, tag: Any = None, replica: int = -1, lane: int = -1,
+                 timed_out: bool = False) -> None:
+        self.rid = rid
+        self.arrival = arrival  # reached the engine
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens  # output tokens it will generate (the twin has no EOS)
+        self.keys = keys  # content keys of full prompt blocks: a list, tuple or int64 array of ints
+        self.intended_at = intended_at  # load schedule's intended send time (records)
+        self.conversation_id = conversation_id
+        self.prefix_group = prefix_group
+        self.tag = tag  # caller's handle (the live backend's stream)
+        self.replica = replica  # the replica a stream-decided router sent it to (-1: route at send)
+        self.lane = lane  # the engine it was added to (-1: not yet, or never)
+        self.timed_out = timed_out  # its client gave up; the engine still holds it until it aborts it
+        self.num_tokens = prompt_tokens
+        self.state: int = WAITING
+        self.computed: int = 0
+        self.outputs: int = 0
+        self.blocks: int = 0  # blocks held while waiting/prefilling (decoding: implicit)
+        self.held: list[Any] = []  # [cache group, blocks of it held] (twin.kvcache)
+        self.keyed: int = 0  # of its blocks, those it holds in cache groups (the rest are anonymous)
+        self.cursor: Any = None  # the cache group its content was last found in (registration goes on from there)
+        self.own: Any = None  # the cache group it registered last
+        self.next_reg: int = 0  # next prompt block to register in the cache
+        self.g0: int = 0
+        self.c0: int = 0
+        self.o0: int = 0
+        self.epoch: int = 0  # bumps on preemption: stale heap entries are skipped
+        self.scheduled_at: float | None = None
+        self.first_token_at: float | None = None
+        self.ended_at: float | None = None
+        self.cached_tokens: int | None = None  # prefix-cache hit at first admission
+        self.preemptions: int = 0
+        self.token_times: list[float] | None = None  # per-token times when the engine keeps them
+        self.error: str | None = None  # rejection (or timeout) reason
+        self.error_class: str | None = None  # a record's error class when not a rejection (http_4xx)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # checkpoints, copies; both builds (twin.state)
+        return (type(self), (self.rid, self.arrival, self.prompt_tokens, self.max_tokens), state_of(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)
+
+    def __repr__(self) -> str:
+        return (f"SimRequest(rid={self.rid}, arrival={self.arrival}, prompt_tokens={self.prompt_tokens}, "
+                f"max_tokens={self.max_tokens}, state={self.state}, outputs={self.outputs})")
 
     @property
     def done(self) -> bool:
         return self.state >= FINISHED
+
+
+def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[int], conv: list[int],
+                 grp: list[int], ends: list[int], kflat: Any) -> Iterator[SimRequest]:
+    """SimRequests from columns (lists): arrival (also the intended send), prompt and max tokens,
+    conversation and prefix group (-1: none), each request's end offset in ``kflat`` (an int64 array of
+    every request's keys, flat). Short key lists become lists (cheaper to index), long ones their own
+    small int64 array (less memory)."""
+    pos = 0
+    j = 0
+    for rid in rids:
+        end = ends[j]
+        keys: Any = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
+        pos = end
+        cid, gid = conv[j], grp[j]
+        t = at[j]
+        yield SimRequest(rid, t, pt[j], mt[j], keys, t, None if cid < 0 else cid, None if gid < 0 else gid)
+        j += 1
+
+
+def columns_of(buf: list[SimRequest]) -> tuple[list[Any], ...]:
+    """What a record needs of each request, as columns: request id, intended send, send, first token, end,
+    prompt tokens, outputs, cached tokens, max tokens, conversation, prefix group, state, error."""
+    rid: list[Any] = []
+    intended: list[Any] = []
+    sent: list[Any] = []
+    first: list[Any] = []
+    ended: list[Any] = []
+    n_in: list[Any] = []
+    n_out: list[Any] = []
+    cached: list[Any] = []
+    max_t: list[Any] = []
+    conv: list[Any] = []
+    grp: list[Any] = []
+    state: list[Any] = []
+    error: list[Any] = []
+    for r in buf:
+        rid.append(r.rid)
+        intended.append(r.arrival if r.intended_at is None else r.intended_at)
+        sent.append(r.arrival)
+        first.append(r.first_token_at)
+        ended.append(r.ended_at)
+        n_in.append(r.prompt_tokens)
+        n_out.append(r.outputs)
+        cached.append(r.cached_tokens)
+        max_t.append(r.max_tokens)
+        conv.append(r.conversation_id)
+        grp.append(r.prefix_group)
+        state.append(r.state)
+        error.append(r.error)
+    return rid, intended, sent, first, ended, n_in, n_out, cached, max_t, conv, grp, state, error
