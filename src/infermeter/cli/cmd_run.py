@@ -58,6 +58,11 @@ def register(app: typer.Typer) -> None:
         progress_every: str = typer.Option("10s", "--progress-every", metavar="DURATION",
                                            help="Without a terminal (CI, a pipe, a log file), print a progress line "
                                                 "this often; 0: never. A terminal shows a live panel instead."),
+        calibrate_twin: Optional[Path] = typer.Option(
+            None, "--calibrate-twin", metavar="FILE",
+            help="Then fit the twin of the server to this run (what `infermeter calibrate RUN_DIR --out FILE` does; "
+                 "best after --load sweep) and write the calibration file. Not --calibrate: that checks this "
+                 "client's own capacity first."),
     ) -> None:
         """Measure an OpenAI-compatible server under a precise load and write summary.json, requests.parquet, run.json."""
         from infermeter.measure import Measurement, RunConfig
@@ -71,7 +76,8 @@ def register(app: typer.Typer) -> None:
 
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
+            _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console,
+                    calibrate_twin)
             return
         try:
             cfg = RunConfig(**values)
@@ -80,11 +86,12 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console)
+        _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console,
+                calibrate_twin)
 
 
 def _finish(result: RunResult, out_console: Console, as_json: bool, measurement: Measurement | None = None,
-            console: Console | None = None) -> None:
+            console: Console | None = None, calibrate_twin: Path | None = None) -> None:
     s = result.summary
     if as_json:
         print(json.dumps(s, indent=2))
@@ -104,8 +111,24 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
     if s["completed"] == 0 and s["failed"]:
         top = max(s["errors"].items(), key=lambda kv: kv[1])[0]
         raise UserError(f"every request failed ({s['failed']}; mostly {top}); results kept in {result.run_dir}")
+    if calibrate_twin is not None and not (measurement is not None and measurement.stopped):
+        _calibrate_to(result.run_dir, calibrate_twin, console if as_json and console is not None else out_console)
     if s.get("alerts"):
         raise typer.Exit(3)
+
+
+def _calibrate_to(run_dir: Path, path: Path, console: Console) -> None:
+    """``run --calibrate-twin FILE``: the twin fitted to the run just measured (its results stay whatever happens)."""
+    from infermeter.cli.cmd_calibrate import show_calibration
+    from infermeter.measure.calibrate import calibrate
+
+    try:
+        cal = calibrate([run_dir])
+    except UserError as exc:
+        raise type(exc)(f"--calibrate-twin: {exc} (for `infermeter calibrate {run_dir}`; the run's results are "
+                        f"kept there)") from None
+    console.print(f"[bold]calibrating the twin to {run_dir}[/]", highlight=False)
+    show_calibration(cal, cal.write(path), console)
 
 
 def steps_table(s: dict[str, Any]) -> Group:

@@ -84,6 +84,17 @@ def _cache_info(run_dir: Path) -> dict[str, str] | None:
     return None
 
 
+def _kv_tokens(info: dict[str, str] | None) -> int | None:
+    """KV capacity in tokens from ``cache_config_info``: vLLM CPU says ``kv_cache_size_tokens``; on GPUs it
+    says ``num_gpu_blocks`` of ``block_size`` tokens."""
+    if not info:
+        return None
+    if str(info.get("kv_cache_size_tokens", "")).isdigit():
+        return int(info["kv_cache_size_tokens"])
+    blocks, size = str(info.get("num_gpu_blocks", "")), str(info.get("block_size", ""))
+    return int(blocks) * int(size) if blocks.isdigit() and size.isdigit() and int(blocks) > 0 else None
+
+
 def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | None = None,
               max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
               kv_capacity_tokens: int | None = None, check: bool = True) -> DeploymentCalibration:
@@ -110,8 +121,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     name = engine or ("vllm" if scraped == "vllm" else scraped) or "vllm"
     defaults = ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"])
     info = next((i for i in map(_cache_info, dirs) if i), None)
-    kv = kv_capacity_tokens or (int(info["kv_cache_size_tokens"]) if info and info.get("kv_cache_size_tokens",
-                                                                                       "").isdigit() else None)
+    kv = kv_capacity_tokens or _kv_tokens(info)
     if kv is None:
         raise ConfigError("calibrate: the KV capacity is unknown (the runs did not scrape vLLM's cache_config_info); "
                           "pass --kv-capacity-tokens")

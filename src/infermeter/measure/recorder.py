@@ -77,10 +77,10 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int32()))
     no_str = pa.scalar(None, pa.string())
     if all_ok:
-        outcome: pa.Array = pa.array(np.full(n, "ok", dtype=object), pa.string())
+        outcome: pa.Array = pa.repeat("ok", n)
         error_class, http_status = pa.nulls(n, pa.string()), pa.nulls(n, pa.int32())
         completion, stream_tok, prompt = n_out, n_out, n_in
-        usage = pa.array(np.full(n, "server", dtype=object), pa.string())
+        usage = pa.repeat("server", n)
         detail = pa.nulls(n, pa.string())
     else:
         rejected = ~ok & ~cancelled
@@ -97,6 +97,8 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         stream_tok = np.where(failed, 0, n_out)
         usage = pc.if_else(okp, "server", no_str)
         detail = pa.array([None if s == CANCELLED else d for d, s in zip(details, state_l)], pa.string())
+    finish = (pa.repeat("length", n) if all_ok
+              else pa.array(np.where(ok, "length", np.array(None, dtype=object)), pa.string()))
     return pa.table(
         {
             "request_id": rid,
@@ -122,7 +124,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
             "cached_tokens": pa.array(cached_l, pa.int64()),
             "conversation_id": pa.array(conv_l, pa.int64()),
             "prefix_group": pa.array(grp_l, pa.int64()),
-            "finish_reason": pa.array(np.where(ok, "length", np.array(None, dtype=object)), pa.string()),
+            "finish_reason": finish,
         },
         schema=ARROW_SCHEMA,
     )

@@ -62,7 +62,7 @@ class Group:
         self.cached = n  # the first ``cached`` are still cached (eviction takes the top)
         self.max_h = n  # the most blocks any holder holds (free: [max_h, cached))
         self.holders: dict[int, int] = {n: 1}  # blocks held -> holders
-        self.segs: list[list[Any]] = []  # its live segments in the LRU queue
+        self.segs: list[Seg] = []  # its live segments in the LRU queue
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.keys, self.start, self.n), state_of(self))
@@ -86,6 +86,25 @@ def _run(keys: Sequence[Key], gkeys: Sequence[Key], p: int, end: int) -> int:
     return lo - p
 
 
+class Seg:
+    """A run of free blocks in the LRU queue: ``n`` anonymous ones (``g`` None), or group ``g``'s cached
+    blocks ``lo..hi-1``."""
+
+    __slots__ = ("g", "n", "lo", "hi")
+
+    def __init__(self, g: Group | None, n: int, lo: int, hi: int) -> None:
+        self.g = g
+        self.n = n
+        self.lo = lo
+        self.hi = hi
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the group in the state: it refers back to its segments
+        return (type(self), (None, 0, 0, 0), (self.g, self.n, self.lo, self.hi))
+
+    def __setstate__(self, state: tuple[Group | None, int, int, int]) -> None:
+        self.g, self.n, self.lo, self.hi = state
+
+
 class BlockPool:
     """Block accounting plus an LRU prefix cache of key groups."""
 
@@ -98,8 +117,8 @@ class BlockPool:
         self.num_free = num_blocks
         self.caching = enable_prefix_caching
         self._index: dict[Key, Group] = {}  # first key -> group
-        # free blocks, LRU first: [None, anonymous count, 0, 0] or [group, 0, lo, hi] (its blocks lo..hi-1)
-        self._queue: deque[list[Any]] = deque([[None, num_blocks, 0, 0]])
+        # free blocks, LRU first
+        self._queue: deque[Seg] = deque([Seg(None, num_blocks, 0, 0)])
         self.evictions = 0  # cached blocks dropped to make room
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -153,9 +172,9 @@ class BlockPool:
                 g.max_h = h
                 live = []
                 for seg in g.segs:  # blocks taken back leave the segments they were free in
-                    if seg[2] < h:
-                        seg[2] = h if h < seg[3] else seg[3]
-                    if seg[2] < seg[3]:
+                    if seg.lo < h:
+                        seg.lo = h if h < seg.hi else seg.hi
+                    if seg.lo < seg.hi:
                         live.append(seg)
                 g.segs = live
 
@@ -216,10 +235,10 @@ class BlockPool:
         queue = self._queue
         if anonymous:
             last = queue[-1]
-            if last[0] is None:
-                last[1] += anonymous
+            if last.g is None:
+                last.n += anonymous
             else:
-                queue.append([None, anonymous, 0, 0])
+                queue.append(Seg(None, anonymous, 0, 0))
             self.num_free += anonymous
         for i in range(len(held) - 1, -1, -1):  # the tail first (an index loop: mypyc compiles it)
             g, h = held[i]
@@ -234,7 +253,7 @@ class BlockPool:
             top = max(holders) if holders else 0
             g.max_h = top
             if top < h:
-                seg = [g, 0, top, h]
+                seg = Seg(g, 0, top, h)
                 queue.append(seg)
                 g.segs.append(seg)
                 self.num_free += h - top
@@ -248,22 +267,22 @@ class BlockPool:
         self.num_free -= n
         queue = self._queue
         seg = queue[0]
-        if seg[0] is None and seg[1] > n:  # the common case: the head is a run of anonymous blocks
-            seg[1] -= n
+        if seg.g is None and seg.n > n:  # the common case: the head is a run of anonymous blocks
+            seg.n -= n
             return
         while n:
             seg = queue[0]
-            g: Group | None = seg[0]
+            g = seg.g
             if g is None:
-                c = seg[1]
+                c = seg.n
                 if c > n:
-                    seg[1] = c - n
+                    seg.n = c - n
                     return
                 n -= c
-                seg[1] = 0
+                seg.n = 0
             else:
-                top = seg[3] if seg[3] < g.cached else g.cached
-                lo = seg[2] if seg[2] > g.max_h else g.max_h
+                top = seg.hi if seg.hi < g.cached else g.cached
+                lo = seg.lo if seg.lo > g.max_h else g.max_h
                 take = top - lo
                 if take > 0:
                     if take > n:
@@ -275,9 +294,9 @@ class BlockPool:
                     if top == 0 and self._index.get(g.first) is g:
                         del self._index[g.first]
                     if top > lo:
-                        seg[3] = top
+                        seg.hi = top
                         return
-                seg[2] = seg[3] = top
+                seg.lo = seg.hi = top
                 segs = g.segs
                 if segs and segs[0] is seg:  # the group's oldest: usually the one at the queue's head
                     del segs[0]
@@ -295,7 +314,7 @@ class BlockPool:
             return False
         self._index.clear()
         self._queue.clear()
-        self._queue.append([None, self.num_blocks, 0, 0])
+        self._queue.append(Seg(None, self.num_blocks, 0, 0))
         return True
 
     def _groups(self) -> list[Group]:
@@ -303,19 +322,19 @@ class BlockPool:
         for g in self._index.values():
             seen[id(g)] = g
         for seg in self._queue:
-            if seg[0] is not None:
-                seen[id(seg[0])] = seg[0]
+            if seg.g is not None:
+                seen[id(seg.g)] = seg.g
         return list(seen.values())
 
     def check(self) -> None:
         """Invariants (tests): the free count matches the queue; groups' holders, maxima and segments agree."""
-        free = sum(seg[1] for seg in self._queue if seg[0] is None)
+        free = sum(seg.n for seg in self._queue if seg.g is None)
         groups = self._groups()
         for g in groups:
             assert 0 <= g.max_h <= g.cached <= g.n, (g.max_h, g.cached, g.n)
             assert g.max_h == (max(g.holders) if g.holders else 0)
-            live = [s for s in self._queue if s[0] is g and min(s[3], g.cached) > max(s[2], g.max_h)]
-            covered = sum(min(s[3], g.cached) - max(s[2], g.max_h) for s in live)
+            live = [s for s in self._queue if s.g is g and min(s.hi, g.cached) > max(s.lo, g.max_h)]
+            covered = sum(min(s.hi, g.cached) - max(s.lo, g.max_h) for s in live)
             assert covered == g.cached - g.max_h, (covered, g.cached, g.max_h)
             free += covered
         for k, g in self._index.items():

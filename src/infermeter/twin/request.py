@@ -104,11 +104,12 @@ def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[i
     conversation and prefix group (-1: none), each request's end offset in ``kflat`` (an int64 array of
     every request's keys, flat). Short key lists become lists (cheaper to index), long ones their own
     small int64 array (less memory)."""
+    flat: list[int] = kflat.tolist()  # one conversion per batch; slicing a list is cheap, an array's is not
     pos = 0
     j = 0
     for rid in rids:
         end = ends[j]
-        keys: Any = (kflat[pos:end].tolist() if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
+        keys: Any = (flat[pos:end] if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
         pos = end
         cid, gid = conv[j], grp[j]
         t = at[j]
