@@ -1,6 +1,6 @@
 """Build hook. Plain ``pip install .`` / ``pip install -e .`` build pure Python (all metadata is in
-pyproject.toml). With ``INFERMETER_MYPYC=1`` the twin's hot modules -- event loop, engine, KV pool,
-decode spans, request and level series -- are compiled to C extensions with mypyc (the compiler black and mypy ship
+pyproject.toml). With ``INFERMETER_MYPYC=1`` the twin's hot modules -- event loop, arrival sources,
+engine, KV pool, decode spans, request and level series -- are compiled to C extensions with mypyc (the compiler black and mypy ship
 their wheels with; it needs ``mypy`` and a C compiler, and ``--no-build-isolation`` uses the
 ones installed): same code, same results, the offline simulator about 1.5-2x faster.
 ``make fast`` builds that into ``.fast/`` here; tests/twin/test_compiled.py checks both builds
@@ -20,6 +20,7 @@ COMPILED = [
     "src/infermeter/twin/request.py",
     "src/infermeter/twin/series.py",
     "src/infermeter/twin/loop.py",
+    "src/infermeter/twin/sources.py",
 ]
 
 ext_modules = []

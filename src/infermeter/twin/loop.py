@@ -93,7 +93,7 @@ class ArrivalSource(Protocol):
         """Send time of the next request (``inf`` when there is none yet or ever)."""
         ...
 
-    def pop(self) -> SimRequest: ...
+    def pop(self) -> SimRequest | Boundary: ...
 
     def finished(self, r: SimRequest, now: float) -> None:
         """A request finished (or was rejected) at ``now``: closed loops send the next one."""
@@ -306,9 +306,10 @@ class EventLoop:
                     heappush(steps, (end, lane, ver[lane]))
 
         fast = direct and lanes == 1
+        sent: SimRequest | Boundary  # a send (a Boundary: one that another process simulates)
         while True:
             if resume is not None:  # the send a checkpoint was taken at
-                r, t_src = resume
+                sent, t_src = resume
                 resume = None
                 clock.now = t_src
             else:
@@ -395,19 +396,20 @@ class EventLoop:
                 if t_src >= stop:
                     break
                 clock.now = t_src
-                r = pop()
-            # a send: r at t_src
-            if r.rid >= next_b > 0:
-                while r.rid >= next_b:
+                sent = pop()
+            # a send at t_src (a Boundary: one that another process simulates)
+            if sent.rid >= next_b > 0:
+                while sent.rid >= next_b:
                     k_win += 1
                     next_b += window  # type: ignore[operator]
                     st.arrived, st.done = arrived, done
                     self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
-                                   "counts": (next_b, k_win, seq, arrived, done), "resume": (r, t_src)}
+                                   "counts": (next_b, k_win, seq, arrived, done), "resume": (sent, t_src)}
                     yield k_win - 1, t_src
                 self._state = None
-            if r.__class__ is Boundary:
+            if isinstance(sent, Boundary):
                 continue
+            r = sent
             j = r.replica
             if j < 0:
                 j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
@@ -447,9 +449,9 @@ class EventLoop:
         fe.extend(fe_q)
         if shifted and cancel_at < inf and cancel_at <= until:  # sent, not yet at their engine: in its API server
             while next_time() < cancel_at:
-                r = pop()
-                if not isinstance(r, Boundary):
-                    fe.append((cancel_at, 0, r, -1))
+                sent = pop()
+                if not isinstance(sent, Boundary):
+                    fe.append((cancel_at, 0, sent, -1))
         if cancel_at < inf and cancel_at <= until and (fe or any(busy) or any(not e.idle for e in engines)):
             self._cancel(cancel_at, fe, busy, on_done, finished, clock)
         for e in engines:  # integrals up to the end of the run (idle time adds nothing)

@@ -27,8 +27,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from infermeter.twin.request import SimRequest
+from infermeter.twin.state import set_state, state_of
 
 _INF = math.inf
 
@@ -54,8 +56,18 @@ class _Limited:
         """Requests taken from the stream so far (a resumed run's stream starts after them)."""
         return self._n
 
-    def __getstate__(self) -> dict[str, object]:  # a checkpoint keeps the state, not the stream
-        return {**self.__dict__, "_reqs": None, "_it": None}
+    def _init_args(self) -> tuple[Any, ...]:
+        """Arguments that make an empty instance (unpickling; :mod:`infermeter.twin.state`)."""
+        return (iter(()),)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a checkpoint keeps the state, not the stream (both builds)
+        state = state_of(self)
+        state.pop("_reqs", None)
+        state.pop("_it", None)
+        return (type(self), self._init_args(), state)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        set_state(self, state)  # the stream comes back with attach()
 
     def attach(self, reqs: Iterator[SimRequest]) -> None:
         """Go on with ``reqs``: the stream from request ``consumed`` on (after a checkpoint)."""
@@ -137,6 +149,9 @@ class ClosedLoopSource(_Limited):
         for _ in range(concurrency):
             self._send(0.0)
 
+    def _init_args(self) -> tuple[Any, ...]:
+        return (0, iter(()))
+
     def _send(self, at: float) -> None:
         if (self._total is not None and self._n >= self._total) or at >= self._duration:
             return
@@ -211,10 +226,10 @@ class PartitionSource:
     def next_time(self) -> float:
         return self._t
 
-    def pop(self) -> SimRequest:
+    def pop(self) -> Any:  # a SimRequest, or a Boundary where another worker's request closes a window
         r = self._next
         self._advance()
-        return r  # type: ignore[return-value]
+        return r
 
     def finished(self, r: SimRequest, now: float) -> None:
         pass
