@@ -48,6 +48,7 @@ from infermeter.workload import build_workload
 
 CHARS_PER_BLOCK = 4 * BLOCK_SIZE
 _MASK = (1 << 63) - 1
+_MIX = 1_000_003  # chains a chunk's hash onto its parent key (CPython's tuple-hash multiplier)
 _PRIVATE = -0x5EED_B10C  # tags private keys (a tuple of ints hashes the same in every process)
 KEY_CACHE = 256  # conversations / prefix groups whose last prompt KeyMaker remembers
 
@@ -56,10 +57,16 @@ def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHA
                     block_size: int = BLOCK_SIZE) -> list[int]:
     """Chained keys of the prompt's full blocks, derived from text chunks (see module docstring)."""
     n = min(prompt_tokens // block_size, len(text) // chars_per_block)
-    keys: list[int] = []
-    parent = 0
-    for i in range(n):
-        parent = hash((parent, text[i * chars_per_block : (i + 1) * chars_per_block])) & _MASK
+    return _chain(text, [], n, chars_per_block)
+
+
+def _chain(text: str, keys: list[int], n: int, cpb: int) -> list[int]:
+    """``keys`` (the first ones, known) extended to ``n``: each key mixes the previous one with the hash of
+    its ``cpb``-character chunk (a multiply-xor, not a tuple hash: the same equalities, a third fewer
+    allocations on the simulator's busiest path)."""
+    parent = keys[-1] if keys else 0
+    for h in [hash(text[i : i + cpb]) for i in range(len(keys) * cpb, n * cpb, cpb)]:
+        parent = (parent * _MIX ^ h) & _MASK
         keys.append(parent)
     return keys
 
@@ -139,10 +146,7 @@ class KeyMaker:
             prev = self._last.pop(sid, None)
             if prev is not None:
                 keys = _shared(prev[0], prev[1], text, min(n, len(prev[1])), cpb)
-        parent = keys[-1] if keys else 0
-        for i in range(len(keys), n):
-            parent = hash((parent, text[i * cpb : (i + 1) * cpb])) & _MASK
-            keys.append(parent)
+        _chain(text, keys, n, cpb)
         if sid is not None and n:
             last = self._last
             last[sid] = (text, keys)
