@@ -1,9 +1,12 @@
 """A run killed with SIGKILL leaves every finished request readable; summarize rebuilds the summary."""
 
 import json
+import os
 import signal
 import subprocess
 import time
+
+import pytest
 
 
 def test_sigkill_leaves_readable_records(emulator, tmp_path, cli, infermeter_bin):
@@ -62,8 +65,10 @@ def test_sigterm_stops_cleanly_and_exits_143(emulator, tmp_path, infermeter_bin)
 def test_ctrl_c_in_a_command_that_does_not_trap_it_exits_130_saying_so(tmp_path, infermeter_bin):
     import threading
 
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hang is reported with every thread's stack (below)
     proc = subprocess.Popen([str(infermeter_bin), "simulate", "--rate", "50", "--requests", "50000000",
-                             "--out", str(tmp_path / "sim")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--out", str(tmp_path / "sim")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env)
     lines: list[bytes] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, b"")), daemon=True)
     reader.start()
@@ -71,7 +76,31 @@ def test_ctrl_c_in_a_command_that_does_not_trap_it_exits_130_saying_so(tmp_path,
     while time.monotonic() < deadline and not any(b"simulating" in x for x in lines):
         time.sleep(0.1)
     time.sleep(0.5)
+    helpers = _children(proc.pid)  # the request feeder, once started
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints where each thread is stuck
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+        pytest.fail("no exit within 30 s of SIGINT; stacks:\n" + b"".join(lines).decode(errors="replace")[-8000:])
     reader.join(timeout=10)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in helpers):
+        time.sleep(0.1)
+    assert not [pid for pid in helpers if _alive(pid)], "a helper process outlived the interrupted command"
     assert proc.returncode == 130 and any(b"interrupted" in x for x in lines), lines
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

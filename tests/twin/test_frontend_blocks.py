@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from infermeter.twin.config import EngineConfig
@@ -94,3 +96,23 @@ def test_text_keys_follow_the_block_size():
     a, b = Spec(text[:1600], 7), Spec(text[:1600] + "zyx" * 300, 7)
     assert maker(a) == spec_keys(a, 64, 16)
     assert maker(b) == spec_keys(b, 64, 16)  # reused keys are the same keys
+
+
+def test_chat_turns_keyed_from_their_new_messages_get_the_keys_of_their_whole_text():
+    from dataclasses import replace
+
+    from infermeter.workload import build_workload
+
+    specs = list(itertools.islice(build_workload(profile="chat", seed=3).requests(), 400))
+    assert len({s.conversation_id for s in specs}) < len(specs) / 2  # conversations come back, turn after turn
+    odd = []
+    for i, s in enumerate(specs):
+        if i % 7 == 3:  # a turn whose messages are equal copies, not the history's own objects
+            s = replace(s, messages=tuple(dict(m) for m in s.messages))
+        if i % 11 == 5:  # fewer tokens than the text has chunks: keys capped by the token count
+            s = replace(s, input_tokens=max(16, s.input_tokens // 3))
+        odd.append(s)
+    for stream in (specs, odd):
+        maker = KeyMaker(64, 16, cache=8)  # a small cache: conversations fall out and come back
+        for s in stream:
+            assert maker(s) == spec_keys(s, 64, 16), s.index

@@ -2,8 +2,9 @@
 
 The request feeder and the fleet's workers run as ``python -m infermeter.measure.child``: a new
 interpreter (nothing of the parent's ``__main__`` is imported, so any script or notebook may
-start one) whose ``PYTHONHASHSEED`` is fixed, so prefix-cache keys made from text are the same
-in every run (a resumed run continues with the keys it had). The parent sends one pickled job
+start one) whose ``PYTHONHASHSEED`` is fixed, so whatever depends on the hashes of strings (the
+order of a set of names) is the same in every run; prefix-cache keys do not depend on it
+(:mod:`infermeter.twin.hashing`). The parent sends one pickled job
 ``(target, payload)``; the child calls ``target(payload, conn)``, where ``conn`` is a
 ``multiprocessing.connection.Connection`` it sends its results on::
 
@@ -24,7 +25,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-HASH_SEED = "0"  # PYTHONHASHSEED of every process that makes prefix-cache keys
+HASH_SEED = "0"  # PYTHONHASHSEED of every helper process of a simulation
 
 
 class Child:
@@ -66,15 +67,22 @@ def start_child(target: str, payload: Any, *, name: str = "infermeter-child",
         proc = subprocess.Popen([sys.executable, "-m", "infermeter.measure.child", str(out_w), str(job_r), name,
                                  *extra], pass_fds=(out_w, job_r, *(fd for fd, _ in fds)), env=env,
                                 stdin=subprocess.DEVNULL)
+    except BaseException:
+        os.close(out_r)
+        os.close(job_w)
+        raise
     finally:
         os.close(out_w)
         os.close(job_r)
         for fd, _ in fds:
             os.close(fd)
-    conn = Connection(out_r, writable=False)
-    job = Connection(job_w, readable=False)
-    job.send_bytes(pickle.dumps((target, payload), protocol=pickle.HIGHEST_PROTOCOL))
-    return Child(proc, conn, job)
+    child = Child(proc, Connection(out_r, writable=False), Connection(job_w, readable=False))
+    try:
+        child._job.send_bytes(pickle.dumps((target, payload), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException:  # Ctrl-C while the child starts: it must not outlive this call
+        child.close(timeout=2.0)
+        raise
+    return child
 
 
 def _main(argv: list[str]) -> int:

@@ -14,11 +14,9 @@ Prefix-cache keys come from the prompt text as the emulator server sees it
 (``spec.prompt``, or the chat messages' contents; :mod:`infermeter.twin.hashing`),
 cut into chunks of ``chars_per_block`` characters; :func:`calibrate_chars_per_block`
 sizes them to one block (``block_size`` tokens) of the workload's own text, and a
-:class:`~infermeter.twin.hashing.KeyMaker` reuses an earlier turn's keys over a shared history.
-Python's ``hash`` of text is salted per process, which is why the child sends keys *and*
-the parent never mixes them with keys it computes itself: one run, one process
-making keys. The child is started with a fixed ``PYTHONHASHSEED`` (:mod:`infermeter.measure.child`),
-so a run makes the same keys every time (a resumed run continues with the same keys).
+:class:`~infermeter.twin.hashing.KeyMaker` keys a batch at a time, hashing only a conversation
+turn's new text. Keys are a function of the text alone (array arithmetic, not Python's salted
+``hash``), so a resumed run, a child and the parent all make the same keys for the same text.
 Send times come from the shape's own ``schedule`` (a trace replay's included).
 """
 
@@ -41,7 +39,8 @@ from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.twin.request import SimRequest, from_columns
 from infermeter.workload import build_workload
 
-BATCH = 8192
+BATCH = 8192  # requests per message of a child's stream
+LOCAL_BATCH = 256  # requests keyed at a time in this process (a small run's first requests come soon)
 
 
 def timed_specs(shape: BaseShape | None, specs: Iterator[Any], seed: int = 0) -> Iterator[tuple[float, Any]]:
@@ -66,12 +65,27 @@ def local_stream(
 
 
 def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, first_rid: int = 0) -> Iterator[SimRequest]:
-    """``(send offset, spec)`` -> SimRequests numbered from ``first_rid``, keyed by ``make_keys`` (or keyless)."""
+    """``(send offset, spec)`` -> SimRequests numbered from ``first_rid``, keyed by ``make_keys`` (a
+    :class:`~infermeter.twin.hashing.KeyMaker`: keyed :data:`LOCAL_BATCH` at a time; or keyless)."""
     rid = first_rid
-    for at, spec in timed:
-        yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, make_keys(spec) if make_keys else (), at,
-                         spec.conversation_id, spec.prefix_group)
-        rid += 1
+    while True:
+        chunk = list(itertools.islice(timed, LOCAL_BATCH))
+        if not chunk:
+            return
+        if make_keys is None:
+            for at, spec in chunk:
+                yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, (), at, spec.conversation_id,
+                                 spec.prefix_group)
+                rid += 1
+            continue
+        counts, flat = make_keys.batch([spec for _, spec in chunk])
+        keys = flat.tolist()
+        pos = 0
+        for (at, spec), n in zip(chunk, counts.tolist()):
+            yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, keys[pos : pos + n], at,
+                             spec.conversation_id, spec.prefix_group)
+            pos += n
+            rid += 1
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,6 @@ def produce(spec: FeedSpec, conn: Any) -> None:
         if spec.skip:
             timed = itertools.islice(timed, spec.skip, None)
         make = KeyMaker(spec.chars_per_block, spec.block_size) if spec.keys else None
-        stream = sim_requests(timed, make, first_rid=spec.skip)
         limit = spec.limit
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
         n = spec.skip
@@ -109,28 +122,29 @@ def produce(spec: FeedSpec, conn: Any) -> None:
             mt: list[int] = []
             conv: list[int] = []
             grp: list[int] = []
-            kcount: list[int] = []
-            kflat: list[int] = []
-            for r in stream:
-                if r.arrival >= horizon:
+            specs: list[Any] = []
+            for t, s in timed:
+                if t >= horizon:
                     done = True
                     break
-                at.append(r.arrival)
-                pt.append(r.prompt_tokens)
-                mt.append(r.max_tokens)
-                conv.append(-1 if r.conversation_id is None else r.conversation_id)
-                grp.append(-1 if r.prefix_group is None else r.prefix_group)
-                kcount.append(len(r.keys))
-                kflat.extend(r.keys)
+                at.append(t)
+                pt.append(s.input_tokens)
+                mt.append(s.max_tokens)
+                conv.append(-1 if s.conversation_id is None else s.conversation_id)
+                grp.append(-1 if s.prefix_group is None else s.prefix_group)
+                specs.append(s)
                 n += 1
                 if (limit is not None and n >= limit) or len(at) >= BATCH:
                     done = limit is not None and n >= limit
                     break
             else:
                 done = True
+            if make is not None:
+                kcount, kflat = make.batch(specs)
+            else:
+                kcount, kflat = np.zeros(len(specs), np.int64), np.zeros(0, np.int64)
             cols = (np.array(at, dtype=np.float64), np.array(pt, dtype=np.int64), np.array(mt, dtype=np.int64),
-                    np.array(conv, dtype=np.int64), np.array(grp, dtype=np.int64),
-                    np.array(kcount, dtype=np.int64), np.array(kflat, dtype=np.int64))
+                    np.array(conv, dtype=np.int64), np.array(grp, dtype=np.int64), kcount, kflat)
             conn.send_bytes(pickle.dumps(("batch", cols), protocol=pickle.HIGHEST_PROTOCOL))
         conn.send_bytes(pickle.dumps(("end", None)))
     except (BrokenPipeError, EOFError, KeyboardInterrupt):

@@ -22,6 +22,7 @@ counters for the run's ``server_metrics``::
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import queue
 import threading
@@ -147,15 +148,16 @@ class FleetPart:
         else:
             router = Router(job.router, twin.replicas)
             local = {g: i for i, g in enumerate(owned)}
-            keymaker = KeyMaker(job.chars_per_block, twin.block_size)
+            keys: dict[int, list[int]] = {}  # request index -> its keys, made a batch ahead for this worker's own
 
             def make(i: int, at: float, spec: Any, replica: int) -> SimRequest:
-                r = SimRequest(i, at, spec.input_tokens, spec.max_tokens, keymaker(spec), at, spec.conversation_id,
+                r = SimRequest(i, at, spec.input_tokens, spec.max_tokens, keys.pop(i), at, spec.conversation_id,
                                spec.prefix_group)
                 r.replica = replica
                 return r
 
-            timed = timed_specs(job.shape, iter(build_workload(**job.workload).requests()), job.seed)
+            timed = _keyed_ahead(timed_specs(job.shape, iter(build_workload(**job.workload).requests()), job.seed),
+                                 router, local, KeyMaker(job.chars_per_block, twin.block_size), keys)
             self.source = PartitionSource(timed, router, local, make, requests=job.requests,
                                           duration_s=job.duration_s if job.shape.open_loop else None,
                                           warmup=job.warmup, window=job.window)
@@ -171,6 +173,26 @@ class FleetPart:
         """Per-engine counters (global engine order is the caller's to restore) and the loop's totals."""
         return {"replicas": self.job.owned, "stats": [engine_stats(e) for e in self.engines],
                 "waiting": [e.waiting_series.state() for e in self.engines], "loop": asdict(self.loop.stats)}
+
+
+def _keyed_ahead(timed: Iterator[tuple[float, Any]], router: Router, owned: dict[int, int], keymaker: KeyMaker,
+                 keys: dict[int, list[int]], batch: int = 256) -> Iterator[tuple[float, Any]]:
+    """``timed`` unchanged, keying this worker's own requests (``owned`` replicas) ``batch`` at a time into
+    ``keys`` (request index -> keys) before they are yielded."""
+    i = 0
+    while True:
+        chunk = list(itertools.islice(timed, batch))
+        if not chunk:
+            return
+        mine = [i + k for k, (_, s) in enumerate(chunk)
+                if router.replica_of(i + k, s.conversation_id, s.prefix_group) in owned]
+        counts, flat = keymaker.batch([chunk[k - i][1] for k in mine])
+        allk, pos = flat.tolist(), 0
+        for k, n in zip(mine, counts.tolist()):
+            keys[k] = allk[pos : pos + n]
+            pos += n
+        i += len(chunk)
+        yield from chunk
 
 
 def work(job: FleetJob, conn: Any, feed: Any = None) -> None:
@@ -212,6 +234,17 @@ class RouteSpec:
     window: int
 
 
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, in order (int64)."""
+    lengths = lengths.astype(np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    out: np.ndarray = np.arange(total, dtype=np.int64) + np.repeat(starts.astype(np.int64) - offsets, lengths)
+    return out
+
+
 def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
     """The routed feeder (:mod:`infermeter.measure.child`): per window, each worker's requests on its pipe."""
     import gc
@@ -227,34 +260,33 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
         rid = 0
         pending = next(timed, None)
         while True:
-            cols: list[list[list[int | float]]] = [[[] for _ in range(8)] for _ in range(w_of)]
-            kflat: list[list[int]] = [[] for _ in range(w_of)]
+            at: list[float] = []
+            specs: list[Any] = []
+            reps: list[int] = []
+            first = rid
             end_window = rid + spec.window
             while pending is not None and rid < end_window and rid != limit and pending[0] < horizon:
-                at, s = pending
-                j = route(rid, s.conversation_id, s.prefix_group)
-                w = j % w_of
-                c = cols[w]
-                keys = keymaker(s)
-                c[0].append(rid)
-                c[1].append(at)
-                c[2].append(s.input_tokens)
-                c[3].append(s.max_tokens)
-                c[4].append(-1 if s.conversation_id is None else s.conversation_id)
-                c[5].append(-1 if s.prefix_group is None else s.prefix_group)
-                c[6].append(j // w_of)
-                c[7].append(len(keys))
-                kflat[w].extend(keys)
+                t, s = pending
+                reps.append(route(rid, s.conversation_id, s.prefix_group))
+                at.append(t)
+                specs.append(s)
                 rid += 1
                 pending = next(timed, None)
             t_next = pending[0] if pending is not None else float("inf")
             more = pending is not None and rid != limit and t_next < horizon
             t_end = t_next if more else float("inf")
+            kcount, kflat = keymaker.batch(specs)
+            rep = np.array(reps, np.int64)
+            cols = (np.arange(first, rid, dtype=np.int64), np.array(at, np.float64),
+                    np.array([x.input_tokens for x in specs], np.int64),
+                    np.array([x.max_tokens for x in specs], np.int64),
+                    np.array([-1 if x.conversation_id is None else x.conversation_id for x in specs], np.int64),
+                    np.array([-1 if x.prefix_group is None else x.prefix_group for x in specs], np.int64),
+                    rep // w_of, kcount)
+            kstart = np.cumsum(kcount) - kcount
             for w in range(w_of):
-                c = cols[w]
-                arrays = (np.array(c[0], np.int64), np.array(c[1], np.float64), np.array(c[2], np.int64),
-                          np.array(c[3], np.int64), np.array(c[4], np.int64), np.array(c[5], np.int64),
-                          np.array(c[6], np.int64), np.array(c[7], np.int64), np.array(kflat[w], np.int64))
+                sel = np.flatnonzero(rep % w_of == w)
+                arrays = (*(c[sel] for c in cols), kflat[ranges(kstart[sel], kcount[sel])])
                 outs[w].send_bytes(pickle.dumps(("window", t_end, arrays), protocol=pickle.HIGHEST_PROTOCOL))
             if not more:
                 break

@@ -174,16 +174,23 @@ class SimPlan:
             from infermeter.measure.fleet import run_fleet
 
             return run_fleet(self, out, self.run_header(label), progress=progress)
-        if resume is not None:
-            source, header = resume["source"], resume["run"]
-            source.attach(self.stream(skip=source.consumed))
-        else:
-            source, header = self.source(), self.run_header(label)
+        header = resume["run"] if resume is not None else self.run_header(label)
         extra = {"cfg": cfg, "spec": self.spec, "token_times": self.token_times, "run": header,
                  "twin": self._given_twin}
-        return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
-                        token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
-                        timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra, resume=resume)
+        if resume is not None:
+            source = resume["source"]
+            source.attach(self.stream(skip=source.consumed))
+        else:
+            source = self.source()
+        try:  # the stream may run in a child process: it ends with this run however the run ends
+            return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
+                            token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
+                            timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra,
+                            resume=resume)
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
 
     @classmethod
     def resume(cls, out_dir: Path) -> tuple[SimPlan, dict[str, Any]]:

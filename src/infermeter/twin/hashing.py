@@ -8,22 +8,29 @@ twin has no tokenizer on the hot path, so it keys blocks in one of two ways:
 - :func:`token_block_keys` when token ids are known (exact, as vLLM);
 - :func:`text_block_keys` otherwise: the prompt text is cut into chunks of
   ``chars_per_block`` characters (default ``CHARS_PER_BLOCK``: 16 tokens x ~4 characters per
-  token), each key a chained hash of the previous key and the chunk. At most
+  token), each key chained from the previous key and its chunk's hash. At most
   ``prompt_tokens // block_size`` keys are made (only full blocks are cached) and no more than
   the text has whole chunks. Two prompts sharing their first ``n`` characters share their first
   ``n // chars_per_block`` keys; prompts that differ in the first chunk share none.
   A text-derived hit of ``k`` blocks counts as ``block_size x k`` tokens, so hits are exact in
   blocks and approximate in tokens when a tokenizer packs more or fewer characters per token.
 
-:class:`KeyMaker` makes the keys of a request stream and reuses, for a request of the same
-conversation or prefix group as an earlier one, that one's keys over their common leading text
-(the same keys, fewer hashes: a chat turn resends its whole history).
+The keys are array arithmetic, not a Python loop per chunk, so that a batch of requests is keyed
+at once (:meth:`KeyMaker.batch`; the simulator's request feeder keys 8,192 at a time):
 
-Keys are 63-bit non-negative ints from Python's ``hash`` (C speed). Text hashing is salted
-per process, so keys are only compared among keys made by one process (one request stream,
-one emulator); results do not depend on their values, only on their equality (processes
-started with the same ``PYTHONHASHSEED`` make the same keys: the simulator's workers and
-feeder are)::
+- a chunk's hash ``h`` is a sum over the 64-bit words of its UTF-8 bytes (zero-padded to a
+  whole word) of ``mix(word * R_w)``, where ``R_w`` is a fixed odd constant per word position
+  and ``mix`` the xor-shift-multiply finaliser of splitmix64, plus its byte length times a
+  constant; all-ASCII text (the usual case) is cut as one byte array;
+- key ``j`` is ``k_j = (k_{j-1} * M + h_j) mod 2**63`` (``k_{-1} = 0``, ``M`` odd), whose closed
+  form ``k_j = M**j * sum_{i<=j} M**-i * h_i`` (mod 2**64) is one cumulative sum.
+
+Keys are the same in every process and every run (no salted ``hash``). Results depend only on
+which keys are equal; two different chunks collide with a chance of about 2**-63 per pair.
+
+:class:`KeyMaker` keys a request stream; a turn of a conversation that resends the previous
+turn's history (the same message objects, or a prompt that starts with the previous prompt)
+continues that turn's chain, so only its new text is hashed::
 
     >>> a = text_block_keys("S" * 128 + "question one", prompt_tokens=40)
     >>> b = text_block_keys("S" * 128 + "another question", prompt_tokens=40)
@@ -40,35 +47,127 @@ otherwise).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 from infermeter.twin.kvcache import BLOCK_SIZE
 from infermeter.workload import build_workload
 
 CHARS_PER_BLOCK = 4 * BLOCK_SIZE
 _MASK = (1 << 63) - 1
-_MIX = 1_000_003  # chains a chunk's hash onto its parent key (CPython's tuple-hash multiplier)
 _PRIVATE = -0x5EED_B10C  # tags private keys (a tuple of ints hashes the same in every process)
-KEY_CACHE = 256  # conversations / prefix groups whose last prompt KeyMaker remembers
+KEY_CACHE = 256  # conversations whose last prompt KeyMaker remembers
+
+_M = 0x9E37_79B9_7F4A_7C15  # the chain's multiplier (odd: invertible mod 2**64)
+_MIX1, _MIX2 = np.uint64(0xBF58_476D_1CE4_E5B9), np.uint64(0x94D0_49BB_1331_11EB)  # splitmix64's finaliser
+_LEN = np.uint64(0xD6E8_FEB8_6659_FD93)  # weighs a chunk's byte length
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_MASK_U = np.uint64(_MASK)
+_BLOCK_WORDS = 1 << 15  # words hashed per block (256 KiB of uint64)
+_BLOCK_CHARS = 1 << 18  # characters of text joined and hashed at a time
+_NO_KEYS = np.zeros(0, np.int64)
+_word_weights = np.zeros(0, np.uint64)  # R_w, grown on demand (the same constants in every process)
+_powers = [np.ones(1, np.uint64), np.ones(1, np.uint64)]  # M**j and M**-j mod 2**64, j = 0, 1, ...
+
+
+def _weights(words: int) -> np.ndarray:
+    global _word_weights
+    if len(_word_weights) < words:
+        rng = np.random.default_rng(0x5EED_C0DE)
+        _word_weights = rng.integers(0, 1 << 63, size=max(words, 64), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return _word_weights[:words]
+
+
+def _mix_words(words: np.ndarray, nbytes: np.ndarray | int) -> np.ndarray:
+    """Chunk hashes (uint64) of ``words`` (chunks x words, uint64): see the module docstring. Worked through
+    in blocks that stay in the CPU's cache (fresh large temporaries cost more in page faults than in arithmetic)."""
+    n, w = words.shape
+    r = _weights(w)
+    h = np.empty(n, np.uint64)
+    rows = max(1, _BLOCK_WORDS // max(1, w))
+    x = np.empty((min(n, rows), w), np.uint64)
+    y = np.empty_like(x)
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        xs, ys = x[: b - a], y[: b - a]
+        np.multiply(words[a:b], r, out=xs)
+        for shift, mult in ((_S30, _MIX1), (_S27, _MIX2)):
+            np.right_shift(xs, shift, out=ys)
+            xs ^= ys
+            xs *= mult
+        np.right_shift(xs, _S31, out=ys)
+        xs ^= ys
+        xs.sum(axis=1, dtype=np.uint64, out=h[a:b])
+    h += np.asarray(nbytes, np.uint64) * _LEN
+    return h
+
+
+def _chunk_hashes(text: str, cpb: int) -> np.ndarray:
+    """The hash of each ``cpb``-character chunk of ``text`` (its length a multiple of ``cpb``), as uint64."""
+    n = len(text) // cpb
+    if text.isascii():  # one byte per character: the chunks are rows of one array
+        w = -(-cpb // 8)
+        raw = np.frombuffer(text.encode("ascii"), np.uint8).reshape(n, cpb)
+        if cpb % 8:
+            padded = np.zeros((n, 8 * w), np.uint8)
+            padded[:, :cpb] = raw
+            raw = padded
+        return _mix_words(np.ascontiguousarray(raw).view("<u8"), cpb)
+    out = np.zeros(n, np.uint64)
+    by_words: dict[int, tuple[list[int], list[bytes], list[int]]] = {}
+    for i in range(n):
+        b = text[i * cpb : (i + 1) * cpb].encode("utf-8", "surrogatepass")
+        w = -(-len(b) // 8)
+        rows, data, sizes = by_words.setdefault(w, ([], [], []))
+        rows.append(i)
+        data.append(b.ljust(8 * w, b"\0"))
+        sizes.append(len(b))
+    for w, (rows, data, sizes) in by_words.items():
+        words = np.frombuffer(b"".join(data), "<u8").reshape(len(rows), w)
+        out[np.array(rows)] = _mix_words(words, np.array(sizes, np.uint64))
+    return out
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``M**j`` and ``M**-j`` (mod 2**64) for ``j < n`` at least (grown by doubling)."""
+    up, down = _powers
+    if len(up) < n:
+        size = max(n, 2 * len(up), 1024)
+        ones = np.ones(1, np.uint64)
+        up = np.cumprod(np.concatenate([ones, np.full(size - 1, _M, np.uint64)]))
+        down = np.cumprod(np.concatenate([ones, np.full(size - 1, pow(_M, -1, 1 << 64), np.uint64)]))
+        _powers[:] = [up, down]
+    return up, down
+
+
+def _chain(h: np.ndarray, j: np.ndarray, first: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keys (int64) of chunks with hashes ``h`` at positions ``j`` of their texts, laid out text by text (each
+    text's chunks in order, text ``t``'s from index ``first[t]``); ``base``: each text's running sum
+    (``sum M**-i * h_i``) before its first chunk here. Also returns each text's running sum after its last."""
+    up, down = _power_tables(int(j.max()) + 1)
+    cs = np.cumsum(h * down[j], dtype=np.uint64)
+    before = np.zeros(len(first), np.uint64)
+    before[1:] = cs[first[1:] - 1]
+    offset = base - before
+    total = cs + np.repeat(offset, np.diff(np.append(first, len(h))))
+    last = np.append(first[1:], len(h)) - 1
+    keys: np.ndarray = ((up[j] * total) & _MASK_U).view(np.int64)
+    return keys, total[last]
 
 
 def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHARS_PER_BLOCK,
                     block_size: int = BLOCK_SIZE) -> list[int]:
     """Chained keys of the prompt's full blocks, derived from text chunks (see module docstring)."""
     n = min(prompt_tokens // block_size, len(text) // chars_per_block)
-    return _chain(text, [], n, chars_per_block)
-
-
-def _chain(text: str, keys: list[int], n: int, cpb: int) -> list[int]:
-    """``keys`` (the first ones, known) extended to ``n``: each key mixes the previous one with the hash of
-    its ``cpb``-character chunk (a multiply-xor, not a tuple hash: the same equalities, a third fewer
-    allocations on the simulator's busiest path)."""
-    parent = keys[-1] if keys else 0
-    for h in [hash(text[i : i + cpb]) for i in range(len(keys) * cpb, n * cpb, cpb)]:
-        parent = (parent * _MIX ^ h) & _MASK
-        keys.append(parent)
-    return keys
+    if n <= 0:
+        return []
+    keys, _ = _chain(_chunk_hashes(text[: n * chars_per_block], chars_per_block), np.arange(n),
+                     np.zeros(1, np.int64), np.zeros(1, np.uint64))
+    out: list[int] = keys.tolist()
+    return out
 
 
 def token_block_keys(token_ids: Sequence[int], block_size: int = BLOCK_SIZE) -> list[int]:
@@ -93,6 +192,10 @@ def chat_text(messages: Sequence[dict[str, object]]) -> str:
     and live key a conversation's turns alike (they share keys as far as their
     messages agree).
     """
+    try:  # the usual case: every content a string
+        return "\n".join([m["content"] for m in messages])  # type: ignore[misc]  # a TypeError if not
+    except (KeyError, TypeError):
+        pass
     parts = []
     for m in messages:
         content = m.get("content") or ""
@@ -115,60 +218,153 @@ def spec_keys(spec: Any, chars_per_block: int = CHARS_PER_BLOCK, block_size: int
     return text_block_keys(spec_text(spec), n, chars_per_block=chars_per_block, block_size=block_size)
 
 
-class KeyMaker:
-    """:func:`spec_keys` for a stream of specs, reusing an earlier prompt's keys over shared leading text.
+class _Text:
+    """One growing text keyed chunk by chunk: a request's prompt, or a conversation's history so far."""
 
-    Requests of one conversation (``conversation_id``) or one prefix group (``prefix_group``)
-    usually share their leading text with the previous one: its keys over the longest common
-    run of whole chunks are the same chained hashes, so they are copied, not recomputed. The
-    keys are identical to :func:`spec_keys`'; only the work differs.
-    """
+    __slots__ = ("length", "tail", "done", "keys", "total", "msgs", "prompt", "kept")
+
+    def __init__(self, text: str, msgs: tuple[Any, ...] | None, prompt: str | None) -> None:
+        self.length = len(text)  # characters so far
+        self.tail = text  # the characters after the ``done`` chunks handed to hashing
+        self.done = 0  # chunks handed to hashing
+        self.keys: np.ndarray = _NO_KEYS  # the keys of those chunks, once their batch is hashed
+        self.total = 0  # the chain's running sum after its last hashed chunk (mod 2**64)
+        self.msgs = msgs  # a chat history: its message objects
+        self.prompt = prompt  # a completions prompt: the whole text
+        self.kept: Any = None  # the conversation it is remembered for (None: no later turn continues it)
+
+
+_EMPTY = _Text("", None, None)  # a prompt shorter than a block
+
+
+class KeyMaker:
+    """:func:`spec_keys` for a stream of specs, a batch at a time (see the module docstring).
+
+    A turn of a conversation (``conversation_id``) whose messages start with the previous turn's
+    very message objects (the chat profile appends to its history), or whose prompt starts with
+    the previous turn's prompt, continues that turn's text: only its new characters are hashed.
+    The keys are identical to :func:`spec_keys`'; only the work differs. ``cache``: conversations
+    remembered (the least recently used leaves first)."""
 
     def __init__(self, chars_per_block: int = CHARS_PER_BLOCK, block_size: int = BLOCK_SIZE,
                  cache: int = KEY_CACHE) -> None:
+        if chars_per_block < 1:
+            raise ValueError(f"chars_per_block {chars_per_block}: expected 1 or more")
         self.cpb = chars_per_block
         self.block_size = block_size
         self.cache = cache
-        self._last: dict[Any, tuple[str, list[int]]] = {}
+        self._last: dict[Any, _Text] = {}
 
     def __call__(self, spec: Any) -> list[int]:
-        n_tok = spec.input_tokens
-        bs = self.block_size
-        if n_tok < bs:
-            return []
-        cpb = self.cpb
-        text = spec_text(spec)
-        n = min(n_tok // bs, len(text) // cpb)
-        cid, gid = spec.conversation_id, spec.prefix_group
-        sid = cid if cid is not None else (None if gid is None else ("g", gid))
-        keys: list[int] = []
-        if sid is not None:
-            prev = self._last.pop(sid, None)
-            if prev is not None:
-                keys = _shared(prev[0], prev[1], text, min(n, len(prev[1])), cpb)
-        _chain(text, keys, n, cpb)
-        if sid is not None and n:
+        _, flat = self.batch((spec,))
+        out: list[int] = flat.tolist()
+        return out
+
+    def batch(self, specs: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Keys of many specs: each one's key count (int64) and all their keys in order, flat (int64)."""
+        bs, cpb = self.block_size, self.cpb
+        texts: list[_Text] = []
+        counts: list[int] = []
+        pieces: list[str] = []  # the characters to hash: a whole number of chunks per piece
+        owners: list[_Text] = []  # each piece's text
+        firsts: list[int] = []  # each piece's first chunk (its position in its text)
+        fresh = True  # every keyed request a new text keyed whole here: its keys are its piece's, in order
+        for spec in specs:
+            n_tok = spec.input_tokens
+            if n_tok < bs:
+                texts.append(_EMPTY)
+                counts.append(0)
+                continue
+            t = self._text(spec)
+            n = min(n_tok // bs, t.length // cpb)
+            done = t.done
+            if n > done:
+                cut = (n - done) * cpb
+                pieces.append(t.tail[:cut])
+                t.tail = t.tail[cut:]
+                owners.append(t)
+                firsts.append(done)
+                t.done = n
+                fresh = fresh and done == 0 and t.kept is None
+            elif n:
+                fresh = False
+            texts.append(t)
+            counts.append(n)
+        if pieces:
+            keys = self._hash(pieces, owners, firsts, fresh)
+            if fresh:  # (a prompt without a conversation: nothing to keep, nothing to slice)
+                return np.array(counts, np.int64), keys
+        flat = [t.keys[:n] for t, n in zip(texts, counts) if n]
+        keys = np.concatenate(flat) if len(flat) > 1 else flat[0].copy() if flat else _NO_KEYS.copy()
+        return np.array(counts, np.int64), keys
+
+    def _text(self, spec: Any) -> _Text:
+        """The text ``spec`` sends: its conversation's text so far extended, or a new one."""
+        cid = spec.conversation_id
+        prompt = spec.prompt
+        msgs = None if prompt is not None else tuple(spec.messages or ())
+        t = self._last.pop(cid, None) if cid is not None else None
+        if t is not None:
+            add: str | None = None
+            if msgs is not None and t.msgs is not None:
+                k = len(t.msgs)
+                if len(msgs) >= k and all(map(operator.is_, t.msgs, msgs)):
+                    add = ("\n" if k else "") + chat_text(msgs[k:]) if len(msgs) > k else ""
+            elif prompt is not None and t.prompt is not None and prompt.startswith(t.prompt):
+                add = prompt[len(t.prompt) :]
+            if add is None:
+                t = None
+            else:
+                t.tail += add
+                t.length += len(add)
+                t.msgs, t.prompt = msgs, prompt
+        if t is None:
+            t = _Text(prompt if prompt is not None else chat_text(msgs or ()), msgs, prompt)
+        if cid is not None:
+            t.kept = cid
             last = self._last
-            last[sid] = (text, keys)
+            last[cid] = t
             if len(last) > self.cache:
                 del last[next(iter(last))]
-        return keys
+        return t
 
-
-def _shared(ptext: str, pkeys: list[int], text: str, m: int, cpb: int) -> list[int]:
-    """The previous prompt's keys over the longest run of whole chunks ``text`` shares with it."""
-    if m <= 0:
-        return []
-    if text.startswith(ptext[: m * cpb]):
-        return pkeys[:m]
-    lo, hi = 0, m - 1  # lo chunks shared; find the most (binary search on the prefix length)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if text.startswith(ptext[: mid * cpb]):
-            lo = mid
+    def _hash(self, pieces: list[str], owners: list[_Text], firsts: list[int], fresh: bool) -> np.ndarray:
+        """Hash the pieces at once and chain each text's keys; append them to its text, or (``fresh``: every piece
+        a whole new text, kept nowhere) return them in the pieces' order."""
+        cpb = self.cpb
+        sizes = np.array([len(p) for p in pieces], np.int64) // cpb
+        hashes, a, chars = [], 0, 0
+        for b, p in enumerate(pieces):  # a few hundred kilobytes of text at a time (see _mix_words)
+            chars += len(p)
+            if chars >= _BLOCK_CHARS:
+                hashes.append(_chunk_hashes("".join(pieces[a : b + 1]), cpb))
+                a, chars = b + 1, 0
+        if a < len(pieces):
+            hashes.append(_chunk_hashes("".join(pieces[a:]), cpb))
+        h = np.concatenate(hashes) if len(hashes) > 1 else hashes[0]
+        start = np.cumsum(sizes) - sizes
+        if fresh:
+            keys, _ = _chain(h, np.arange(len(h), dtype=np.int64) - np.repeat(start, sizes), start,
+                             np.zeros(len(sizes), np.uint64))
+            return keys
+        j = np.arange(len(h), dtype=np.int64) + np.repeat(np.array(firsts, np.int64) - start, sizes)
+        index: dict[int, int] = {}
+        group = [index.setdefault(id(t), len(index)) for t in owners]
+        texts = list({id(t): t for t in owners}.values())  # in the order of their first piece
+        if len(texts) < len(owners):  # a text with several pieces here: its chunks together, in order
+            order = np.argsort(np.repeat(np.array(group, np.int64), sizes), kind="stable")
+            h, j = h[order], j[order]
+            per = np.bincount(np.array(group, np.int64), weights=sizes, minlength=len(texts)).astype(np.int64)
         else:
-            hi = mid - 1
-    return pkeys[:lo]
+            per = sizes
+        first = np.cumsum(per) - per
+        keys, totals = _chain(h, j, first, np.array([t.total for t in texts], np.uint64))
+        ends = (first + per).tolist()
+        for g, t in enumerate(texts):
+            new = keys[int(first[g]) : ends[g]]
+            t.keys = np.concatenate((t.keys, new)) if len(t.keys) else new
+            t.total = int(totals[g])
+        return keys
 
 
 def calibrate_chars_per_block(specs: Iterator[Any], n: int = 256, block_size: int = BLOCK_SIZE) -> int:

@@ -114,7 +114,8 @@ class ChatWorkload:
             n_user = max(1, min(n_user, p.max_context_tokens - conv.tokens))
             text, got = segment(conv, n_user)
             conv.messages.append({"role": "user", "content": text})
-            conv.flat += text
+            if not chat:  # the flattened history is a completions prompt; chat requests send the messages
+                conv.flat += text
             conv.tokens += got
             max_tokens = outs.draw()
             if chat:
@@ -130,5 +131,6 @@ class ChatWorkload:
                 continue
             reply, got = segment(conv, replies.draw() if replies else max_tokens)
             conv.messages.append({"role": "assistant", "content": reply})
-            conv.flat += reply
+            if not chat:
+                conv.flat += reply
             conv.tokens += got
