@@ -47,3 +47,36 @@ def test_private_keys_differ_by_request_and_block():
 def test_chat_text_joins_contents_like_the_server():
     msgs = ({"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]})
     assert chat_text(msgs) == "be brief\nhi"
+
+
+def test_a_chunk_has_the_same_key_whether_or_not_the_text_around_it_is_ascii():
+    head = "plain words here " * 20  # 340 ASCII characters: 4 whole chunks of 77 (bytes padded to 80)
+    ascii_keys = text_block_keys(head[:308], prompt_tokens=64, chars_per_block=77)
+    mixed = text_block_keys(head[:308] + "naïve café ☕ \ud800" * 20, prompt_tokens=160, chars_per_block=77)
+    assert len(ascii_keys) == 4 and len(mixed) == 7  # (308 + 280 characters) // 77
+    assert mixed[:4] == ascii_keys  # the byte-array path and the per-chunk path hash alike
+    assert len(set(mixed)) == 7
+
+
+def test_keys_do_not_depend_on_the_process_hash_seed():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from infermeter.twin.hashing import text_block_keys as k; "
+            "print(k('some shared system prompt text ' * 40, 400, chars_per_block=77, block_size=16))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outs) == 1 and outs.pop().count(",") == 15  # 16 keys (1,280 characters // 77), the same in both
+
+
+def test_a_request_record_copy_has_every_attribute_of_the_request():
+    import copy
+
+    from infermeter.twin.request import SimRequest
+
+    r = SimRequest(7, 1.5, 300, 20, [1, 2], 1.25, 3, None, tag="t", replica=2, lane=1)
+    for i, name in enumerate(SimRequest.__slots__):  # a distinct value in every attribute
+        setattr(r, name, ("v", i))
+    c = copy.copy(r)
+    assert c is not r and all(getattr(c, n) == ("v", i) for i, n in enumerate(SimRequest.__slots__))

@@ -83,6 +83,19 @@ class SimRequest:
         self.error: str | None = None  # rejection (or timeout) reason
         self.error_class: str | None = None  # a record's error class when not a rejection (http_4xx)
 
+    def __copy__(self) -> SimRequest:
+        """Every attribute the same (the record of a request its client gave up on; copy.copy calls this:
+        pickling's generic route costs ten times more, and saturated runs time out many requests)."""
+        c = SimRequest(self.rid, self.arrival, self.prompt_tokens, self.max_tokens, self.keys, self.intended_at,
+                       self.conversation_id, self.prefix_group, self.tag, self.replica, self.lane, self.timed_out)
+        c.num_tokens, c.state, c.computed, c.outputs = self.num_tokens, self.state, self.computed, self.outputs
+        c.blocks, c.held, c.keyed, c.cursor, c.own = self.blocks, self.held, self.keyed, self.cursor, self.own
+        c.next_reg, c.g0, c.c0, c.o0, c.epoch = self.next_reg, self.g0, self.c0, self.o0, self.epoch
+        c.scheduled_at, c.first_token_at, c.ended_at = self.scheduled_at, self.first_token_at, self.ended_at
+        c.cached_tokens, c.preemptions, c.token_times = self.cached_tokens, self.preemptions, self.token_times
+        c.error, c.error_class = self.error, self.error_class
+        return c
+
     def __reduce__(self) -> tuple[Any, ...]:  # checkpoints, copies; both builds (twin.state)
         return (type(self), (self.rid, self.arrival, self.prompt_tokens, self.max_tokens), state_of(self))
 
@@ -104,12 +117,16 @@ def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[i
     conversation and prefix group (-1: none), each request's end offset in ``kflat`` (an int64 array of
     every request's keys, flat). Short key lists become lists (cheaper to index), long ones their own
     small int64 array (less memory)."""
-    flat: list[int] = kflat.tolist()  # one conversion per batch; slicing a list is cheap, an array's is not
+    n = len(ends)
+    # mostly short lists: one conversion per batch (slicing a list is cheap, an array's is not); mostly
+    # long ones: the few short ones converted each (converting every key would cost more than the copies)
+    flat: list[int] | None = kflat.tolist() if n and ends[n - 1] <= 32 * n else None
     pos = 0
     j = 0
     for rid in rids:
         end = ends[j]
-        keys: Any = (flat[pos:end] if end - pos <= 32 else kflat[pos:end].copy()) if end > pos else ()
+        keys: Any = () if end <= pos else kflat[pos:end].copy() if end - pos > 32 else \
+            flat[pos:end] if flat is not None else kflat[pos:end].tolist()
         pos = end
         cid, gid = conv[j], grp[j]
         t = at[j]
