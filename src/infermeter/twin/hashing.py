@@ -69,15 +69,19 @@ _MASK_U = np.uint64(_MASK)
 _BLOCK_WORDS = 1 << 15  # words hashed per block (256 KiB of uint64)
 _BLOCK_CHARS = 1 << 18  # characters of text joined and hashed at a time
 _NO_KEYS = np.zeros(0, np.int64)
-_word_weights = np.zeros(0, np.uint64)  # R_w, grown on demand (the same constants in every process)
+_word_weights = np.zeros(0, np.uint64)  # R_w (see _weights), grown on demand
 _powers = [np.ones(1, np.uint64), np.ones(1, np.uint64)]  # M**j and M**-j mod 2**64, j = 0, 1, ...
 
 
 def _weights(words: int) -> np.ndarray:
+    """``R_w`` for word positions ``0 .. words-1``: splitmix64 of the position, made odd (a formula: the same
+    constants however many are asked for, in every process)."""
     global _word_weights
     if len(_word_weights) < words:
-        rng = np.random.default_rng(0x5EED_C0DE)
-        _word_weights = rng.integers(0, 1 << 63, size=max(words, 64), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        z = (np.arange(max(words, 64), dtype=np.uint64) + np.uint64(1)) * np.uint64(_M)
+        z = (z ^ (z >> _S30)) * _MIX1
+        z = (z ^ (z >> _S27)) * _MIX2
+        _word_weights = (z ^ (z >> _S31)) | np.uint64(1)
     return _word_weights[:words]
 
 
