@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from infermeter.twin.config import EngineConfig
@@ -112,7 +113,16 @@ def test_chat_turns_keyed_from_their_new_messages_get_the_keys_of_their_whole_te
         if i % 11 == 5:  # fewer tokens than the text has chunks: keys capped by the token count
             s = replace(s, input_tokens=max(16, s.input_tokens // 3))
         odd.append(s)
-    for stream in (specs, odd):
+    prompts = list(itertools.islice(build_workload(profile="chat", seed=4, api="completions").requests(), 300))
+    mixed = [s for pair in itertools.zip_longest(odd, prompts) for s in pair if s is not None]
+    for stream in (specs, odd, prompts, mixed):
+        want = [spec_keys(s, 64, 16) for s in stream]
         maker = KeyMaker(64, 16, cache=8)  # a small cache: conversations fall out and come back
-        for s in stream:
-            assert maker(s) == spec_keys(s, 64, 16), s.index
+        assert [maker(s) for s in stream] == want
+        for size in (1, 7, 64, len(stream)):  # batches: a conversation continued several times in one
+            maker, got = KeyMaker(64, 16, cache=8), []
+            for i in range(0, len(stream), size):
+                counts, flat = maker.batch(stream[i : i + size])
+                ends = itertools.accumulate(counts.tolist())
+                got += [k.tolist() for k in np.split(flat, list(ends)[:-1])] if len(counts) else []
+            assert got == want, size

@@ -83,3 +83,26 @@ def test_simulate_resume_on_the_command_line(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scheduled"] == pq.read_metadata(out / "requests.parquet").num_rows > 30000
+
+
+def test_a_checkpoint_with_other_prefix_cache_keys_is_refused_by_name(tmp_path):
+    import pickle
+
+    from infermeter.errors import DataError
+
+    out = tmp_path / "old"
+    calls = []
+
+    def crash_at_the_second_window(t, n):  # the first window's end saved a checkpoint
+        calls.append(n)
+        if len(calls) == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        SimPlan(_cfg(out, checkpoint_s=1e-9), twin=TWIN, token_times="off").run(progress=crash_at_the_second_window)
+    assert SimPlan.resume(out)[1]["key_scheme"]  # this version's checkpoint resumes
+    state = pickle.loads((out / "checkpoint.pkl").read_bytes())
+    del state["key_scheme"]  # as written before the keys were made with array arithmetic
+    (out / "checkpoint.pkl").write_bytes(pickle.dumps(state))
+    with pytest.raises(DataError, match="prefix-cache keys .*python-hash.*simulate the run again"):
+        SimPlan.resume(out)

@@ -68,16 +68,16 @@ def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, firs
     """``(send offset, spec)`` -> SimRequests numbered from ``first_rid``, keyed by ``make_keys`` (a
     :class:`~infermeter.twin.hashing.KeyMaker`: keyed :data:`LOCAL_BATCH` at a time; or keyless)."""
     rid = first_rid
+    if make_keys is None:
+        for at, spec in timed:
+            yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, (), at, spec.conversation_id,
+                             spec.prefix_group)
+            rid += 1
+        return
     while True:
         chunk = list(itertools.islice(timed, LOCAL_BATCH))
         if not chunk:
             return
-        if make_keys is None:
-            for at, spec in chunk:
-                yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, (), at, spec.conversation_id,
-                                 spec.prefix_group)
-                rid += 1
-            continue
         counts, flat = make_keys.batch([spec for _, spec in chunk])
         keys = flat.tolist()
         pos = 0

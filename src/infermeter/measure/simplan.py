@@ -135,11 +135,17 @@ class SimPlan:
         cfg = self.cfg
         reqs = self.stream()
         streams = self.shape.streams
-        if streams is not None:
-            return ClosedLoopSource(streams, reqs, requests=cfg.requests, duration_s=cfg.duration_s,
-                                    warmup=cfg.warmup)
-        return OpenLoopSource(reqs, requests=cfg.requests, duration_s=cfg.duration_s, warmup=cfg.warmup,
-                              max_concurrency=cfg.max_concurrency)
+        try:  # a source reads its first requests at once: a stream in a child process must not outlive a failure
+            if streams is not None:
+                return ClosedLoopSource(streams, reqs, requests=cfg.requests, duration_s=cfg.duration_s,
+                                        warmup=cfg.warmup)
+            return OpenLoopSource(reqs, requests=cfg.requests, duration_s=cfg.duration_s, warmup=cfg.warmup,
+                                  max_concurrency=cfg.max_concurrency)
+        except BaseException:
+            close = getattr(reqs, "close", None)
+            if close is not None:
+                close()
+            raise
 
     def run_header(self, label: str) -> dict[str, Any]:
         emulated = self.twin.describe()
@@ -177,12 +183,13 @@ class SimPlan:
         header = resume["run"] if resume is not None else self.run_header(label)
         extra = {"cfg": cfg, "spec": self.spec, "token_times": self.token_times, "run": header,
                  "twin": self._given_twin}
-        if resume is not None:
-            source = resume["source"]
-            source.attach(self.stream(skip=source.consumed))
-        else:
-            source = self.source()
+        source: Any = None
         try:  # the stream may run in a child process: it ends with this run however the run ends
+            if resume is not None:
+                source = resume["source"]
+                source.attach(self.stream(skip=source.consumed))
+            else:
+                source = self.source()  # (it reads its first requests already)
             return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
                             token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
                             timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra,

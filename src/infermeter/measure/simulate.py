@@ -48,6 +48,7 @@ from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
+from infermeter.twin.hashing import KEY_SCHEME
 from infermeter.twin.loop import ArrivalSource, EventLoop, LoopStats, VirtualClock
 from infermeter.twin.router import Router
 from infermeter.twin.series import series_mean, sum_series
@@ -139,7 +140,7 @@ def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:
     """The simulation's whole state, replaced atomically (a crash while writing keeps the previous one)."""
     tmp = Path(out_dir) / (CHECKPOINT + ".tmp")
     with open(tmp, "wb") as f:
-        pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump({**state, "key_scheme": KEY_SCHEME}, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, Path(out_dir) / CHECKPOINT)
 
 
@@ -148,11 +149,15 @@ def load_checkpoint(out_dir: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             state: dict[str, Any] = pickle.load(f)
-            return state
     except FileNotFoundError:
         raise UserError(f"--resume {out_dir}: no {CHECKPOINT} there (was it simulated with --checkpoint?)") from None
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
         raise DataError(f"--resume {out_dir}: {CHECKPOINT} cannot be read ({exc})") from None
+    scheme = state.get("key_scheme", "python-hash")
+    if scheme != KEY_SCHEME:  # its engines' caches hold keys the requests made now would never match
+        raise DataError(f"--resume {out_dir}: {CHECKPOINT} was written by another version of infermeter, whose "
+                        f"prefix-cache keys ({scheme}) differ from this one's ({KEY_SCHEME}); simulate the run again")
+    return state
 
 
 def _collector() -> Callable[[int, float], None]:

@@ -60,6 +60,7 @@ CHARS_PER_BLOCK = 4 * BLOCK_SIZE
 _MASK = (1 << 63) - 1
 _PRIVATE = -0x5EED_B10C  # tags private keys (a tuple of ints hashes the same in every process)
 KEY_CACHE = 256  # conversations whose last prompt KeyMaker remembers
+KEY_SCHEME = "utf8-words-splitmix-linear-1"  # how text keys are made; a checkpoint of another scheme cannot resume
 
 _M = 0x9E37_79B9_7F4A_7C15  # the chain's multiplier (odd: invertible mod 2**64)
 _MIX1, _MIX2 = np.uint64(0xBF58_476D_1CE4_E5B9), np.uint64(0x94D0_49BB_1331_11EB)  # splitmix64's finaliser
