@@ -183,21 +183,14 @@ class SimPlan:
         header = resume["run"] if resume is not None else self.run_header(label)
         extra = {"cfg": cfg, "spec": self.spec, "token_times": self.token_times, "run": header,
                  "twin": self._given_twin}
-        source: Any = None
-        try:  # the stream may run in a child process: it ends with this run however the run ends
-            if resume is not None:
-                source = resume["source"]
-                source.attach(self.stream(skip=source.consumed))
-            else:
-                source = self.source()  # (it reads its first requests already)
-            return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
-                            token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
-                            timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra,
-                            resume=resume)
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
+        if resume is not None:  # (the source last: simulate() closes it, and its stream, however the run ends)
+            source = resume["source"]
+            source.attach(self.stream(skip=source.consumed))
+        else:
+            source = self.source()
+        return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
+                        token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
+                        timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra, resume=resume)
 
     @classmethod
     def resume(cls, out_dir: Path) -> tuple[SimPlan, dict[str, Any]]:

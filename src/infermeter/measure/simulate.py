@@ -93,22 +93,22 @@ def simulate(
     from it and attached to its stream)."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if resume is not None:
-        loop, writer, sink, seen = resume["loop"], resume["writer"], resume["sink"], resume["seen"]
-        engines = loop.engines
-        clock = VirtualClock(resume["now"])
-        writer.on_flush = _collector()
-    else:
-        engines = twin.engines(keep_token_times=token_times)
-        loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
-                         known_arrivals=twin.lanes == 1)
-        writer = open_writer(out_dir, run, token_times, exact_summary_limit, parts=checkpoint_s is not None)
-        sink = WindowSink(warmup=warmup, token_times=token_times)
-        clock = VirtualClock()
-        seen = 0
-    last = time.monotonic()
-    try:
+    try:  # ``source`` is closed however this ends (its stream may run in a child process)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if resume is not None:
+            loop, writer, sink, seen = resume["loop"], resume["writer"], resume["sink"], resume["seen"]
+            engines = loop.engines
+            clock = VirtualClock(resume["now"])
+            writer.on_flush = _collector()
+        else:
+            engines = twin.engines(keep_token_times=token_times)
+            loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
+                             known_arrivals=twin.lanes == 1)
+            writer = open_writer(out_dir, run, token_times, exact_summary_limit, parts=checkpoint_s is not None)
+            sink = WindowSink(warmup=warmup, token_times=token_times)
+            clock = VirtualClock()
+            seen = 0
+        last = time.monotonic()
         with gc_paused():
             for _, t in loop.run(source, sink.add, clock, cancel_at=cancel_at, window=WINDOW, timeouts=timeouts):
                 table = sink.window()
