@@ -78,13 +78,9 @@ def sim_requests(timed: Iterator[tuple[float, Any]], make_keys: Any = None, firs
         chunk = list(itertools.islice(timed, LOCAL_BATCH))
         if not chunk:
             return
-        counts, flat = make_keys.batch([spec for _, spec in chunk])
-        keys = flat.tolist()
-        pos = 0
-        for (at, spec), n in zip(chunk, counts.tolist()):
-            yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, keys[pos : pos + n], at,
-                             spec.conversation_id, spec.prefix_group)
-            pos += n
+        for (at, spec), keys in zip(chunk, make_keys.lists([spec for _, spec in chunk])):
+            yield SimRequest(rid, at, spec.input_tokens, spec.max_tokens, keys, at, spec.conversation_id,
+                             spec.prefix_group)
             rid += 1
 
 
@@ -118,20 +114,12 @@ def produce(spec: FeedSpec, conn: Any) -> None:
         done = False
         while not done:
             at: list[float] = []
-            pt: list[int] = []
-            mt: list[int] = []
-            conv: list[int] = []
-            grp: list[int] = []
             specs: list[Any] = []
             for t, s in timed:
                 if t >= horizon:
                     done = True
                     break
                 at.append(t)
-                pt.append(s.input_tokens)
-                mt.append(s.max_tokens)
-                conv.append(-1 if s.conversation_id is None else s.conversation_id)
-                grp.append(-1 if s.prefix_group is None else s.prefix_group)
                 specs.append(s)
                 n += 1
                 if (limit is not None and n >= limit) or len(at) >= BATCH:
@@ -143,8 +131,7 @@ def produce(spec: FeedSpec, conn: Any) -> None:
                 kcount, kflat = make.batch(specs)
             else:
                 kcount, kflat = np.zeros(len(specs), np.int64), np.zeros(0, np.int64)
-            cols = (np.array(at, dtype=np.float64), np.array(pt, dtype=np.int64), np.array(mt, dtype=np.int64),
-                    np.array(conv, dtype=np.int64), np.array(grp, dtype=np.int64), kcount, kflat)
+            cols = (np.array(at, dtype=np.float64), *spec_columns(specs), kcount, kflat)
             conn.send_bytes(pickle.dumps(("batch", cols), protocol=pickle.HIGHEST_PROTOCOL))
         conn.send_bytes(pickle.dumps(("end", None)))
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
@@ -153,6 +140,13 @@ def produce(spec: FeedSpec, conn: Any) -> None:
         report_error(conn, exc)
     finally:
         conn.close()
+
+
+def spec_columns(specs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt tokens, max tokens, conversation and prefix group (-1: none) of each spec, as int64 columns."""
+    return (np.array([s.input_tokens for s in specs], np.int64), np.array([s.max_tokens for s in specs], np.int64),
+            np.array([-1 if s.conversation_id is None else s.conversation_id for s in specs], np.int64),
+            np.array([-1 if s.prefix_group is None else s.prefix_group for s in specs], np.int64))
 
 
 def report_error(conn: Any, exc: BaseException) -> None:

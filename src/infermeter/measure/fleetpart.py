@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
-from infermeter.measure.feeder import report_error, timed_specs, unpack_requests
+from infermeter.measure.feeder import report_error, spec_columns, timed_specs, unpack_requests
 from infermeter.measure.recorder import WindowSink
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
@@ -186,11 +186,7 @@ def _keyed_ahead(timed: Iterator[tuple[float, Any]], router: Router, owned: dict
             return
         mine = [i + k for k, (_, s) in enumerate(chunk)
                 if router.replica_of(i + k, s.conversation_id, s.prefix_group) in owned]
-        counts, flat = keymaker.batch([chunk[k - i][1] for k in mine])
-        allk, pos = flat.tolist(), 0
-        for k, n in zip(mine, counts.tolist()):
-            keys[k] = allk[pos : pos + n]
-            pos += n
+        keys.update(zip(mine, keymaker.lists([chunk[k - i][1] for k in mine])))
         i += len(chunk)
         yield from chunk
 
@@ -277,11 +273,7 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
             t_end = t_next if more else float("inf")
             kcount, kflat = keymaker.batch(specs)
             rep = np.array(reps, np.int64)
-            cols = (np.arange(first, rid, dtype=np.int64), np.array(at, np.float64),
-                    np.array([x.input_tokens for x in specs], np.int64),
-                    np.array([x.max_tokens for x in specs], np.int64),
-                    np.array([-1 if x.conversation_id is None else x.conversation_id for x in specs], np.int64),
-                    np.array([-1 if x.prefix_group is None else x.prefix_group for x in specs], np.int64),
+            cols = (np.arange(first, rid, dtype=np.int64), np.array(at, np.float64), *spec_columns(specs),
                     rep // w_of, kcount)
             kstart = np.cumsum(kcount) - kcount
             for w in range(w_of):

@@ -261,8 +261,15 @@ class KeyMaker:
         self._last: dict[Any, _Text] = {}
 
     def __call__(self, spec: Any) -> list[int]:
-        _, flat = self.batch((spec,))
-        out: list[int] = flat.tolist()
+        return self.lists((spec,))[0]
+
+    def lists(self, specs: Sequence[Any]) -> list[list[int]]:
+        """:meth:`batch` as one list of keys per spec."""
+        counts, flat = self.batch(specs)
+        keys, out, pos = flat.tolist(), [], 0
+        for n in counts.tolist():
+            out.append(keys[pos : pos + n])
+            pos += n
         return out
 
     def batch(self, specs: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
