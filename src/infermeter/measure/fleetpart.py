@@ -37,7 +37,7 @@ from infermeter.measure.feeder import report_error, spec_columns, timed_specs, u
 from infermeter.measure.recorder import WindowSink
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
-from infermeter.twin.hashing import KeyMaker
+from infermeter.twin.hashing import KeyMaker, ranges
 from infermeter.twin.loop import Boundary, EventLoop, VirtualClock
 from infermeter.twin.request import SimRequest
 from infermeter.twin.router import Router
@@ -228,17 +228,6 @@ class RouteSpec:
     replicas: int
     workers: int
     window: int
-
-
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, in order (int64)."""
-    lengths = lengths.astype(np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    offsets = np.cumsum(lengths) - lengths
-    out: np.ndarray = np.arange(total, dtype=np.int64) + np.repeat(starts.astype(np.int64) - offsets, lengths)
-    return out
 
 
 def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:

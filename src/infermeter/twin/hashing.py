@@ -163,6 +163,17 @@ def _chain(h: np.ndarray, j: np.ndarray, first: np.ndarray, base: np.ndarray) ->
     return keys, total[last]
 
 
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] .. starts[i] + lengths[i] - 1`` of every range, in order (int64)."""
+    lengths = lengths.astype(np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    out: np.ndarray = np.arange(total, dtype=np.int64) + np.repeat(starts.astype(np.int64) - offsets, lengths)
+    return out
+
+
 def text_block_keys(text: str, prompt_tokens: int, *, chars_per_block: int = CHARS_PER_BLOCK,
                     block_size: int = BLOCK_SIZE) -> list[int]:
     """Chained keys of the prompt's full blocks, derived from text chunks (see module docstring)."""
@@ -354,12 +365,11 @@ class KeyMaker:
         if a < len(pieces):
             hashes.append(_chunk_hashes("".join(pieces[a:]), cpb))
         h = np.concatenate(hashes) if len(hashes) > 1 else hashes[0]
-        start = np.cumsum(sizes) - sizes
         if fresh:
-            keys, _ = _chain(h, np.arange(len(h), dtype=np.int64) - np.repeat(start, sizes), start,
+            keys, _ = _chain(h, ranges(np.zeros(len(sizes), np.int64), sizes), np.cumsum(sizes) - sizes,
                              np.zeros(len(sizes), np.uint64))
             return keys
-        j = np.arange(len(h), dtype=np.int64) + np.repeat(np.array(firsts, np.int64) - start, sizes)
+        j = ranges(np.array(firsts, np.int64), sizes)
         index: dict[int, int] = {}
         group = [index.setdefault(id(t), len(index)) for t in owners]
         texts = list({id(t): t for t in owners}.values())  # in the order of their first piece
