@@ -43,3 +43,33 @@ def test_perfmodel_deployment_satisfies_the_protocol():
     assert isinstance(P, StepTimePredictor)
     span = d.decode_span(16, 16 * 500, 5)
     assert span == pytest.approx(sum(d.step_time(16, 16 * 500 + 16 * j, 16) for j in range(5)), rel=1e-9)
+
+
+def test_twin_engines_time_steps_with_the_deployments_formula():
+    """A Deployment's step time is its bare arithmetic (perfmodel.steptime, compiled in the fast build): the
+    documented formula's floats; a twin's engines call that object, and keep it in a pickle."""
+    import math
+    import pickle
+
+    from infermeter.perfmodel import build_deployment
+    from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS
+    from infermeter.twin.deploy import build_twin
+
+    for model, gpu, kw in (("llama-3.1-70b", "4xa100-80gb:tp4", {}), ("mixtral-8x7b", "2xh100-sxm:tp2", {}),
+                           ("llama-3-8b", "h100-pcie", {"dtype": "q4_k_m", "engine": "llamacpp"})):
+        d = build_deployment(model, gpu, **kw)
+        assert d._k == 2.0 and (d._moe_miss > 0) == (model == "mixtral-8x7b") and (d._dequant > 0) == ("dtype" in kw)
+        for t, kv, n, pairs in ((64, 64 * 900, 64, None), (544, 2000, 3, 5000.0), (1, 300, 1, None)):
+            a = t * (kv / n - 0.5 * t / n + 0.5) if pairs is None else pairs
+            w = d._w_dense + d._w_expert * ((1.0 - d._moe_miss**t) if d._moe_miss else 1.0)
+            want = (math.hypot(d._lin_tok * t + d._lin_seq * n, w + d._kv_write * t)
+                    + math.hypot(d._att_pair * a, d._kv_read * kv) + d._comm_step + d._comm_tok * t + d._oh_step
+                    + d._oh_seq * n + (d._dequant if t > DEQUANT_MIN_TOKENS else 0.0))
+            assert d.step_time(t, kv, n, pairs) == pytest.approx(want, rel=1e-12)
+    twin = build_twin("llama-3.1-70b", "4xa100-80gb:tp4")
+    d, eng = twin.predictor, twin.engines()[0]
+    assert eng.predictor is d.step_cost
+    back = pickle.loads(pickle.dumps(eng))
+    span = back.predictor.decode_span(8, 8 * 700, 30)
+    assert span == pytest.approx(sum(d.step_time(8, 8 * 700 + 8 * j, 8) for j in range(30)), rel=1e-9)
+    assert back.predictor.steps_within(8, 8 * 700, span) == 30 == d.steps_within(8, 8 * 700, span)

@@ -51,6 +51,25 @@ def test_result_files_follow_the_run_layout(tmp_path):
                                           "num_preemptions"}
 
 
+def test_a_simulation_allocates_its_record_batches_with_malloc(tmp_path, monkeypatch):
+    """Arrow's default pool (mimalloc) faults freed pages in again for every record batch; a simulation switches
+    the process to malloc's pool, unless the user chose one with ARROW_DEFAULT_MEMORY_POOL."""
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    try:
+        pa.set_memory_pool(pa.mimalloc_memory_pool())
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
+        _sim(tmp_path, fake_twin(), _open(20.0, 50, input_tokens="100", output_tokens="20"), name="kept")
+        assert pa.default_memory_pool().backend_name == "mimalloc"
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL")
+        res = _sim(tmp_path, fake_twin(), _open(20.0, 50, input_tokens="100", output_tokens="20"))
+        assert pa.default_memory_pool().backend_name == "system"
+        assert pq.read_table(res.run_dir / "requests.parquet").num_rows == 50
+    finally:
+        pa.set_memory_pool(before)
+
+
 def test_littles_law_holds_in_the_results(tmp_path):
     res = _sim(tmp_path, fake_twin(predictor=LinearStepTime(base_s=0.01, per_token_s=2e-4)),
                _open(30.0, 1500, input_tokens="200,50", output_tokens="40,10"))

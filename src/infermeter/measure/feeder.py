@@ -173,9 +173,11 @@ class ChildStream:
         self._child = start_child("infermeter.measure.feeder:produce", spec, name="infermeter-feeder")
         self._conn = self._child.conn
         self._skip = spec.skip
-        self._gen = self._requests()
+        self._batches = self._received()
+        self._gen = itertools.chain.from_iterable(self._batches)  # per request: no Python frame
 
-    def _requests(self) -> Generator[SimRequest, None, None]:
+    def _received(self) -> Generator[Iterator[SimRequest], None, None]:
+        """The child's batches, each as an iterator of its SimRequests."""
         rid = self._skip
         while True:
             try:
@@ -187,8 +189,8 @@ class ChildStream:
             if kind == "error":
                 raise UserError(f"workload process: {payload}")
             n = len(payload[0])
-            yield from unpack_requests(range(rid, rid + n), payload[0], payload[1], payload[2], payload[3], payload[4],
-                                       payload[5], payload[6])
+            yield unpack_requests(range(rid, rid + n), payload[0], payload[1], payload[2], payload[3], payload[4],
+                                  payload[5], payload[6])
             rid += n
 
     def __iter__(self) -> Iterator[SimRequest]:
@@ -198,5 +200,5 @@ class ChildStream:
         return next(self._gen)
 
     def close(self) -> None:
-        self._gen.close()
+        self._batches.close()
         self._child.close()

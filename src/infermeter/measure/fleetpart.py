@@ -34,7 +34,7 @@ import numpy as np
 
 from infermeter.errors import UserError
 from infermeter.measure.feeder import report_error, spec_columns, timed_specs, unpack_requests
-from infermeter.measure.recorder import WindowSink
+from infermeter.measure.recorder import WindowSink, reuse_freed_memory
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
 from infermeter.twin.hashing import KeyMaker, ranges
@@ -143,6 +143,7 @@ class FleetPart:
         self.loop = EventLoop(self.engines, lanes=twin.pp, router=Router(job.router, max(1, len(owned))),
                               frontend=twin.frontend, known_arrivals=twin.lanes == 1)
         self.sink = WindowSink(warmup=job.warmup, token_times=job.token_times)
+        reuse_freed_memory()  # a worker builds a record table per window
         if feed is not None:
             self.source: Any = FedSource(feed, job.window)
         else:

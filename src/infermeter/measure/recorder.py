@@ -36,6 +36,7 @@ timed out are ``error`` / ``first_token_timeout`` or ``total_timeout``, likewise
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -50,6 +51,19 @@ from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest, columns_of
 
 BATCH_ROWS = 1 << 16
+
+
+def reuse_freed_memory() -> None:
+    """Arrow allocates with the C library's ``malloc`` from now on in this process (unless
+    ``ARROW_DEFAULT_MEMORY_POOL`` chose a pool).
+
+    A long simulation builds and frees record batches of the same few MiB thousands of times.
+    Arrow's default pool in the pyarrow wheels (mimalloc) hands freed pages back to the OS and
+    faults them in again (zeroed, as huge pages where transparent huge pages are on ``madvise``)
+    for the next batch: the kernel's page zeroing was 17 % of a simulating process's samples
+    here. ``malloc`` keeps them for the next batch. Called by the simulation's entry points."""
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and pa.default_memory_pool().backend_name == "mimalloc":
+        pa.set_memory_pool(pa.system_memory_pool())
 
 
 def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool = False) -> pa.Table:
@@ -155,22 +169,21 @@ def merge_windows(tables: list[pa.Table | None]) -> pa.Table | None:
 class WindowSink:
     """Finished requests of the current window -> one canonical table (see the module docstring)."""
 
-    __slots__ = ("warmup", "token_times", "_buf")
+    __slots__ = ("warmup", "token_times", "_buf", "add")
 
     def __init__(self, *, warmup: int = 0, token_times: bool = False) -> None:
         self.warmup = warmup
         self.token_times = token_times
         self._buf: list[SimRequest] = []
-
-    def add(self, r: SimRequest) -> None:
-        self._buf.append(r)
+        self.add: Callable[[SimRequest], None] = self._buf.append  # once per request: no Python frame
 
     def window(self) -> pa.Table | None:
         buf = self._buf
         if not buf:
             return None
-        self._buf = []
-        return canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times))
+        table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times))
+        buf.clear()  # the same list: ``add`` appends to it
+        return table
 
 
 class RecordWriter:
@@ -244,7 +257,6 @@ class RecordWriter:
             self._held = rest.num_rows
 
     def _write(self, batch: pa.Table) -> None:
-        batch = batch.combine_chunks()
         if self._pending is not None:  # one batch in flight at most: bounded memory
             self._pending.result()
         # the helper thread writes and summarizes it (both release the GIL for much of their work);
@@ -255,6 +267,7 @@ class RecordWriter:
             self.on_flush(self.rows, float(batch.column("ended_at")[-1].as_py()))
 
     def _write_and_add(self, writer: pq.ParquetWriter, batch: pa.Table) -> None:
+        batch = batch.combine_chunks()  # one chunk per column and row group (here, off the simulating thread)
         writer.write_table(batch)
         self.accumulator.add(batch)
 

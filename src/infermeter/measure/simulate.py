@@ -173,6 +173,7 @@ def _collector() -> Callable[[int, float], None]:
 
 def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_limit: int, *,
                 parts: bool = False) -> RecordWriter:
+    recorder.reuse_freed_memory()
     acc = Accumulator.for_run(run, exact_limit=exact_limit, derive_itl=not token_times)
     return RecordWriter(Path(out_dir) / (store.PARQUET + ".tmp"), acc, on_flush=_collector(),
                         batch_rows=recorder.BATCH_ROWS, parts_dir=Path(out_dir) / "parts" if parts else None)

@@ -52,10 +52,10 @@ from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
 from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
+from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, StepCost
 
 LINK_EFFICIENCY = 0.8  # achieved fraction of per-direction link bandwidth in collectives (NCCL bus bandwidth)
 ACT_BYTES = 2  # activations exchanged in 16-bit
-DEQUANT_MIN_TOKENS = 32  # ggml-cuda MMQ_MAX_BATCH_SIZE: larger batches dequantise GGUF weights to FP16 for cuBLAS
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +108,21 @@ class Deployment:
     _dequant: float = field(repr=False, default=0.0)  # seconds of a dequantisation pass (steps of > DEQUANT_MIN_TOKENS tokens)
     _k: float = field(repr=False, default=2.0)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
-    _coeffs: dict[int, tuple[float, float]] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _cost: StepCost = field(init=False, repr=False, compare=False)  # the arithmetic (perfmodel.steptime)
 
-    def _smax(self, x: float, y: float) -> float:
-        k = self._k
-        if k == 2.0:
-            return math.hypot(x, y)
-        if k == math.inf:
-            return x if x > y else y
-        return (x**k + y**k) ** (1.0 / k) if (x > 0 or y > 0) else 0.0
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_cost", self._step_cost())
+
+    def _step_cost(self) -> StepCost:
+        return StepCost(lin_tok=self._lin_tok, lin_seq=self._lin_seq, w_dense=self._w_dense, w_expert=self._w_expert,
+                        moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
+                        comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
+                        dequant=self._dequant, k=self._k)
+
+    @property
+    def step_cost(self) -> StepCost:
+        """This replica's step-time arithmetic (:mod:`infermeter.perfmodel.steptime`): what the twin's engines call."""
+        return self._cost
 
     @property
     def step_overhead_s(self) -> float:
@@ -138,17 +144,16 @@ class Deployment:
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
-            request_overhead_s=request_overhead_ms * 1e-3, _coeffs={})
+            request_overhead_s=request_overhead_ms * 1e-3)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
             object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
+        object.__setattr__(new, "_cost", new._step_cost())  # from the new coefficients
         return new
 
     def weight_time(self, new_tokens: int) -> float:
         """Seconds to stream the weights one step touches (all experts a batch of ``new_tokens`` routes to)."""
-        if self._moe_miss:
-            return self._w_dense + self._w_expert * (1.0 - self._moe_miss**new_tokens)
-        return self._w_dense + self._w_expert
+        return self._cost.weight_time(new_tokens)
 
     def step_time(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> float:
         """Seconds for one engine iteration of this replica.
@@ -158,15 +163,7 @@ class Deployment:
         ``num_seqs``: sequences in the batch; ``attn_pairs``: sum over sequences of query tokens x
         context length (None: from the averages, exact for pure decode and single prefills).
         """
-        if new_tokens <= 0 or num_seqs <= 0:
-            return 0.0
-        if attn_pairs is None:
-            attn_pairs = new_tokens * (kv_tokens / num_seqs - 0.5 * new_tokens / num_seqs + 0.5)
-        lin = self._smax(self._lin_tok * new_tokens + self._lin_seq * num_seqs,
-                         self.weight_time(new_tokens) + self._kv_write * new_tokens)
-        att = self._smax(self._att_pair * attn_pairs, self._kv_read * kv_tokens)
-        t = lin + att + self._comm_step + self._comm_tok * new_tokens + self._oh_step + self._oh_seq * num_seqs
-        return t + self._dequant if new_tokens > DEQUANT_MIN_TOKENS else t
+        return self._cost.step_time(new_tokens, kv_tokens, num_seqs, attn_pairs)
 
     def breakdown(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> dict[str, float]:
         """Unsmoothed seconds of one step by cause: compute, memory, communication, overhead."""
@@ -180,33 +177,13 @@ class Deployment:
             "overhead": self._oh_step + self._oh_seq * num_seqs,
         }
 
-    def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
-        got = self._coeffs.get(num_seqs)  # the twin's decode spans ask for the same batch sizes over and over
-        if got is None:
-            got = self._coeffs[num_seqs] = (self.step_time(num_seqs, 0, num_seqs, attn_pairs=0.0),
-                                            self._smax(self._att_pair, self._kv_read))
-        return got
-
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
         """Seconds for ``steps`` pure-decode steps of ``num_seqs`` sequences, context growing by ``num_seqs`` a step."""
-        if steps <= 0 or num_seqs <= 0:
-            return 0.0
-        c0, d = self._decode_coeffs(num_seqs)
-        return steps * c0 + d * (steps * kv_tokens + num_seqs * steps * (steps - 1) / 2)
+        return self._cost.decode_span(num_seqs, kv_tokens, steps)
 
     def steps_within(self, num_seqs: int, kv_tokens: int, budget_s: float) -> int:
         """Largest number of pure-decode steps whose :meth:`decode_span` is <= ``budget_s``."""
-        if num_seqs <= 0 or budget_s <= 0:
-            return 0
-        c0, d = self._decode_coeffs(num_seqs)
-        a, b = d * num_seqs / 2, c0 + d * kv_tokens - d * num_seqs / 2
-        s = int(budget_s / b) if a == 0 else int((-b + math.sqrt(b * b + 4 * a * budget_s)) / (2 * a))
-        s = max(s, 0)
-        while s > 0 and self.decode_span(num_seqs, kv_tokens, s) > budget_s:
-            s -= 1
-        while self.decode_span(num_seqs, kv_tokens, s + 1) <= budget_s:
-            s += 1
-        return s
+        return self._cost.steps_within(num_seqs, kv_tokens, budget_s)
 
     def prefill_time(self, input_tokens: int, chunk_tokens: int | None = None) -> float:
         """Seconds to prefill one ``input_tokens`` prompt alone, in chunks of ``chunk_tokens``."""

@@ -29,6 +29,7 @@ import heapq
 from typing import Literal
 
 from infermeter.errors import ConfigError
+from infermeter.twin.state import set_state, state_of
 
 RouterName = Literal["round-robin", "session", "least-outstanding"]
 ROUTERS: tuple[str, ...] = ("round-robin", "session", "least-outstanding")
@@ -57,6 +58,12 @@ class Router:
         self.replicas = replicas
         self._out = [0] * replicas  # least-outstanding: requests routed and not finished
         self._heap = [(0, j) for j in range(replicas)]
+
+    def __reduce__(self) -> tuple[object, ...]:  # checkpoints, fleet workers; both builds (twin.state)
+        return (type(self), (self.name, self.replicas), state_of(self))
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        set_state(self, state)
 
     @property
     def stream_decided(self) -> bool:

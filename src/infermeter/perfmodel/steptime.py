@@ -1,0 +1,119 @@
+"""The arithmetic of one replica's step time, on the coefficients a :class:`~infermeter.perfmodel.api.Deployment` resolved.
+
+Promise: :class:`StepCost` holds plain floats (seconds per unit) and computes the step time of
+``infermeter.perfmodel.api``'s formula (its docstring), the closed-form decode span and its
+inverse, with nothing else: no catalog, no validation, no allocation but a small cache of decode
+coefficients per batch size. A ``Deployment`` delegates its ``step_time``, ``decode_span`` and
+``steps_within`` here (one definition), and hands this object to the twin's engines
+(``Deployment.step_cost``), which call it at every engine iteration; the fast build (setup.py)
+compiles this module with mypyc, so that call is C. Same operations in the same order in both
+builds, so the same floats::
+
+    >>> c = StepCost(lin_tok=1e-4, lin_seq=0.0, w_dense=0.01, w_expert=0.0, moe_miss=0.0, kv_write=0.0,
+    ...              att_pair=0.0, kv_read=1e-6, comm_step=0.0, comm_tok=0.0, oh_step=0.002, oh_seq=0.0,
+    ...              dequant=0.0, k=math.inf)
+    >>> round(c.step_time(8, 8000, 8), 6)       # max(8e-4, 0.01) + max(0, 0.008) + 0.002
+    0.02
+    >>> c.steps_within(8, 8000, c.decode_span(8, 8000, 5))
+    5
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEQUANT_MIN_TOKENS = 32  # ggml-cuda MMQ_MAX_BATCH_SIZE: larger batches dequantise GGUF weights to FP16 for cuBLAS
+
+
+class StepCost:
+    """Seconds of one engine iteration (or a span of decode steps) of one replica; see the module docstring."""
+
+    def __init__(self, *, lin_tok: float, lin_seq: float, w_dense: float, w_expert: float, moe_miss: float,
+                 kv_write: float, att_pair: float, kv_read: float, comm_step: float, comm_tok: float,
+                 oh_step: float, oh_seq: float, dequant: float, k: float) -> None:
+        self.lin_tok = lin_tok
+        self.lin_seq = lin_seq
+        self.w_dense = w_dense
+        self.w_expert = w_expert
+        self.moe_miss = moe_miss  # 1 - experts_per_token/experts (0: dense)
+        self.kv_write = kv_write
+        self.att_pair = att_pair
+        self.kv_read = kv_read
+        self.comm_step = comm_step
+        self.comm_tok = comm_tok
+        self.oh_step = oh_step
+        self.oh_seq = oh_seq
+        self.dequant = dequant  # a dequantisation pass (steps of more than DEQUANT_MIN_TOKENS tokens)
+        self.k = k  # the smooth maximum's exponent
+        self._coeffs: dict[int, tuple[float, float]] = {}
+
+    def _args(self) -> dict[str, float]:
+        return {"lin_tok": self.lin_tok, "lin_seq": self.lin_seq, "w_dense": self.w_dense, "w_expert": self.w_expert,
+                "moe_miss": self.moe_miss, "kv_write": self.kv_write, "att_pair": self.att_pair,
+                "kv_read": self.kv_read, "comm_step": self.comm_step, "comm_tok": self.comm_tok,
+                "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k}
+
+    def __reduce__(self) -> tuple[Any, ...]:  # both builds (a compiled class has no __dict__): the coefficients
+        return (_rebuild, (self._args(),))
+
+    def smax(self, x: float, y: float) -> float:
+        """The smooth maximum ``(x^k + y^k)^(1/k)`` (k = 2: ``hypot``; k = inf: ``max``)."""
+        k = self.k
+        if k == 2.0:
+            return math.hypot(x, y)
+        if k == math.inf:
+            return x if x > y else y
+        return (x**k + y**k) ** (1.0 / k) if (x > 0 or y > 0) else 0.0
+
+    def weight_time(self, new_tokens: int) -> float:
+        """Seconds to stream the weights one step touches (all experts a batch of ``new_tokens`` routes to)."""
+        if self.moe_miss:
+            return self.w_dense + self.w_expert * (1.0 - self.moe_miss**new_tokens)
+        return self.w_dense + self.w_expert
+
+    def step_time(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> float:
+        """Seconds for one engine iteration (``Deployment.step_time`` says what the arguments are)."""
+        if new_tokens <= 0 or num_seqs <= 0:
+            return 0.0
+        if attn_pairs is None:
+            pairs = new_tokens * (kv_tokens / num_seqs - 0.5 * new_tokens / num_seqs + 0.5)
+        else:
+            pairs = attn_pairs
+        lin = self.smax(self.lin_tok * new_tokens + self.lin_seq * num_seqs,
+                        self.weight_time(new_tokens) + self.kv_write * new_tokens)
+        att = self.smax(self.att_pair * pairs, self.kv_read * kv_tokens)
+        t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs
+        return t + self.dequant if new_tokens > DEQUANT_MIN_TOKENS else t
+
+    def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
+        got = self._coeffs.get(num_seqs)  # the twin's decode spans ask for the same batch sizes over and over
+        if got is None:
+            got = (self.step_time(num_seqs, 0, num_seqs, 0.0), self.smax(self.att_pair, self.kv_read))
+            self._coeffs[num_seqs] = got
+        return got
+
+    def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
+        """Seconds for ``steps`` pure-decode steps of ``num_seqs`` sequences, context growing by ``num_seqs`` a step."""
+        if steps <= 0 or num_seqs <= 0:
+            return 0.0
+        c0, d = self._decode_coeffs(num_seqs)
+        return steps * c0 + d * (steps * kv_tokens + num_seqs * steps * (steps - 1) / 2)
+
+    def steps_within(self, num_seqs: int, kv_tokens: int, budget_s: float) -> int:
+        """Largest number of pure-decode steps whose :meth:`decode_span` is <= ``budget_s``."""
+        if num_seqs <= 0 or budget_s <= 0:
+            return 0
+        c0, d = self._decode_coeffs(num_seqs)
+        a, b = d * num_seqs / 2, c0 + d * kv_tokens - d * num_seqs / 2
+        s = int(budget_s / b) if a == 0 else int((-b + math.sqrt(b * b + 4 * a * budget_s)) / (2 * a))
+        s = max(s, 0)
+        while s > 0 and self.decode_span(num_seqs, kv_tokens, s) > budget_s:
+            s -= 1
+        while self.decode_span(num_seqs, kv_tokens, s + 1) <= budget_s:
+            s += 1
+        return s
+
+
+def _rebuild(args: dict[str, float]) -> StepCost:
+    return StepCost(**args)
