@@ -3,8 +3,8 @@ pyproject.toml). With ``INFERMETER_MYPYC=1`` the simulation's hot modules are co
 extensions with mypyc (the compiler black and mypy ship their wheels with; it needs ``mypy`` and a
 C compiler, and ``--no-build-isolation`` uses the ones installed): the twin's event loop, arrival
 sources, engine, KV pool, decode spans, request, level series and router; the performance model's
-step-time arithmetic; and what makes a simulation's requests (prompt text, lengths, prefix-cache
-keys). Same code, same results, the offline simulator about 1.5-2x faster.
+step-time arithmetic; the synthetic profiles' prompt text and every request's prefix-cache keys.
+Same code, same results (floats too: no fused multiply-add), the offline simulator about 2x faster.
 ``make fast`` builds that into ``.fast/`` here; tests/twin/test_compiled.py checks both builds
 write identical summaries.
 """
@@ -27,8 +27,6 @@ COMPILED = [
     "src/infermeter/perfmodel/steptime.py",
     "src/infermeter/workload/pool.py",
     "src/infermeter/workload/compose.py",
-    "src/infermeter/workload/lengths.py",
-    "src/infermeter/workload/context.py",
     "src/infermeter/workload/synthetic.py",
     "src/infermeter/twin/hashing.py",
 ]
@@ -38,5 +36,8 @@ if os.environ.get("INFERMETER_MYPYC") == "1":
     from mypyc.build import mypycify
 
     ext_modules = mypycify(COMPILED, opt_level="3")
+    if os.name != "nt":  # a*b + c stays two roundings, as in Python (GCC contracts it to an FMA where the CPU has one)
+        for ext in ext_modules:
+            ext.extra_compile_args.append("-ffp-contract=off")
 
 setup(ext_modules=ext_modules)

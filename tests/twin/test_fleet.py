@@ -109,6 +109,20 @@ def test_least_outstanding_routes_by_requests_not_yet_finished():
     assert [r.replica for r in sorted(done, key=lambda r: r.rid)] == [0, 1, 1, 1]
 
 
+def test_a_pickled_least_outstanding_router_goes_on_deciding_alike():
+    """Checkpoints pickle the loop's router mid-run (both builds: Router.__reduce__)."""
+    import pickle
+
+    r = Router("least-outstanding", 3)
+    for i in range(5):
+        r.pick(i, None, None)
+    r.done(1)
+    r.done(1)
+    back = pickle.loads(pickle.dumps(r))
+    assert (back.name, back.replicas, back._out) == ("least-outstanding", 3, r._out) == ("least-outstanding", 3, [2, 0, 1])
+    assert [back.pick(i, None, None) for i in range(5, 9)] == [r.pick(i, None, None) for i in range(5, 9)] == [1, 1, 2, 0]
+
+
 def test_idle_replicas_cost_nothing_and_spans_follow_only_their_own_arrivals():
     p = LinearStepTime(base_s=0.01, per_token_s=1e-4)
     calls = [0]

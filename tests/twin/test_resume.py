@@ -89,6 +89,7 @@ def test_a_checkpoint_with_other_prefix_cache_keys_is_refused_by_name(tmp_path):
     import pickle
 
     from infermeter.errors import DataError
+    from infermeter.measure.simulate import CHECKPOINT_MAGIC
 
     out = tmp_path / "old"
     calls = []
@@ -101,8 +102,14 @@ def test_a_checkpoint_with_other_prefix_cache_keys_is_refused_by_name(tmp_path):
     with pytest.raises(Crash):
         SimPlan(_cfg(out, checkpoint_s=1e-9), twin=TWIN, token_times="off").run(progress=crash_at_the_second_window)
     assert SimPlan.resume(out)[1]["key_scheme"]  # this version's checkpoint resumes
-    state = pickle.loads((out / "checkpoint.pkl").read_bytes())
+    data = (out / "checkpoint.pkl").read_bytes()
+    assert data.startswith(CHECKPOINT_MAGIC)
+    state = pickle.loads(data[len(CHECKPOINT_MAGIC):])
     del state["key_scheme"]  # as written before the keys were made with array arithmetic
-    (out / "checkpoint.pkl").write_bytes(pickle.dumps(state))
+    (out / "checkpoint.pkl").write_bytes(CHECKPOINT_MAGIC + pickle.dumps(state))
     with pytest.raises(DataError, match="prefix-cache keys .*python-hash.*simulate the run again"):
+        SimPlan.resume(out)
+    # a checkpoint of an earlier format is refused before it is unpickled (its classes' states changed)
+    (out / "checkpoint.pkl").write_bytes(data[len(CHECKPOINT_MAGIC):])
+    with pytest.raises(DataError, match="written by another version of infermeter.*simulate the run again"):
         SimPlan.resume(out)

@@ -174,7 +174,7 @@ class ChildStream:
         self._conn = self._child.conn
         self._skip = spec.skip
         self._batches = self._received()
-        self._gen = itertools.chain.from_iterable(self._batches)  # per request: no Python frame
+        self._gen: Iterator[SimRequest] = itertools.chain.from_iterable(self._batches)  # per request: no Python frame
 
     def _received(self) -> Generator[Iterator[SimRequest], None, None]:
         """The child's batches, each as an iterator of its SimRequests."""
@@ -194,11 +194,12 @@ class ChildStream:
             rid += n
 
     def __iter__(self) -> Iterator[SimRequest]:
-        return self._gen  # the generator itself: no per-item wrapper call
+        return self._gen  # the chain itself: no per-item wrapper call
 
     def __next__(self) -> SimRequest:
         return next(self._gen)
 
     def close(self) -> None:
         self._batches.close()
+        self._gen = iter(())  # nothing more, not even the rest of the batch in hand
         self._child.close()

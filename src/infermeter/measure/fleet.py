@@ -34,7 +34,7 @@ from infermeter.errors import UserError
 from infermeter.measure.child import Child, start_child
 from infermeter.measure.config import workload_args
 from infermeter.measure.fleetpart import FleetJob, RouteSpec
-from infermeter.measure.recorder import merge_windows
+from infermeter.measure.recorder import malloc_pool, merge_windows
 from infermeter.measure.simulate import WINDOW, SimulationResult, finish_run, gc_paused, open_writer
 from infermeter.twin.loop import LoopStats
 
@@ -50,6 +50,7 @@ def fleet_jobs(plan: Any, workers: int) -> list[FleetJob]:
                      worker=k, timeouts=plan.timeouts) for k in range(w)]
 
 
+@malloc_pool()  # the merged record batches on malloc (see there)
 def run_fleet(plan: Any, out: Path, run: dict[str, Any], *,
               progress: Callable[[float, int], None] | None = None) -> SimulationResult:
     """Simulate ``plan`` over its workers; write the run directory (see the module docstring)."""

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -53,16 +54,35 @@ from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest, 
 BATCH_ROWS = 1 << 16
 
 
-def reuse_freed_memory() -> None:
-    """Arrow allocates with the C library's ``malloc`` from now on in this process (unless
-    ``ARROW_DEFAULT_MEMORY_POOL`` chose a pool).
+def _on_mimalloc() -> bool:
+    return "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and pa.default_memory_pool().backend_name == "mimalloc"
+
+
+@contextmanager
+def malloc_pool() -> Iterator[None]:
+    """pyarrow's default memory pool is the C library's ``malloc`` while this lasts (a decorator too), unless
+    ``ARROW_DEFAULT_MEMORY_POOL`` chose a pool; the previous one after.
 
     A long simulation builds and frees record batches of the same few MiB thousands of times.
-    Arrow's default pool in the pyarrow wheels (mimalloc) hands freed pages back to the OS and
-    faults them in again (zeroed, as huge pages where transparent huge pages are on ``madvise``)
-    for the next batch: the kernel's page zeroing was 17 % of a simulating process's samples
-    here. ``malloc`` keeps them for the next batch. Called by the simulation's entry points."""
-    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and pa.default_memory_pool().backend_name == "mimalloc":
+    The pyarrow wheels' default pool (mimalloc) hands freed pages back to the OS and faults them
+    in again (zeroed, as huge pages where transparent huge pages are on ``madvise``) for the next
+    batch: the kernel's page zeroing was 17 % of a simulating process's samples here. ``malloc``
+    keeps them for the next batch. Buffers are freed to the pool that made them, so switching is
+    safe at any time."""
+    before = pa.default_memory_pool()
+    switch = _on_mimalloc()
+    if switch:
+        pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        if switch:
+            pa.set_memory_pool(before)
+
+
+def reuse_freed_memory() -> None:
+    """:func:`malloc_pool` for the rest of the process: a fleet worker's, which only simulates."""
+    if _on_mimalloc():
         pa.set_memory_pool(pa.system_memory_pool())
 
 

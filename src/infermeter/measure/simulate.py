@@ -68,6 +68,7 @@ class SimulationResult:
     peak_rss_mib: float
 
 
+@recorder.malloc_pool()  # record batches on malloc (recorder.malloc_pool), a resumed run's too
 def simulate(
     twin: Twin,
     source: ArrivalSource,
@@ -134,12 +135,15 @@ def simulate(
 
 
 CHECKPOINT = "checkpoint.pkl"
+# first bytes of a checkpoint: its format (the pickled classes' states), bumped when they change
+CHECKPOINT_MAGIC = b"infermeter-checkpoint 2\n"
 
 
 def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:
     """The simulation's whole state, replaced atomically (a crash while writing keeps the previous one)."""
     tmp = Path(out_dir) / (CHECKPOINT + ".tmp")
     with open(tmp, "wb") as f:
+        f.write(CHECKPOINT_MAGIC)
         pickle.dump({**state, "key_scheme": KEY_SCHEME}, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, Path(out_dir) / CHECKPOINT)
 
@@ -148,6 +152,9 @@ def load_checkpoint(out_dir: Path) -> dict[str, Any]:
     path = Path(out_dir) / CHECKPOINT
     try:
         with open(path, "rb") as f:
+            if f.read(len(CHECKPOINT_MAGIC)) != CHECKPOINT_MAGIC:  # not unpickled: its classes may have changed
+                raise DataError(f"--resume {out_dir}: {CHECKPOINT} was written by another version of infermeter "
+                                f"(its format is not {CHECKPOINT_MAGIC.decode().strip()!r}); simulate the run again")
             state: dict[str, Any] = pickle.load(f)
     except FileNotFoundError:
         raise UserError(f"--resume {out_dir}: no {CHECKPOINT} there (was it simulated with --checkpoint?)") from None
@@ -173,7 +180,6 @@ def _collector() -> Callable[[int, float], None]:
 
 def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_limit: int, *,
                 parts: bool = False) -> RecordWriter:
-    recorder.reuse_freed_memory()
     acc = Accumulator.for_run(run, exact_limit=exact_limit, derive_itl=not token_times)
     return RecordWriter(Path(out_dir) / (store.PARQUET + ".tmp"), acc, on_flush=_collector(),
                         batch_rows=recorder.BATCH_ROWS, parts_dir=Path(out_dir) / "parts" if parts else None)

@@ -67,8 +67,10 @@ class Twin:
                 replicas: int | None = None) -> list[Engine]:
         """Engines for all replicas (or ``replicas`` of them), ``pp`` per replica."""
         n = self.lanes if replicas is None else replicas * self.pp
+        from infermeter.perfmodel.api import Deployment
+
         # a Deployment hands over its bare arithmetic (perfmodel.steptime: compiled in the fast build)
-        step: StepTimePredictor = getattr(self.predictor, "step_cost", self.predictor)
+        step: StepTimePredictor = self.predictor.step_cost if isinstance(self.predictor, Deployment) else self.predictor
         return [
             Engine(step, self.config, self.num_blocks, keep_token_times=keep_token_times,
                    max_span_steps=max_span_steps)
