@@ -11,6 +11,7 @@ import itertools
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pytest
@@ -221,3 +222,24 @@ def test_bad_input_is_named(kw: dict, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
         build_workload(**kw)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [{"input_tokens": "200,80", "output_tokens": "50,20"}, {"profile": "fixed"},
+                                {"input_tokens": "32", "api": "completions"}])
+def test_specs_without_text_have_the_same_lengths(kw: dict[str, Any]) -> None:
+    wl = build_workload(seed=9, **kw)
+    assert wl.text_optional  # type: ignore[attr-defined]
+    full = list(itertools.islice(wl.requests(), 3000))
+    bare = list(itertools.islice(wl.requests(text=False), 3000))  # type: ignore[call-arg]
+    fields = [(s.index, s.input_tokens, s.max_tokens, s.prefix_group, s.conversation_id) for s in full]
+    assert fields == [(s.index, s.input_tokens, s.max_tokens, s.prefix_group, s.conversation_id) for s in bare]
+    assert len({(s.input_tokens, s.max_tokens) for s in full}) > 1 or kw.get("input_tokens") == "32"
+    assert all((s.prompt or "") == "" and all(m["content"] == "" for m in s.messages or ()) for s in bare)
+
+
+@pytest.mark.parametrize("kw", [{"input_tokens": "300", "prefix_tokens": 64, "prefix_groups": 2}, {"profile": "code"}])
+def test_prompts_that_can_share_blocks_keep_their_text(kw: dict[str, Any]) -> None:
+    wl = build_workload(seed=9, **kw)
+    assert not wl.text_optional  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="cannot be left out"):
+        wl.requests(text=False)  # type: ignore[call-arg]

@@ -18,6 +18,11 @@ sizes them to one block (``block_size`` tokens) of the workload's own text, and 
 turn's new text. Keys are a function of the text alone (array arithmetic, not Python's salted
 ``hash``), so a resumed run, a child and the parent all make the same keys for the same text.
 Send times come from the shape's own ``schedule`` (a trace replay's included).
+
+**Keyless streams.** A workload whose prompts share no cache block (:func:`needs_keys` is False:
+``synthetic`` and ``fixed`` without a shared prefix) gets no keys at all, and its specs are made
+without text: no key can ever match, so the simulation is the same, and a 72-hour stream of them
+costs a third of the CPU (:meth:`~infermeter.workload.synthetic.SingleTurnWorkload.text_optional`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,19 @@ from infermeter.workload import build_workload
 
 BATCH = 8192  # requests per message of a child's stream
 LOCAL_BATCH = 256  # requests keyed at a time in this process (a small run's first requests come soon)
+
+
+def needs_keys(workload: Any) -> bool:
+    """Whether a simulation of ``workload`` needs prefix-cache keys (and so its prompt text): False only for a
+    workload that says its text can be left out (``text_optional``: no prompt shares a block with another)."""
+    return not getattr(workload, "text_optional", False)
+
+
+def workload_specs(workload: Any, keys: bool) -> Iterator[Any]:
+    """``workload``'s specs; without ``keys``, made without text where the workload allows it (:func:`needs_keys`)."""
+    if not keys and not needs_keys(workload):
+        return iter(workload.requests(text=False))
+    return iter(workload.requests())
 
 
 def timed_specs(shape: BaseShape | None, specs: Iterator[Any], seed: int = 0) -> Iterator[tuple[float, Any]]:
@@ -93,7 +111,7 @@ class FeedSpec:
     seed: int = 0
     limit: int | None = None  # requests in all (warmup included)
     duration_s: float | None = None
-    keys: bool = True
+    keys: bool = True  # False: a keyless stream (module docstring), its specs made without text where possible
     chars_per_block: int = CHARS_PER_BLOCK
     block_size: int = BLOCK_SIZE
     skip: int = 0  # requests of the stream to pass over first (a resumed run)
@@ -104,7 +122,7 @@ def produce(spec: FeedSpec, conn: Any) -> None:
     gc.disable()  # short-lived, cycle-free objects only
     try:
         wl = build_workload(**spec.workload)
-        timed = timed_specs(spec.shape, iter(wl.requests()), spec.seed)
+        timed = timed_specs(spec.shape, workload_specs(wl, spec.keys), spec.seed)
         if spec.skip:
             timed = itertools.islice(timed, spec.skip, None)
         make = KeyMaker(spec.chars_per_block, spec.block_size) if spec.keys else None

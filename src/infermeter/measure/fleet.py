@@ -47,7 +47,7 @@ def fleet_jobs(plan: Any, workers: int) -> list[FleetJob]:
     return [FleetJob(twin=twin, router=twin.router, workload=workload_args(cfg), shape=plan.shape, seed=cfg.seed,
                      requests=cfg.requests, warmup=cfg.warmup, duration_s=cfg.duration_s, cancel_at=plan.cancel_at,
                      token_times=plan.token_times, chars_per_block=plan.calibrate(), window=WINDOW, workers=w,
-                     worker=k, timeouts=plan.timeouts) for k in range(w)]
+                     worker=k, timeouts=plan.timeouts, keys=plan.keys) for k in range(w)]
 
 
 @malloc_pool()  # the merged record batches on malloc (see there)
@@ -113,7 +113,7 @@ class LocalParts:
         spec = RouteSpec(workload=workload_args(cfg), shape=plan.shape, seed=cfg.seed,
                          limit=jobs[0].limit, duration_s=cfg.duration_s, chars_per_block=plan.calibrate(),
                          block_size=twin.block_size, router=twin.router, replicas=twin.replicas,
-                         workers=len(jobs), window=WINDOW)
+                         workers=len(jobs), window=WINDOW, keys=plan.keys)
         pipes = [os.pipe() for _ in jobs]
         self.children: list[Child] = []
         try:

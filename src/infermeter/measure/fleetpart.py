@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
-from infermeter.measure.feeder import report_error, spec_columns, timed_specs, unpack_requests
+from infermeter.measure.feeder import report_error, spec_columns, timed_specs, unpack_requests, workload_specs
 from infermeter.measure.recorder import WindowSink, reuse_freed_memory
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
@@ -66,6 +66,7 @@ class FleetJob:
     workers: int
     worker: int
     timeouts: tuple[float | None, float | None] = (None, None)
+    keys: bool = True  # prefix-cache keys (False: a keyless stream, measure.feeder)
 
     @property
     def owned(self) -> list[int]:
@@ -150,15 +151,17 @@ class FleetPart:
             router = Router(job.router, twin.replicas)
             local = {g: i for i, g in enumerate(owned)}
             keys: dict[int, list[int]] = {}  # request index -> its keys, made a batch ahead for this worker's own
+            keyed = job.keys
 
             def make(i: int, at: float, spec: Any, replica: int) -> SimRequest:
-                r = SimRequest(i, at, spec.input_tokens, spec.max_tokens, keys.pop(i), at, spec.conversation_id,
-                               spec.prefix_group)
+                r = SimRequest(i, at, spec.input_tokens, spec.max_tokens, keys.pop(i) if keyed else (), at,
+                               spec.conversation_id, spec.prefix_group)
                 r.replica = replica
                 return r
 
-            timed = _keyed_ahead(timed_specs(job.shape, iter(build_workload(**job.workload).requests()), job.seed),
-                                 router, local, KeyMaker(job.chars_per_block, twin.block_size), keys)
+            timed = timed_specs(job.shape, workload_specs(build_workload(**job.workload), keyed), job.seed)
+            if keyed:
+                timed = _keyed_ahead(timed, router, local, KeyMaker(job.chars_per_block, twin.block_size), keys)
             self.source = PartitionSource(timed, router, local, make, requests=job.requests,
                                           duration_s=job.duration_s if job.shape.open_loop else None,
                                           warmup=job.warmup, window=job.window)
@@ -229,6 +232,7 @@ class RouteSpec:
     replicas: int
     workers: int
     window: int
+    keys: bool = True  # prefix-cache keys (False: a keyless stream, measure.feeder)
 
 
 def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
@@ -239,8 +243,8 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
     try:
         router = Router(spec.router, spec.replicas)
         route, w_of = router.replica_of, spec.workers
-        keymaker = KeyMaker(spec.chars_per_block, spec.block_size)
-        timed = iter(timed_specs(spec.shape, iter(build_workload(**spec.workload).requests()), spec.seed))
+        keymaker = KeyMaker(spec.chars_per_block, spec.block_size) if spec.keys else None
+        timed = iter(timed_specs(spec.shape, workload_specs(build_workload(**spec.workload), spec.keys), spec.seed))
         horizon = spec.duration_s if spec.duration_s is not None else float("inf")
         limit = spec.limit if spec.limit is not None else -1
         rid = 0
@@ -261,7 +265,10 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
             t_next = pending[0] if pending is not None else float("inf")
             more = pending is not None and rid != limit and t_next < horizon
             t_end = t_next if more else float("inf")
-            kcount, kflat = keymaker.batch(specs)
+            if keymaker is not None:
+                kcount, kflat = keymaker.batch(specs)
+            else:
+                kcount, kflat = np.zeros(len(specs), np.int64), np.zeros(0, np.int64)
             rep = np.array(reps, np.int64)
             cols = (np.arange(first, rid, dtype=np.int64), np.array(at, np.float64), *spec_columns(specs),
                     rep // w_of, kcount)

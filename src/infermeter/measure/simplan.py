@@ -30,7 +30,15 @@ from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig, build_shape, workload_args
-from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream, sim_requests, timed_specs
+from infermeter.measure.feeder import (
+    ChildStream,
+    FeedSpec,
+    local_stream,
+    needs_keys,
+    sim_requests,
+    timed_specs,
+    workload_specs,
+)
 from infermeter.measure.header import build_header, default_out_dir
 from infermeter.measure.simulate import SimulationResult, simulate
 from infermeter.records import store
@@ -57,6 +65,8 @@ class SimPlan:
         self.twin = twin if twin is not None else self.spec.twin()
         self.workload = build_workload(**workload_args(cfg))
         self.child_feeder = True
+        # prefix-cache keys (and so prompt text) only for a workload whose prompts can share blocks (feeder)
+        self.keys = needs_keys(self.workload)
         self.chars_per_block: int | None = None
         expected = self._expected_requests()
         self.token_times = token_times == "on" or (
@@ -115,7 +125,8 @@ class SimPlan:
         limit = None if cfg.requests is None else cfg.requests + cfg.warmup
         return FeedSpec(workload=workload_args(cfg), shape=self.shape, seed=cfg.seed, limit=limit,
                         duration_s=cfg.duration_s if self.shape.open_loop else None,
-                        chars_per_block=self.calibrate(), block_size=self.twin.block_size, skip=skip)
+                        chars_per_block=self.calibrate(), block_size=self.twin.block_size, skip=skip,
+                        keys=self.keys)
 
     def stream(self, skip: int = 0) -> Any:
         """The request stream from request ``skip`` on; huge runs make it in a child process (measure.feeder)."""
@@ -124,11 +135,12 @@ class SimPlan:
         expected = self._expected_requests()
         if self.child_feeder and (expected is None or expected > CHILD_FEEDER_MIN):
             return ChildStream(self.feed_spec(skip=skip))
+        specs = workload_specs(self.workload, self.keys)
         if not skip:
-            return local_stream(self.shape, iter(self.workload.requests()), seed=cfg.seed, chars_per_block=cpb,
+            return local_stream(self.shape, specs, seed=cfg.seed, keys=self.keys, chars_per_block=cpb,
                                 block_size=self.twin.block_size)
-        timed = itertools.islice(timed_specs(self.shape, iter(self.workload.requests()), cfg.seed), skip, None)
-        return sim_requests(timed, KeyMaker(cpb, self.twin.block_size), first_rid=skip)
+        timed = itertools.islice(timed_specs(self.shape, specs, cfg.seed), skip, None)
+        return sim_requests(timed, KeyMaker(cpb, self.twin.block_size) if self.keys else None, first_rid=skip)
 
     def source(self) -> ArrivalSource:
         """The arrival source (the load's stop rules over :meth:`stream`)."""
@@ -154,6 +166,8 @@ class SimPlan:
                             target={"url": None, "embedded": False, "engine": "infermeter-twin", "emulated": emulated},
                             config_extra={"simulate": {"token_times": self.token_times,
                                                        "prefix_key_chars_per_block": self.calibrate(),
+                                                       "prefix_keys": "prompt text" if self.keys else
+                                                       "none: no prompt shares a cache block with another",
                                                        **emulated}})
 
     def eta(self, say: Any) -> Any:

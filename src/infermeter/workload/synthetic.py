@@ -13,6 +13,11 @@ profile says so::
   P / mean input length.
 * ``code``: a contiguous cut of Python's standard-library source starting at a
   line (distinct per request), followed by a short instruction.
+
+A consumer that needs only lengths (a simulation: prompt text matters to the twin only through
+the prefix-cache keys made from it) may ask for specs without text where
+:attr:`SingleTurnWorkload.text_optional` holds: ``requests(text=False)`` gives the same
+indices, lengths and groups with an empty prompt, at a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -65,7 +70,40 @@ class SingleTurnWorkload:
             shares_prefixes=bool(self.prefix_tokens),  # no prompt shares a cache block with another
         )
 
-    def requests(self) -> Iterator[RequestSpec]:
+    @property
+    def text_optional(self) -> bool:
+        """Whether the text can be left out without changing what a simulation of these requests gives.
+
+        True for ``synthetic`` and ``fixed`` prompts without a shared prefix on an additive pool:
+        no prompt shares a KV-cache block with another (two openings share at most
+        ``compose.HEAD_TOKENS`` tokens; one repeats only after ``starts x units`` requests, tens of
+        millions, long after any cache evicted it), so prefix-cache keys never match; and each
+        prompt's token count is the drawn length itself, with no text to count. Not for ``code``
+        (its cuts repeat after the pool's starts), shared prefixes or a tokenizer whose counts are
+        measured on the text.
+        """
+        return not self.prefix_tokens and self.params.kind != "code" and self.pool.additive
+
+    def requests(self, *, text: bool = True) -> Iterator[RequestSpec]:
+        """The specs; ``text=False`` (only where :attr:`text_optional`): the same specs with an empty prompt."""
+        if not text and not self.text_optional:
+            raise ValueError(f"the {self.params.kind} profile's prompts cannot be left out (text_optional is False)")
+        if not text:
+            return self._lengths_only()
+        return self._requests()
+
+    def _lengths_only(self) -> Iterator[RequestSpec]:
+        # the same generators as _requests (the text's is never drawn from, and lengths never depend on it)
+        params, ctx = self.params, self.ctx
+        ins = LengthSampler(params.input_tokens, np.random.default_rng([self.seed, 1]))
+        outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
+        i = 0
+        while True:
+            n = ins.draw()
+            yield ctx.spec(i, "", outs.draw(), n)
+            i += 1
+
+    def _requests(self) -> Iterator[RequestSpec]:
         params, ctx, pool = self.params, self.ctx, self.pool
         rng = np.random.default_rng([self.seed, 1])
         maker = TextMaker(pool, ctx.text_rng(self.seed))
