@@ -109,3 +109,19 @@ def test_a_ray_workers_own_stream_goes_keyless_with_the_same_windows(tmp_path):
         assert (k1, t1) == (k2, t2)
         assert (a is None and b is None) or a.equals(b)
     assert sum(t.num_rows for _, _, t in bare if t is not None) > 500
+
+
+def test_prompts_cut_from_code_go_keyless_without_losing_a_hit(tmp_path):
+    # The synthetic profile over the code source (repeated lines): its openings used to repeat a few hundred
+    # requests apart and hit a big cache (H200); now no two share a block, keyed or keyless alike.
+    def plan(name):
+        cfg = RunConfig(model="llama-3.1-8b", rate=20.0, requests=1200, seed=7, input_tokens="64", output_tokens="8",
+                        profile_overrides={"source": "code"}, out=str(tmp_path / name), label=name)
+        return SimPlan(cfg, twin=build_twin("llama-3.1-8b", "h200"), token_times="off")
+
+    keyless, keyed = plan("keyless"), plan("keyed")
+    assert keyless.keys is False
+    keyed.keys = True
+    a, b = keyless.run(), keyed.run()
+    assert b.run["server_metrics"]["prefix_cache_hits"] == a.run["server_metrics"]["prefix_cache_hits"] == 0
+    assert pq.read_table(a.run_dir / "requests.parquet").equals(pq.read_table(b.run_dir / "requests.parquet"))

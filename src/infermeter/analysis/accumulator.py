@@ -249,6 +249,15 @@ def _strings(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=object)
 
 
+def _equals(table: pa.Table, name: str, value: str) -> np.ndarray:
+    """Rows whose string column ``name`` is ``value``, as booleans (a null or a missing column: False); compared
+    in Arrow, without a Python string per row."""
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return np.asarray(pc.fill_null(pc.equal(table.column(name), value), False).to_numpy(zero_copy_only=False),
+                      dtype=bool)
+
+
 class Accumulator:
     """Streaming summary of record batches; see the module docstring."""
 
@@ -305,12 +314,12 @@ class Accumulator:
             if table.num_rows == 0:
                 return
         self.rows += table.num_rows
-        outcome = _strings(table, "outcome")
-        ok, err = outcome == "ok", outcome == "error"
+        ok, err = _equals(table, "outcome", "ok"), _equals(table, "outcome", "error")
         self.completed += int(ok.sum())
         self.failed += int(err.sum())
-        self.dropped += int((outcome == "dropped").sum())
-        self.cancelled += int((outcome == "cancelled").sum())
+        if not (ok | err).all():
+            self.dropped += int(_equals(table, "outcome", "dropped").sum())
+            self.cancelled += int(_equals(table, "outcome", "cancelled").sum())
         if err.any():
             self._add_errors(table, err)
         intended, sent, ended = col(table, "intended_at"), col(table, "sent_at"), col(table, "ended_at")
@@ -346,12 +355,12 @@ class Accumulator:
         self.n_out += float(np.nansum(m.n_out))
         self.n_in_rows += int(np.isfinite(m.n_in).sum())
         self.n_out_rows += int(np.isfinite(m.n_out).sum())
-        src = _strings(okt, "usage_source")
-        self.n_server += int((src == "server").sum())
+        server = _equals(okt, "usage_source", "server")
+        self.n_server += int(server.sum())
         self.not_streamed += not_streamed(okt)
         stream_tok = col(okt, "stream_tokens")
-        eos_extra = (_strings(okt, "finish_reason") == "stop") & (m.n_out - stream_tok == 1)
-        self.mismatches += int(np.sum((src == "server") & np.isfinite(m.n_out) & (stream_tok != m.n_out) & ~eos_extra))
+        eos_extra = _equals(okt, "finish_reason", "stop") & (m.n_out - stream_tok == 1)
+        self.mismatches += int(np.sum(server & np.isfinite(m.n_out) & (stream_tok != m.n_out) & ~eos_extra))
         if "cached_tokens" in okt.column_names:
             cached = okt.column("cached_tokens")
             if cached.null_count < okt.num_rows:
@@ -359,7 +368,7 @@ class Accumulator:
         if self.slo:
             self.good += int(meets_slo(m, self.slo).sum())
         if self.window_s:
-            self._add_windows(outcome, intended, ended, okt, m)
+            self._add_windows(ok, err, intended, ended, okt, m)
 
     def _add_errors(self, table: pa.Table, err: np.ndarray) -> None:
         classes = _strings(table, "error_class")[err]
@@ -380,13 +389,11 @@ class Accumulator:
             if gaps.any():
                 self.dists["itl"].add(m.tpot, gaps)
 
-    def _add_windows(self, outcome: np.ndarray, intended: np.ndarray, ended: np.ndarray, okt: pa.Table,
-                     m: RequestMetrics) -> None:
+    def _add_windows(self, ok: np.ndarray, failed: np.ndarray, intended: np.ndarray, ended: np.ndarray,
+                     okt: pa.Table, m: RequestMetrics) -> None:
         assert self.window_s
         t = np.where(np.isfinite(ended), ended, intended)
         w_all = np.floor(t / self.window_s).astype(np.int64)
-        ok = outcome == "ok"
-        failed = outcome == "error"
         w_ok = w_all[ok]
         itl_rows = inter_token_latencies  # per-window ITL pools the window's requests
         for w in np.unique(w_all[ok | failed]).tolist():  # cancelled / dropped rows belong to no window

@@ -103,7 +103,7 @@ def merge_parts(run_dir: Path) -> int:
     out = run_dir / store.PARQUET
     tmp = out.with_suffix(".parquet.tmp")
     n = 0
-    with pq.ParquetWriter(tmp, ARROW_SCHEMA, compression="zstd") as writer:
+    with pq.ParquetWriter(tmp, ARROW_SCHEMA, **store.PARQUET_OPTIONS) as writer:
         for table in iter_part_tables(run_dir):
             writer.write_table(table.cast(ARROW_SCHEMA))
             n += table.num_rows

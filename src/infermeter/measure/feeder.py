@@ -21,8 +21,8 @@ Send times come from the shape's own ``schedule`` (a trace replay's included).
 
 **Keyless streams.** A workload whose prompts share no cache block (:func:`needs_keys` is False:
 ``synthetic`` and ``fixed`` without a shared prefix) gets no keys at all, and its specs are made
-without text: no key can ever match, so the simulation is the same, and a 72-hour stream of them
-costs a third of the CPU (:meth:`~infermeter.workload.synthetic.SingleTurnWorkload.text_optional`).
+without text: no key could ever match, so the simulation is the same, at about a third less CPU
+(a 72-hour stream of them) (:meth:`~infermeter.workload.synthetic.SingleTurnWorkload.text_optional`).
 """
 
 from __future__ import annotations

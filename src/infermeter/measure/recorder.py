@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.accumulator import Accumulator
+from infermeter.records import store
 from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest, columns_of
 
@@ -233,7 +234,7 @@ class RecordWriter:
         if self._writer is None:
             where = self.path if self.parts_dir is None else self.parts_dir / f"part-{self.part:05d}.parquet"
             where.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(where, ARROW_SCHEMA, compression="zstd")
+            self._writer = pq.ParquetWriter(where, ARROW_SCHEMA, **store.PARQUET_OPTIONS)
         return self._writer
 
     def checkpoint(self) -> None:
@@ -304,7 +305,7 @@ class RecordWriter:
             self._target().close()
             return
         self.checkpoint()
-        with pq.ParquetWriter(self.path, ARROW_SCHEMA, compression="zstd") as out:  # the parts, in order
+        with pq.ParquetWriter(self.path, ARROW_SCHEMA, **store.PARQUET_OPTIONS) as out:  # the parts, in order
             for k in range(self.part):
                 part = self.parts_dir / f"part-{k:05d}.parquet"
                 with pq.ParquetFile(part) as f:

@@ -38,6 +38,12 @@ JOURNAL = "requests.jsonl"
 PARQUET = "requests.parquet"
 SUMMARY = "summary.json"
 RUN = "run.json"
+# how every requests.parquet is written: zstd; dictionary encoding for the string columns only (on the times,
+# all distinct, it cost a third of the writing and made the file a third larger)
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": [f.name for f in ARROW_SCHEMA if pa.types.is_string(f.type)],
+}
 
 
 class Journal:
@@ -82,7 +88,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
 def write_table(run_dir: Path, table: pa.Table) -> Path:
     path = run_dir / PARQUET
     tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, **PARQUET_OPTIONS)
     os.replace(tmp, path)
     return path
 

@@ -3,27 +3,45 @@
 Prefix caches reuse identical *openings*, so a profile that promises "no reuse"
 must not repeat one. :class:`TextMaker` maps the request index through an
 affine bijection onto (start, unit) pairs of a :class:`TextPool`: a short head
-(``HEAD_TOKENS``) cut at one place, the rest cut at another. Openings repeat only
-after ``starts x units`` texts (millions for the shipped corpora)::
+(``HEAD_TOKENS``) cut at one place, the rest cut at another. Only starts whose head
+text is unique and units whose next ``OPENING_TOKENS - HEAD_TOKENS`` tokens are unique
+take part (a corpus repeats words, lines and passages; a start whose first word is
+longer than the head falls back to a one-token word), so two of the first
+``starts x units`` texts (millions for the shipped corpora) never share their first
+``OPENING_TOKENS`` tokens, a KV-cache block of vLLM's default size::
 
     maker = TextMaker(pool, np.random.default_rng(7))
     a = maker.first(0, 200)      # begins at a word/line start; exactly 200 tokens
     b = maker.mid(0, 50)         # begins with " word"; append it to any text
     maker.whole(3, 4096)         # one contiguous cut (code contexts), distinct start per i
 
-Two texts share at most ``HEAD_TOKENS`` (4) opening tokens, below any KV-cache
-block size, so accidental prefix-cache hits stay out of "no reuse" profiles.
+So accidental prefix-cache hits stay out of "no reuse" profiles (texts of at least
+``OPENING_TOKENS`` tokens; shorter ones fill no block).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from infermeter.workload.pool import TextPool
 
 HEAD_TOKENS = 4
+OPENING_TOKENS = 16  # the opening no two ``first`` texts share: vLLM's default block size
+
+
+def _distinct(n: int, text_of: Callable[[int], str]) -> list[int]:
+    """The indices below ``n`` whose text is the first of its kind."""
+    seen: set[str] = set()
+    keep: list[int] = []
+    for j in range(n):
+        t = text_of(j)
+        if t not in seen:
+            seen.add(t)
+            keep.append(j)
+    return keep
 
 
 class _Bijection:
@@ -50,17 +68,22 @@ class TextMaker:
         self.pool = pool
         s, u = pool.num_starts, pool.num_units
         self._s, self._u = s, u
-        self._first = _Bijection(s * u, rng)
+        # openings: starts with a head of their own, units with a continuation of their own (module docstring)
+        self._heads = _distinct(s, lambda j: pool.take(j, HEAD_TOKENS))
+        self._tails = _distinct(u, lambda j: pool.take_mid(j, OPENING_TOKENS - HEAD_TOKENS))
+        self._first = _Bijection(len(self._heads) * len(self._tails), rng)
         self._mid = _Bijection(u * u, rng)
         self._whole = _Bijection(s, rng)
 
     def first(self, i: int, n: int) -> str:
-        """``n`` tokens that open a prompt or message (begins at a word or line start)."""
+        """``n`` tokens that open a prompt or message (begins at a word or line start); no two of the first
+        ``starts x units`` share their first ``OPENING_TOKENS`` (module docstring)."""
         k = self._first(i)
+        heads = self._heads
         head = min(n, HEAD_TOKENS)
-        text = self.pool.take(k % self._s, head)
+        text = self.pool.take(heads[k % len(heads)], head)
         if n > head:
-            text += self.pool.take_mid(k // self._s, n - head)
+            text += self.pool.take_mid(self._tails[k // len(heads)], n - head)
         return text
 
     def mid(self, i: int, n: int) -> str:

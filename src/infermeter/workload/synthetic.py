@@ -75,12 +75,12 @@ class SingleTurnWorkload:
         """Whether the text can be left out without changing what a simulation of these requests gives.
 
         True for ``synthetic`` and ``fixed`` prompts without a shared prefix on an additive pool:
-        no prompt shares a KV-cache block with another (two openings share at most
-        ``compose.HEAD_TOKENS`` tokens; one repeats only after ``starts x units`` requests, tens of
-        millions, long after any cache evicted it), so prefix-cache keys never match; and each
-        prompt's token count is the drawn length itself, with no text to count. Not for ``code``
-        (its cuts repeat after the pool's starts), shared prefixes or a tokenizer whose counts are
-        measured on the text.
+        no prompt shares a KV-cache block with another (no two of the first ``starts x units``
+        openings, millions, share their first ``compose.OPENING_TOKENS`` tokens; a repeat after that
+        comes long after any cache evicted it), so prefix-cache keys never match; and each prompt's
+        token count is the drawn length itself, with no text to count. Not for ``code`` (its cuts
+        repeat after the pool's starts), shared prefixes or a tokenizer whose counts are measured on
+        the text.
         """
         return not self.prefix_tokens and self.params.kind != "code" and self.pool.additive
 
