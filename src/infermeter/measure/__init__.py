@@ -22,17 +22,39 @@ resume), ``header`` (run.json, runtime, the client capacity check).
 
 from __future__ import annotations
 
-from infermeter.measure.config import (
-                                       RunConfig,
-                                       build_plan,
-                                       build_shape,
-                                       parse_slo,
-                                       requested_rate,
-                                       soak_settings,
-                                       specs_for,
-)
-from infermeter.measure.header import default_out_dir, discover_model, host_info
-from infermeter.measure.run import Measurement, RunResult, summarize_dir
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infermeter.measure.config import (
+        RunConfig,
+        build_plan,
+        build_shape,
+        parse_slo,
+        requested_rate,
+        soak_settings,
+        specs_for,
+    )
+    from infermeter.measure.header import default_out_dir, discover_model, host_info
+    from infermeter.measure.run import Measurement, RunResult, summarize_dir
+
+# name -> module: imported on first use (PEP 562), so a helper process that only makes requests
+# (measure.feeder, measure.child) does not load the client, pyarrow and aiohttp (about 55 MiB each)
+_EXPORTS = {
+    **dict.fromkeys(("RunConfig", "build_plan", "build_shape", "parse_slo", "requested_rate", "soak_settings",
+                     "specs_for"), "config"),
+    **dict.fromkeys(("default_out_dir", "discover_model", "host_info"), "header"),
+    **dict.fromkeys(("Measurement", "RunResult", "summarize_dir"), "run"),
+}
 
 __all__ = ["RunConfig", "Measurement", "RunResult", "build_plan", "build_shape", "default_out_dir", "discover_model",
            "host_info", "parse_slo", "requested_rate", "soak_settings", "specs_for", "summarize_dir"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'infermeter.measure' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"infermeter.measure.{module}"), name)
+    globals()[name] = value
+    return value
