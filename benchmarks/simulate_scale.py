@@ -249,7 +249,8 @@ def report(r: dict[str, dict[str, Any]], hours: float) -> None:
             line(per_cpu >= 10 * BEFORE_FLEET_REQ_PER_CPU_S,
                  f"({k}) simulated requests per CPU-second >= 10x the fleet figure before "
                  f"({BEFORE_FLEET_REQ_PER_CPU_S:.0f}): {per_cpu:,.0f} ({per_cpu / BEFORE_FLEET_REQ_PER_CPU_S:.0f}x)")
-            line(r[k]["peak_mib"] <= 1024, f"({k}) peak memory <= 1 GiB: {r[k]['peak_mib']:.0f} MiB")
+            if k == "b":  # the memory target is (b)'s; (c)'s figure is printed above, for comparison
+                line(r[k]["peak_mib"] <= 1024, f"({k}) peak memory <= 1 GiB: {r[k]['peak_mib']:.0f} MiB")
     if "d" in r:
         print(f"  (d) 12-cell study sweeps: {r['d']['wall_s']:.0f} s")
 
