@@ -62,10 +62,24 @@ def test_openings_do_not_repeat(source: str, seed: int) -> None:
     tok = ApproxTokenizer()
     pool = TextPool(load_corpus(source), tok, max_tokens=500)
     maker = TextMaker(pool, np.random.default_rng(seed))
-    texts = [maker.first(i, 32) for i in range(20_000)]
+    texts = [maker.first(i, 32) for i in range(10_000)]
     openings = {t[: tok.token_starts(t)[OPENING_TOKENS]] for t in texts}  # up to the 17th token's start
     assert len(openings) == len(texts)
     assert HEAD_TOKENS < OPENING_TOKENS
+
+
+@pytest.mark.parametrize("source", ["prose", "code", "docs"])
+def test_every_opening_is_unique_by_construction(source: str) -> None:
+    # All heads x tails, not a sample: distinct heads, and tails whose first 12 tokens are whole units (the same
+    # text however long the prompt: a filler word could otherwise stand in for the rest of a long unit) and distinct.
+    pool = TextPool(load_corpus(source), ApproxTokenizer(), max_tokens=500)
+    maker = TextMaker(pool, np.random.default_rng(0))
+    tail = OPENING_TOKENS - HEAD_TOKENS
+    heads = [pool.take(j, HEAD_TOKENS) for j in maker._heads]
+    tails = [pool.take_mid(j, tail) for j in maker._tails]
+    assert len(set(heads)) == len(heads) > 1000 and len(set(tails)) == len(tails) > 1000
+    for j, t in zip(maker._tails, tails):
+        assert pool.take_mid(j, tail + 40).startswith(t) and pool.take_mid(j, tail + 1).startswith(t)
 
 
 @pytest.mark.parametrize("kind", ["approx", "byte-bpe", "metaspace-bpe", "wordpiece"])
@@ -103,7 +117,7 @@ def test_non_additive_tokenizer_is_measured_and_corrected(tmp_path: Path) -> Non
     tok.save(str(path))
     wl = build_workload(input_tokens="200", tokenizer=str(path), seed=0)
     assert not wl.text_optional  # type: ignore[attr-defined]  # counts are measured on the text: it is needed
-    specs = list(itertools.islice(wl.requests(), 40))
+    specs = list(itertools.islice(wl.requests(), 200))
     assert all(s.input_tokens == wrapped.count(s.messages[0]["content"]) for s in specs)  # always truthful
     on_target = [s for s in specs if s.input_tokens == 200]
-    assert len(on_target) >= 36  # and nearly always on target
+    assert len(on_target) >= 160  # and nearly always on target (85-90 % over seeds; was 36 of a 40-prompt sample)

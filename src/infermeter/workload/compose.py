@@ -4,10 +4,12 @@ Prefix caches reuse identical *openings*, so a profile that promises "no reuse"
 must not repeat one. :class:`TextMaker` maps the request index through an
 affine bijection onto (start, unit) pairs of a :class:`TextPool`: a short head
 (``HEAD_TOKENS``) cut at one place, the rest cut at another. Only starts whose head
-text is unique and units whose next ``OPENING_TOKENS - HEAD_TOKENS`` tokens are unique
-take part (a corpus repeats words, lines and passages; a start whose first word is
-longer than the head falls back to a one-token word), so two of the first
-``starts x units`` texts (millions for the shipped corpora) never share their first
+text is unique take part (a start whose first word is longer than the head falls back
+to a one-token word, and a head may end in filler words), and only units from which
+whole units make exactly ``OPENING_TOKENS - HEAD_TOKENS`` tokens, with that text unique
+(a corpus repeats words, lines and passages; whole units: the same text however long
+the prompt, no filler among them). On an additive pool, two of the first
+``heads x tails`` texts (millions for the shipped corpora) never share their first
 ``OPENING_TOKENS`` tokens, a KV-cache block of vLLM's default size::
 
     maker = TextMaker(pool, np.random.default_rng(7))
@@ -70,14 +72,16 @@ class TextMaker:
         self._s, self._u = s, u
         # openings: starts with a head of their own, units with a continuation of their own (module docstring)
         self._heads = _distinct(s, lambda j: pool.take(j, HEAD_TOKENS))
-        self._tails = _distinct(u, lambda j: pool.take_mid(j, OPENING_TOKENS - HEAD_TOKENS))
+        tail = OPENING_TOKENS - HEAD_TOKENS
+        runs = pool.exact_runs(tail) or list(range(u))  # (a corpus without such runs: none here)
+        self._tails = [runs[k] for k in _distinct(len(runs), lambda k: pool.take_mid(runs[k], tail))]
         self._first = _Bijection(len(self._heads) * len(self._tails), rng)
         self._mid = _Bijection(u * u, rng)
         self._whole = _Bijection(s, rng)
 
     def first(self, i: int, n: int) -> str:
         """``n`` tokens that open a prompt or message (begins at a word or line start); no two of the first
-        ``starts x units`` share their first ``OPENING_TOKENS`` (module docstring)."""
+        ``heads x tails`` share their first ``OPENING_TOKENS`` (module docstring)."""
         k = self._first(i)
         heads = self._heads
         head = min(n, HEAD_TOKENS)

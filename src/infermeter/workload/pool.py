@@ -121,6 +121,15 @@ class TextPool:
         """Units in one period of the corpus (valid ``unit`` arguments: 0 .. num_units-1)."""
         return self._units // self.reps
 
+    def exact_runs(self, n: int) -> list[int]:
+        """Units ``j`` (of one period) from which whole units add up to exactly ``n`` tokens: the first ``n``
+        tokens of ``take_mid(j, m)`` are then the same text for every ``m >= n`` (no filler word among them)."""
+        csum = np.frombuffer(self._csum, dtype=np.int64)
+        j = np.arange(self.num_units, dtype=np.int64)
+        target = csum[j] + n
+        q = np.minimum(np.searchsorted(csum, target), len(csum) - 1)
+        return [int(x) for x in j[csum[q] == target]]
+
     def _grow_fill(self, upto: int) -> None:
         words = self._fill_words
         while len(self._fill) <= upto:
