@@ -107,7 +107,8 @@ class _Cdp:
 
 async def _inspect(browser: Path, page: Path, extra: dict[str, str], width: int, height: int,
                    before: str | None = None) -> PageReport:
-    with tempfile.TemporaryDirectory(prefix="infermeter-chromium-") as profile:
+    # chromium's helper processes may still write into the profile as it closes: a leftover file is no failure
+    with tempfile.TemporaryDirectory(prefix="infermeter-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [str(browser), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={profile}",

@@ -63,6 +63,18 @@ class _Bijection:
         return (self.a * i + self.b) % self.m
 
 
+def openings(pool: TextPool) -> tuple[list[int], list[int]]:
+    """The pool's start points with a head of their own and units with a continuation of their own (module
+    docstring): computed once per pool, when it is built (``BuildContext.pool``), not at a run's first send."""
+    cached = pool.openings
+    if cached is None:
+        heads = _distinct(pool.num_starts, lambda j: pool.take(j, HEAD_TOKENS))
+        tail = OPENING_TOKENS - HEAD_TOKENS
+        runs = pool.exact_runs(tail) or list(range(pool.num_units))  # (a corpus without such runs: none here)
+        cached = pool.openings = (heads, [runs[k] for k in _distinct(len(runs), lambda k: pool.take_mid(runs[k], tail))])
+    return cached
+
+
 class TextMaker:
     """Prompt texts whose openings do not repeat, cut from one pool."""
 
@@ -71,10 +83,7 @@ class TextMaker:
         s, u = pool.num_starts, pool.num_units
         self._s, self._u = s, u
         # openings: starts with a head of their own, units with a continuation of their own (module docstring)
-        self._heads = _distinct(s, lambda j: pool.take(j, HEAD_TOKENS))
-        tail = OPENING_TOKENS - HEAD_TOKENS
-        runs = pool.exact_runs(tail) or list(range(u))  # (a corpus without such runs: none here)
-        self._tails = [runs[k] for k in _distinct(len(runs), lambda k: pool.take_mid(runs[k], tail))]
+        self._heads, self._tails = openings(pool)
         self._first = _Bijection(len(self._heads) * len(self._tails), rng)
         self._mid = _Bijection(u * u, rng)
         self._whole = _Bijection(s, rng)

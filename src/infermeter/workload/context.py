@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import ConfigError
+from infermeter.workload.compose import openings
 from infermeter.workload.corpus import load_corpus
 from infermeter.workload.pool import TextPool
 from infermeter.workload.spec import RequestSpec
@@ -56,6 +57,7 @@ class BuildContext:
         have = self._pools.get(source)
         if have is None or have.capacity < max_tokens + 64:
             have = TextPool(load_corpus(source), self.tokenizer, max_tokens=max_tokens + 64)
+            openings(have)  # now, while the workload is built, not at a run's first send
             self._pools[source] = have
         return have
 

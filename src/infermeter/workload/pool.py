@@ -107,6 +107,7 @@ class TextPool:
         if not words:
             raise ConfigError(f"text source {corpus.name!r}: no one-token words for tokenizer {tokenizer.name}")
         self._fill_words = words
+        self.openings: tuple[list[int], list[int]] | None = None  # compose.openings(), cached here
         self._fill = [""]
         self._grow_fill(_FILL_CACHE)
         self.additive = aligned and self._verify()
