@@ -12,9 +12,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from infermeter.load.shapes import ConstantArrivalRate
 from infermeter.measure import RunConfig
-from infermeter.measure.feeder import ChildStream, FeedSpec, local_stream, needs_keys
+from infermeter.measure.feeder import needs_keys
 from infermeter.measure.fleet import fleet_jobs
 from infermeter.measure.fleetpart import FleetPart
 from infermeter.measure.simplan import SimPlan
@@ -60,22 +59,6 @@ def test_a_keyless_simulation_gives_the_keyed_ones_records_and_summary(tmp_path,
     assert {k: v for k, v in a.summary.items() if k not in drop} == {k: v for k, v in b.summary.items() if k not in drop}
     assert pq.read_table(a.run_dir / "requests.parquet").equals(pq.read_table(b.run_dir / "requests.parquet"))
     assert json.loads((a.run_dir / "summary.json").read_text())["ttft_ms"] == a.summary["ttft_ms"]
-
-
-def test_a_keyless_child_stream_gives_the_keyed_requests_without_keys():
-    wl = {"input_tokens": "96,16,48,160", "output_tokens": "16,4", "seed": 5}
-    shape = ConstantArrivalRate(rate_per_s=7.0)
-    keyed = local_stream(shape, iter(build_workload(**wl).requests()), seed=5)
-    a = [next(keyed) for _ in range(300)]
-    child = ChildStream(FeedSpec(workload=wl, shape=shape, seed=5, limit=300, keys=False))
-    try:
-        b = list(child)
-    finally:
-        child.close()
-    assert [(r.rid, r.arrival, r.prompt_tokens, r.max_tokens, r.prefix_group) for r in a] == \
-           [(r.rid, r.arrival, r.prompt_tokens, r.max_tokens, r.prefix_group) for r in b]
-    assert all(len(r.keys) >= 1 for r in a) and all(len(r.keys) == 0 for r in b)
-    assert len({r.keys[0] for r in a}) == len(a)  # the keyed stream's first blocks: all distinct
 
 
 def _fleet(tmp_path, name, workers, keys):

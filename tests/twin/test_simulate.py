@@ -172,18 +172,30 @@ def test_streaming_summary_matches_the_exact_one(tmp_path):
     assert set(stream) == set(exact)
 
 
-def test_child_stream_gives_the_same_requests_as_the_local_one():
-    wl = {"input_tokens": "96,16,48,160", "output_tokens": "16", "prefix_tokens": 32, "prefix_groups": 3, "seed": 5}
+def _local_and_child(wl, keys=True):
+    """300 requests of ``wl`` made here (keyed) and by a child feeder (``keys``): the same requests."""
     shape = ConstantArrivalRate(rate_per_s=7.0)
     local = local_stream(shape, iter(build_workload(**wl).requests()), seed=5)
     a = [next(local) for _ in range(300)]
-    child = ChildStream(FeedSpec(workload=wl, shape=shape, seed=5, limit=300))
+    child = ChildStream(FeedSpec(workload=wl, shape=shape, seed=5, limit=300, keys=keys))
     try:
         b = list(child)
     finally:
         child.close()
     assert [(r.rid, r.arrival, r.prompt_tokens, r.max_tokens, r.prefix_group) for r in a] == \
            [(r.rid, r.arrival, r.prompt_tokens, r.max_tokens, r.prefix_group) for r in b]
+    return a, b
+
+
+def test_a_keyless_child_stream_gives_the_keyed_requests_without_keys():
+    a, b = _local_and_child({"input_tokens": "96,16,48,160", "output_tokens": "16,4", "seed": 5}, keys=False)
+    assert all(len(r.keys) >= 1 for r in a) and all(len(r.keys) == 0 for r in b)
+    assert len({r.keys[0] for r in a}) == len(a)  # the keyed stream's first blocks: all distinct
+
+
+def test_child_stream_gives_the_same_requests_as_the_local_one():
+    a, b = _local_and_child({"input_tokens": "96,16,48,160", "output_tokens": "16", "prefix_tokens": 32,
+                             "prefix_groups": 3, "seed": 5})
 
     def pattern(rs):  # which requests share their first key (hash values are per process)
         first = {}
