@@ -33,7 +33,14 @@ from typing import Any
 import numpy as np
 
 from infermeter.errors import UserError
-from infermeter.measure.feeder import report_error, spec_columns, timed_specs, unpack_requests, workload_specs
+from infermeter.measure.feeder import (
+    batch_keys,
+    report_error,
+    spec_columns,
+    timed_specs,
+    unpack_requests,
+    workload_specs,
+)
 from infermeter.measure.recorder import WindowSink, reuse_freed_memory
 from infermeter.measure.simulate import engine_stats
 from infermeter.twin.deploy import Twin
@@ -265,10 +272,7 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
             t_next = pending[0] if pending is not None else float("inf")
             more = pending is not None and rid != limit and t_next < horizon
             t_end = t_next if more else float("inf")
-            if keymaker is not None:
-                kcount, kflat = keymaker.batch(specs)
-            else:
-                kcount, kflat = np.zeros(len(specs), np.int64), np.zeros(0, np.int64)
+            kcount, kflat = batch_keys(keymaker, specs)
             rep = np.array(reps, np.int64)
             cols = (np.arange(first, rid, dtype=np.int64), np.array(at, np.float64), *spec_columns(specs),
                     rep // w_of, kcount)

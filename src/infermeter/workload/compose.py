@@ -71,7 +71,8 @@ def openings(pool: TextPool) -> tuple[list[int], list[int]]:
         heads = _distinct(pool.num_starts, lambda j: pool.take(j, HEAD_TOKENS))
         tail = OPENING_TOKENS - HEAD_TOKENS
         runs = pool.exact_runs(tail) or list(range(pool.num_units))  # (a corpus without such runs: none here)
-        cached = pool.openings = (heads, [runs[k] for k in _distinct(len(runs), lambda k: pool.take_mid(runs[k], tail))])
+        tails = [runs[k] for k in _distinct(len(runs), lambda k: pool.take_mid(runs[k], tail))]
+        cached = pool.openings = (heads, tails)
     return cached
 
 

@@ -75,7 +75,7 @@ class SingleTurnWorkload:
         """Whether the text can be left out without changing what a simulation of these requests gives.
 
         True for ``synthetic`` and ``fixed`` prompts without a shared prefix on an additive pool:
-        no prompt shares a KV-cache block with another (no two of the first ``starts x units``
+        no prompt shares a KV-cache block with another (no two of the first ``heads x tails``
         openings, millions, share their first ``compose.OPENING_TOKENS`` tokens; a repeat after that
         comes long after any cache evicted it), so prefix-cache keys never match; and each prompt's
         token count is the drawn length itself, with no text to count. Not for ``code`` (its cuts
@@ -88,22 +88,9 @@ class SingleTurnWorkload:
         """The specs; ``text=False`` (only where :attr:`text_optional`): the same specs with an empty prompt."""
         if not text and not self.text_optional:
             raise ValueError(f"the {self.params.kind} profile's prompts cannot be left out (text_optional is False)")
-        if not text:
-            return self._lengths_only()
-        return self._requests()
+        return self._requests(text)
 
-    def _lengths_only(self) -> Iterator[RequestSpec]:
-        # the same generators as _requests (the text's is never drawn from, and lengths never depend on it)
-        params, ctx = self.params, self.ctx
-        ins = LengthSampler(params.input_tokens, np.random.default_rng([self.seed, 1]))
-        outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
-        i = 0
-        while True:
-            n = ins.draw()
-            yield ctx.spec(i, "", outs.draw(), n)
-            i += 1
-
-    def _requests(self) -> Iterator[RequestSpec]:
+    def _requests(self, with_text: bool) -> Iterator[RequestSpec]:
         params, ctx, pool = self.params, self.ctx, self.pool
         rng = np.random.default_rng([self.seed, 1])
         maker = TextMaker(pool, ctx.text_rng(self.seed))
@@ -124,6 +111,8 @@ class SingleTurnWorkload:
                 text, got = pool.exact(lambda m: pre + maker.mid(i, m - P), n)
             elif code:
                 text, got = pool.exact(lambda m: maker.whole(i, m - suffix_n) + suffix, n)
+            elif not with_text:  # text_optional: the drawn length is the count (the text's generator is not drawn)
+                text, got = "", n
             else:
                 text, got = pool.exact(lambda m: maker.first(i, m), n)
             yield ctx.spec(i, text, outs.draw(), got, prefix_group=group)
