@@ -40,5 +40,9 @@ def test_ray_workers_on_two_nodes_merge_onto_one_timeline(cluster, emulator, tmp
     lag = t.column("sent_at").to_numpy() - t.column("intended_at").to_numpy()
     assert lag.min() >= 0  # never before its time; how late is the machine's load, which the verdict judges:
     assert res.summary["completed"] == 90
-    assert res.summary["valid"] or all(r.startswith("schedule_lag") for r in res.summary["invalid_reasons"])
+    # a loaded machine may make the client late; then the verdict says so, by the lag and by the send
+    # rate it caused (both findings of one cause), and by nothing else
+    reasons = res.summary["invalid_reasons"]
+    assert res.summary["valid"] or (any(r.startswith("schedule_lag") for r in reasons)
+                                    and all(r.startswith(("schedule_lag", "achieved_rate")) for r in reasons)), reasons
     assert run["load"]["backend"] == "ray"

@@ -12,9 +12,11 @@ from infermeter.load.workers import (
     MergedLive,
     Stripe,
     WorkerPlan,
+    WorkerRun,
     aligned_clock,
     effective_workers,
     merge_records,
+    primed,
     split,
 )
 from infermeter.records.record import RequestRecord, records_to_table
@@ -73,3 +75,22 @@ def test_merged_live_sums_the_workers():
     live.snaps[2] = {"done": 6, "errors": 0, "in_flight": 1, "req_per_s": 5.0, "out_tok_per_s": 50.0, "ttft_p50_ms": 30.0}
     assert live.snapshot(0.0) == {"done": 10, "errors": 1, "in_flight": 3, "req_per_s": 15.0, "out_tok_per_s": 150.0,
                                   "ttft_p50_ms": 25.0}
+
+
+def test_prepare_draws_the_first_spec_before_the_clock_starts(tmp_path):
+    # a generator that sets itself up at its first next() (a tokenizer, a text pool) pays for it in
+    # prepare(), not at the first send, where it would show as the client's schedule lag
+    drawn = []
+
+    def make_specs():
+        for i in range(3):
+            drawn.append(i)
+            yield f"spec-{i}"
+
+    plan = WorkerPlan(client=ClientConfig(base_url="http://x", model="m"), shape=ConstantArrivalRate(rate_per_s=5),
+                      limits=Limits(requests=3), seed=0, workers=1, make_specs=make_specs)
+    work = WorkerRun(plan, 0, tmp_path)
+    specs = work.prepare()
+    assert drawn == [0]  # drawn now, before run(): and only the first
+    assert list(specs) == ["spec-0", "spec-1", "spec-2"] and drawn == [0, 1, 2]
+    assert list(primed(iter(()))) == []
