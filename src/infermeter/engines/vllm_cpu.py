@@ -87,7 +87,7 @@ def resolve_dtype(dtype: str, flags: frozenset[str]) -> tuple[str | None, str]:
     oneDNN has no bf16 matmul (vLLM logs "Failed to create oneDNN linear, fallback to torch linear")
     and the model's bf16 weights take PyTorch's slow path: measured on SmolLM2-135M with AVX-512
     masked off (docs/performance-model.md section 11), prompts ran ~20x slower than with AVX-512 and
-    float32 gave 4.6x faster prompts, 2.3x the output tokens/s at concurrency 4. Elsewhere (and on
+    float32 gave 3.8-4.6x faster prompts, 1.9-2.3x the output tokens/s at concurrency 4. Elsewhere (and on
     non-x86 CPUs, or when the flags cannot be read) the model's dtype. Any other value is passed as is.
     """
     if dtype != "auto":
