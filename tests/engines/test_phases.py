@@ -87,3 +87,23 @@ def test_vllm_cpu_dtype_is_float32_where_the_cpu_has_no_bf16_matmul(tmp_path):
     assert cmd[cmd.index("--dtype") + 1] == "float16"
     eng = VllmCpuEngine(cache_dir=tmp_path, port=8000, dtype="float16", extra_args=("--dtype=bfloat16",))
     assert "--dtype" not in eng.command(tmp_path)  # the user's own flag wins, given once
+
+
+def test_vllm_cpu_auto_dtype_follows_the_cpu_and_a_given_dtype_is_passed_once(tmp_path, monkeypatch):
+    import pytest
+
+    from infermeter.engines import vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "cpu_flags", lambda path="/proc/cpuinfo": frozenset({"sse2", "avx2", "fma"}))
+    cmd = vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, port=8000).command(tmp_path)
+    assert cmd.count("--dtype") == 1 and cmd[cmd.index("--dtype") + 1] == "float32"
+    cmd = vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, port=8000, extra_args=("--dtype", "bfloat16")).command(tmp_path)
+    assert cmd.count("--dtype") == 1 and cmd[cmd.index("--dtype") + 1] == "bfloat16"
+    monkeypatch.setattr(vllm_cpu, "cpu_flags", lambda path="/proc/cpuinfo": frozenset({"sse2", "avx512f", "avx512bw"}))
+    assert "--dtype" not in vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, port=8000).command(tmp_path)
+    # a campaign file's env and dtype are checked when the engine is made (target.py turns TypeError into ConfigError)
+    assert vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, env={"OMP_NUM_THREADS": 2}).env == {"OMP_NUM_THREADS": "2"}
+    with pytest.raises(TypeError, match="env must map"):
+        vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, env=["OMP_NUM_THREADS=2"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dtype must be a name"):
+        vllm_cpu.VllmCpuEngine(cache_dir=tmp_path, dtype=16)  # type: ignore[arg-type]

