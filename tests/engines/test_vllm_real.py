@@ -160,11 +160,15 @@ def test_first_and_last_token_are_anchored_alike(measured):
 
 
 def test_itl_agrees_with_vllm_histogram(measured):
-    summary, _, before, after = measured
+    summary, out, before, after = measured
     server_ms, n = _mean_ms(after, before, "vllm:inter_token_latency_seconds")
     assert n == 40 * 31  # 32 tokens -> 31 gaps per request
-    # the client counts the same gaps: one per token after the first content token
-    assert summary["itl_ms"]["count"] == n
+    # the client counts the same gaps: one per token after the first content chunk; a first chunk that
+    # carries k > 1 tokens (vLLM merges outputs its API server has not sent yet, seen beside a CPU hog)
+    # puts k - 1 of them into TTFT (docs/metrics.md), where vLLM's histogram still has their gaps
+    rows = [r for r in pq.read_table(out / "requests.parquet").to_pylist() if r["phase"] == "measure"]
+    in_first_chunk = sum(r["chunk_tokens"][0] - 1 for r in rows)
+    assert summary["itl_ms"]["count"] == n - in_first_chunk
     # Both sides divide one request's decode span (first token -> last token) by 31, so
     # 31 * (client - server) = (delivery delay of the last token) - (of the first token).
     # Each delay lies in the TTFT/E2E test's window [-5, 40 ms + 10 % of the server mean];
