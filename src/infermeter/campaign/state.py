@@ -86,6 +86,15 @@ class CampaignState:
     def engines(self) -> dict[str, dict[str, Any]]:
         return dict(self.data.get("engines") or {})
 
+    def launched(self, target: str, launch: dict[str, Any]) -> None:
+        """What the engine of ``target`` ran the last time the campaign started it (its dtype, version, arguments)."""
+        if launch:
+            self.data.setdefault("launches", {})[target] = launch
+            self.save()
+
+    def launches(self) -> dict[str, dict[str, Any]]:
+        return dict(self.data.get("launches") or {})
+
 
 def set_aside(run_dir: Path) -> Path | None:
     """Move the directory of an unfinished attempt out of the way (``rK.attempt-N``)."""

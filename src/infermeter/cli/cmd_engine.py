@@ -81,7 +81,10 @@ def register(app: typer.Typer) -> None:
             eng.stop()
             raise
         echo = typer.echo
-        echo(f"{name} serving model {eng.model!r} at {base_url}  (log: {eng.log_path})")
+        served = eng.launch
+        dtype = f", dtype {served['dtype']}" if served.get("dtype") else ""
+        version = f" (vLLM {served['vllm_version']})" if served.get("vllm_version") else ""
+        echo(f"{name}{version} serving model {eng.model!r}{dtype} at {base_url}  (log: {eng.log_path})")
         echo("timings: " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
         echo(f"measure it (about {MEASURE_IT_S} on a 2-core machine; a progress line every 10 s): {measure_it(base_url, eng.model)}")
         if detach:

@@ -15,6 +15,10 @@ with ``extra_args = args`` and ``settings`` as its fields, started with
         ...                              # one run
         live.copy_log(start, run_dir / "server.log")
 
+A started engine's :attr:`LiveTarget.launch` says what it runs (for ``vllm-cpu``: its arguments, vLLM's
+version and the dtype from its log, :meth:`VllmCpuEngine.launch_info`); campaigns and studies write it into
+each run's ``run.json`` (``target.launch``), so runs on two machines that served different dtypes say so.
+
 Engines run in their own process group; their pid goes into the campaign
 state so that a resumed campaign can stop an engine its killed predecessor
 left behind (:func:`stop_leftover`, which checks the process is ours first).
@@ -80,6 +84,7 @@ class LiveTarget:
     pid: int | None = None
     reset_support: str | None = None  # learned on the first reset
     timings: dict[str, float] = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)  # an engine we started: what it runs (run.json target.launch)
 
     def reset_prefix_cache(self) -> str:
         """POST /reset_prefix_cache (vLLM's dev-mode route): "reset", "unsupported", "skipped" or "failed: ..."."""
@@ -150,7 +155,8 @@ def running(target: Target, log_path: Path, on_pid: Any = None, notify: Any = No
         with EmulatorProcess(list(target.args), startup_timeout_s=target.health_timeout_s, log_path=log_path) as emu:
             if on_pid:
                 on_pid(emu.pid)
-            yield LiveTarget(target, emu.base_url, log_path, emu.pid, timings={"start_s": time.monotonic() - t0})
+            yield LiveTarget(target, emu.base_url, log_path, emu.pid, timings={"start_s": time.monotonic() - t0},
+                             launch={"engine": "emulator", "args": list(target.args)})
         return
     try:
         eng = VllmCpuEngine(port=None, extra_args=tuple(target.args), log_path=log_path,
@@ -162,7 +168,7 @@ def running(target: Target, log_path: Path, on_pid: Any = None, notify: Any = No
             eng.start()
         if on_pid:
             on_pid(eng.pid)
-        yield LiveTarget(target, eng.base_url, log_path, eng.pid, timings=dict(eng.timings))
+        yield LiveTarget(target, eng.base_url, log_path, eng.pid, timings=dict(eng.timings), launch=dict(eng.launch))
     finally:
         eng.stop()
 

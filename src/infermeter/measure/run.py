@@ -75,15 +75,19 @@ def iso(wall: float) -> str:
 class Measurement:
     """One run (or one multi-step plan); see the module docstring.
 
-    ``notify`` receives one-line notices (calibration warnings, steps) for the console."""
+    ``notify`` receives one-line notices (calibration warnings, steps) for the console; ``launch`` is what an
+    engine infermeter started runs (:attr:`infermeter.engines.target.LiveTarget.launch`), written into
+    ``run.json`` as ``target.launch``."""
 
     def __init__(self, cfg: RunConfig, live: LiveStats | None = None,
-                 notify: Callable[[str], None] | None = None, resume_dir: Path | None = None) -> None:
+                 notify: Callable[[str], None] | None = None, resume_dir: Path | None = None,
+                 launch: dict[str, Any] | None = None) -> None:
         cfg = with_prompt_salt(cfg)  # new prompt text per run unless --prompt-salt says otherwise
         self.cfg = cfg
         self.live: Any = live or LiveStats()
         self.notify = notify or (lambda msg: None)
         self.resume_dir = resume_dir
+        self.launch = dict(launch) if launch else None
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
         self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)

@@ -146,7 +146,7 @@ class MeasuredTarget:
         cfg = RunConfig(url=self.url, model=self.model, hardware=self.conf.config,
                         **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         **override_flags(profile, self.study.profile_overrides.get(profile)))
-        return asyncio.run(Measurement(cfg).run()).summary
+        return asyncio.run(Measurement(cfg, launch=self.engine_info.get("launch")).run()).summary
 
 
 def override_flags(profile: str, overrides: dict[str, Any] | None) -> dict[str, str]:
@@ -184,6 +184,6 @@ def open_target(study: StudyConfig, conf: Configuration, log_dir: Path | None = 
         with running(server, log) as live:
             yield MeasuredTarget(study, conf, live.base_url, conf.model, engine=conf.engine,
                                  engine_info={"engine_args": dict(conf.engine_args), "timings": dict(live.timings),
-                                              "log": str(log)})
+                                              "log": str(log), "launch": dict(live.launch)})
         return
     yield SimulatedTarget(study, conf)
