@@ -168,13 +168,21 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
 
 
 SERVICE_GRID_S = (0.0, 0.001, 0.002, 0.005, 0.010, 0.015, 0.020, 0.030, 0.050, 0.080)
+SERVICE_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+SERVICE_FLOOR_S = 0.002  # tried even where the measured front-end cost is smaller (its estimate can clamp at 0)
+# the TTFT statistics the service time is fitted to: the mean sees the requests that got a step to themselves
+SERVICE_STATS = ("p50", "p90", "mean")  # of the measured front-end cost: tried too (a fast front end's is < 1 ms)
 
 
 def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[RunHeader],
                      summaries: list[Summary]) -> DeploymentCalibration:
     """The API server's serial work per request, from the runs that sent requests together: the value on
-    ``SERVICE_GRID_S`` whose simulation best matches their TTFT p50 and p90 (the front end's fixed cost
-    shrinks by as much, so a request alone still waits as measured). Runs one at a time cannot tell it.
+    ``SERVICE_GRID_S`` (up to the measured front-end cost, at least ``SERVICE_FLOOR_S``) or a fraction of that
+    cost (``SERVICE_FRACTIONS``) whose simulation best matches their TTFT ``SERVICE_STATS`` (p50, p90, mean).
+    The front end's fixed cost shrinks by as much (not below 0), so a request alone still waits as measured.
+    Any serial work splits a wave of simultaneous requests: the first reaches the engine alone and is
+    prefilled alone while the rest wait for that step (vLLM CPU: 1 + 3 at concurrency 4); the mean sees the
+    request that got a step to itself, which p50 and p90 may not. Runs one at a time cannot tell it.
     ``heads`` and ``summaries``: the runs' run.json and summary.json, in ``dirs``' order."""
     measured = {d: s for d, h, s in zip(dirs, heads, summaries)
                 if (h.config or {}).get("concurrency") not in (None, 1) or (h.config or {}).get("rate") is not None}
@@ -182,16 +190,17 @@ def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[R
     if not concurrent:
         return cal
     best: tuple[float, float] | None = None
+    oh = cal.frontend.overhead_s
+    grid = sorted({s for s in SERVICE_GRID_S if s <= max(oh, SERVICE_FLOOR_S) + 1e-12}
+                  | {round(f * oh, 6) for f in SERVICE_FRACTIONS})
     with tempfile.TemporaryDirectory(prefix="infermeter-calfit-") as tmp:
-        for k, s in enumerate(SERVICE_GRID_S):
-            if s > cal.frontend.overhead_s + 1e-12:
-                break
+        for k, s in enumerate(grid):
             trial = cal.model_copy(update={"frontend": cal.frontend.model_copy(
-                update={"service_s": s, "overhead_s": cal.frontend.overhead_s - s})})
+                update={"service_s": s, "overhead_s": max(0.0, oh - s)})})
             err = 0.0
             for i, d in enumerate(concurrent):
                 sim = simulated_like(trial, d, Path(tmp) / f"{k}-{i}")
-                for stat in ("p50", "p90"):
+                for stat in SERVICE_STATS:
                     m, p = measured[d].ttft_ms.get(stat), sim.ttft_ms.get(stat)
                     if m and p is not None:
                         err += abs(p - m) / m
@@ -200,10 +209,10 @@ def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[R
     assert best is not None
     s = best[0]
     return cal.model_copy(update={"frontend": cal.frontend.model_copy(update={
-        "service_s": s, "overhead_s": cal.frontend.overhead_s - s}),
+        "service_s": s, "overhead_s": max(0.0, oh - s)}),
         "fit": cal.fit.model_copy(update={"frontend_basis": cal.fit.frontend_basis + "; serial service time: the "
                                           "grid value whose simulation of the concurrent runs best matches their "
-                                          "TTFT p50 and p90"})})
+                                          "TTFT p50, p90 and mean"})})
 
 
 def template_tokens(tables: list[Any]) -> int:
