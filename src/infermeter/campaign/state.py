@@ -87,13 +87,16 @@ class CampaignState:
         return dict(self.data.get("engines") or {})
 
     def launched(self, target: str, launch: dict[str, Any]) -> None:
-        """What the engine of ``target`` ran the last time the campaign started it (its dtype, version, arguments)."""
+        """What the engine of ``target`` ran when the campaign started it (its dtype, version, arguments): each
+        distinct launch once, in order, so a campaign resumed on another machine keeps both."""
         if launch:
-            self.data.setdefault("launches", {})[target] = launch
-            self.save()
+            seen = self.data.setdefault("launches", {}).setdefault(target, [])
+            if launch not in seen:
+                seen.append(launch)
+                self.save()
 
-    def launches(self) -> dict[str, dict[str, Any]]:
-        return dict(self.data.get("launches") or {})
+    def launches(self) -> dict[str, list[dict[str, Any]]]:
+        return {k: list(v) for k, v in (self.data.get("launches") or {}).items()}
 
 
 def set_aside(run_dir: Path) -> Path | None:

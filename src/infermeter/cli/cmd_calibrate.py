@@ -40,13 +40,14 @@ def register(app: typer.Typer) -> None:
         max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="The server's --max-num-batched-tokens, when not the default.")] = None,
         kv_capacity_tokens: Annotated[Optional[int], typer.Option(help="KV cache size in tokens, when /metrics did not say.")] = None,
         check: Annotated[bool, typer.Option(help="Simulate each run back with the calibrated twin.")] = True,
+        model_spec: Annotated[Optional[str], typer.Option(help="The served model's architecture (catalog id or a config.json) to bound the context cost when the runs have one length mix (default: the served model's name, where the catalog knows it).")] = None,
     ) -> None:
         """Fit the twin of one deployment (step time, front end, KV capacity) to its measured runs; write a calibration file."""
         from infermeter.measure.calibrate import calibrate
 
         cal = calibrate(run_dirs, engine=engine, hardware=hardware, max_num_seqs=max_num_seqs,
                         max_num_batched_tokens=max_num_batched_tokens, kv_capacity_tokens=kv_capacity_tokens,
-                        check=check)
+                        check=check, model_spec=model_spec)
         show_calibration(cal, cal.write(out), Console())
 
 
@@ -59,6 +60,8 @@ def show_calibration(cal: DeploymentCalibration, path: Path, c: Console) -> None
             + (f"; {aside:,} set aside as stretched by other work on the machine" if aside else "") + ")",
             highlight=False)
     kv = f" + {st.per_kv_token_s * 1e6:.2f} µs/context token" if st.per_kv_token_s else ""
+    if cal.fit.context_basis and not cal.fit.context_basis.startswith("fitted"):
+        kv += f" (context: {cal.fit.context_basis})"
     c.print(f"step time = {st.base_s * 1000:.2f} ms + {st.per_token_s * 1000:.3f} ms/token + "
             f"{st.per_seq_s * 1000:.3f} ms/sequence{kv}  (median |residual| {cal.fit.residuals['median_abs_pct']:.1f}%, "
             f"p90 {cal.fit.residuals['p90_abs_pct']:.1f}%; batches of up to {cal.fit.max_seqs} sequences seen: "

@@ -43,6 +43,7 @@ from infermeter.engines.emulator import EmulatorProcess
 from infermeter.engines.process import http_ok
 from infermeter.engines.vllm_cpu import VllmCpuEngine
 from infermeter.errors import ConfigError, UserError
+from infermeter.redact import redact_args
 
 RESET_PATH = "/reset_prefix_cache"
 # the engines infermeter can start on 127.0.0.1: the one list of their names
@@ -156,7 +157,7 @@ def running(target: Target, log_path: Path, on_pid: Any = None, notify: Any = No
             if on_pid:
                 on_pid(emu.pid)
             yield LiveTarget(target, emu.base_url, log_path, emu.pid, timings={"start_s": time.monotonic() - t0},
-                             launch={"engine": "emulator", "args": list(target.args)})
+                             launch={"engine": "emulator", "args": redact_args(target.args)})
         return
     try:
         eng = VllmCpuEngine(port=None, extra_args=tuple(target.args), log_path=log_path,

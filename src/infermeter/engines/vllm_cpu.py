@@ -48,6 +48,7 @@ from typing import Any
 from infermeter.engines.models import SMOLLM2, model_ready, prepare_gguf_model
 from infermeter.engines.process import LogPhases, ServerProcess, free_port, port_in_use
 from infermeter.engines.venv import EngineError, ManagedVenv, VenvSpec, cache_root
+from infermeter.redact import redact_args
 
 NAME = "vllm-cpu"
 TORCH_SPEC = os.environ.get("INFERMETER_VLLM_TORCH", "torch==2.13.0+cpu")
@@ -265,7 +266,7 @@ class VllmCpuEngine:
         return self.base_url
 
     def launch_info(self, command: list[str], dtype_reason: str, log_text: str) -> dict[str, Any]:
-        """What a run's ``target.launch`` records of this server: its arguments, the vLLM version and the dtype
+        """What a run's ``target.launch`` records of this server: its arguments (secret values masked), the vLLM version and the dtype
         it runs (from its log's engine config line; else the ``--dtype`` asked for, or None), why that dtype, and
         the names (never the values) of the extra environment variables."""
         found = ENGINE_CONFIG.search(log_text)
@@ -273,7 +274,7 @@ class VllmCpuEngine:
         return {"engine": NAME, "vllm_version": found.group(1) if found else None,
                 "dtype": found.group(2) if found else asked,
                 "dtype_source": "server log" if found else ("--dtype" if asked else None),
-                "dtype_reason": dtype_reason, "args": command[3:], "env": sorted(self.env)}
+                "dtype_reason": dtype_reason, "args": redact_args(command[3:]), "env": sorted(self.env)}
 
     @property
     def pid(self) -> int | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.results import Summary
-from infermeter.analysis.stepfit import engine_steps, fit_linear, frontend_overhead, measured_ok
-from infermeter.errors import ConfigError, DataError
+from infermeter.analysis.stepfit import StepFit, Steps, engine_steps, fit_linear, frontend_overhead, measured_ok
+from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.measure.config import RunConfig
 from infermeter.measure.simplan import SimPlan
+from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.records import store
 from infermeter.records.header import RunHeader
 from infermeter.twin.calibration import (
@@ -97,8 +99,11 @@ def _kv_tokens(info: dict[str, str] | None) -> int | None:
 
 def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | None = None,
               max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-              kv_capacity_tokens: int | None = None, check: bool = True) -> DeploymentCalibration:
-    """The calibration of the deployment measured in ``paths``; see the module docstring."""
+              kv_capacity_tokens: int | None = None, check: bool = True,
+              model_spec: str | None = None) -> DeploymentCalibration:
+    """The calibration of the deployment measured in ``paths``; see the module docstring. ``model_spec``:
+    the served model's architecture (catalog id or config.json) for :func:`context_cost` (default: the
+    served model's name, where the catalog knows it)."""
     dirs = run_dirs(paths)
     heads = [RunHeader.read(d / store.RUN) for d in dirs]
     if any(h.source == "simulated" for h in heads):
@@ -115,6 +120,17 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     per_seq_ctx = steps.kv_tokens / np.maximum(steps.num_seqs, 1)
     ctx_varies = float(np.std(per_seq_ctx)) > 0.2 * float(np.mean(per_seq_ctx))
     fit = fit_linear(steps, kv=ctx_varies)
+    if ctx_varies:
+        context_basis = "fitted (the runs' context per sequence varies)"
+    else:  # bounded from the architecture, or left out
+        spec = _architecture(model_spec or str(next(iter(models))), given=model_spec is not None)
+        if spec is None:
+            context_basis = ("not identifiable: one length mix, and no model architecture to bound it (calibrate "
+                             "--model-spec, or runs of two length mixes)")
+        else:
+            fit = fit_with_context_bound(steps, spec)
+            context_basis = (f"bound from {spec.name}'s architecture (one length mix): a context token's K/V read at "
+                             "the rate the base step streams the weights")
     overhead = frontend_overhead(tables, fit)
     template = template_tokens(tables)
     scraped = (heads[0].server_metrics or {}).get("engine")
@@ -157,7 +173,8 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         frontend=Frontend(overhead_s=overhead, template_tokens=template),
         engine=settings,
         fit=FitReport(runs=tuple(runs), steps=fit.steps, residuals=fit.residuals,
-                      dropped=fit.dropped + (() if ctx_varies else ("per_kv_token_s",)), max_seqs=fit.max_seqs,
+                      dropped=fit.dropped + (() if fit.per_kv_token_s or ctx_varies else ("per_kv_token_s",)),
+                      max_seqs=fit.max_seqs, context_basis=context_basis,
                       warnings=tuple(warnings),
                       frontend_basis="median TTFT minus the predicted prefill step, over the requests that "
                                      "found the engine idle"))
@@ -167,19 +184,50 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     return cal
 
 
+def context_cost(base_s: float, spec: ModelSpec) -> float:
+    """Seconds a decode step spends per context token, bounded from the architecture: one token's K/V
+    (``kv_elements_per_token``) read at the rate the base step streams the weights (``streamed_params``, same
+    dtype: the ratio does not depend on it). The base step also holds fixed costs, so that rate is a lower
+    bound on the bandwidth and this a lower bound on the cost (on vLLM CPU + SmolLM2 it gave 2.5 us where a
+    512-token mix measured ~4.7). For runs of one length mix, whose context per sequence barely varies and
+    cannot tell the term from the batch size; two mixes fit it instead."""
+    return base_s * spec.kv_elements_per_token() / max(spec.streamed_params, 1)
+
+
+def fit_with_context_bound(steps: Steps, spec: ModelSpec, rounds: int = 3) -> StepFit:
+    """:func:`fit_linear` with the context term held at :func:`context_cost` of the fitted base (a fixed point:
+    the base is refitted with the context's cost taken out, a few rounds)."""
+    fit = fit_linear(steps, kv=False)
+    for _ in range(rounds):
+        per_kv = context_cost(fit.base_s, spec)
+        fit = fit_linear(replace(steps, duration_s=steps.duration_s - per_kv * steps.kv_tokens), kv=False)
+    return replace(fit, per_kv_token_s=context_cost(fit.base_s, spec))
+
+
+def _architecture(name: str, given: bool) -> ModelSpec | None:
+    """The model's architecture from the catalog (or a config.json); None when unknown and not asked for."""
+    try:
+        return get_model(name)
+    except UserError:
+        if given:
+            raise
+        return None
+
+
 SERVICE_GRID_S = (0.0, 0.001, 0.002, 0.005, 0.010, 0.015, 0.020, 0.030, 0.050, 0.080)
-SERVICE_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
-SERVICE_FLOOR_S = 0.002  # tried even where the measured front-end cost is smaller (its estimate can clamp at 0)
+SERVICE_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the measured front-end cost: tried too (a fast front end's is < 1 ms)
+SERVICE_FLOOR_S = 0.002  # the candidates' ceiling where the front-end cost's estimate clamped at 0
 # the TTFT statistics the service time is fitted to: the mean sees the requests that got a step to themselves
-SERVICE_STATS = ("p50", "p90", "mean")  # of the measured front-end cost: tried too (a fast front end's is < 1 ms)
+SERVICE_STATS = ("p50", "p90", "mean")
 
 
 def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[RunHeader],
                      summaries: list[Summary]) -> DeploymentCalibration:
     """The API server's serial work per request, from the runs that sent requests together: the value on
-    ``SERVICE_GRID_S`` (up to the measured front-end cost, at least ``SERVICE_FLOOR_S``) or a fraction of that
-    cost (``SERVICE_FRACTIONS``) whose simulation best matches their TTFT ``SERVICE_STATS`` (p50, p90, mean).
-    The front end's fixed cost shrinks by as much (not below 0), so a request alone still waits as measured.
+    ``SERVICE_GRID_S`` (up to the measured front-end cost; up to ``SERVICE_FLOOR_S`` where that estimate is 0)
+    or a fraction of that cost (``SERVICE_FRACTIONS``) whose simulation best matches their TTFT
+    ``SERVICE_STATS`` (p50, p90, mean). The front end's fixed cost shrinks by as much, so a request alone still
+    waits as measured (where the estimate was 0, the service time more; ``frontend_basis`` says so).
     Any serial work splits a wave of simultaneous requests: the first reaches the engine alone and is
     prefilled alone while the rest wait for that step (vLLM CPU: 1 + 3 at concurrency 4); the mean sees the
     request that got a step to itself, which p50 and p90 may not. Runs one at a time cannot tell it.
@@ -191,8 +239,10 @@ def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[R
         return cal
     best: tuple[float, float] | None = None
     oh = cal.frontend.overhead_s
-    grid = sorted({s for s in SERVICE_GRID_S if s <= max(oh, SERVICE_FLOOR_S) + 1e-12}
-                  | {round(f * oh, 6) for f in SERVICE_FRACTIONS})
+    # out of the measured front-end cost (a request alone still waits as measured); where that estimate clamped
+    # at 0, up to SERVICE_FLOOR_S (a lone request then waits that much more than measured, said in the basis)
+    limit = oh if oh > 0 else SERVICE_FLOOR_S
+    grid = sorted({s for s in SERVICE_GRID_S if s <= limit + 1e-12} | {round(f * oh, 6) for f in SERVICE_FRACTIONS})
     with tempfile.TemporaryDirectory(prefix="infermeter-calfit-") as tmp:
         for k, s in enumerate(grid):
             trial = cal.model_copy(update={"frontend": cal.frontend.model_copy(
@@ -208,11 +258,13 @@ def fit_service_time(cal: DeploymentCalibration, dirs: list[Path], heads: list[R
                 best = (s, err)
     assert best is not None
     s = best[0]
+    basis = (f"; measured front-end cost {oh * 1e3:.2f} ms; serial service time {s * 1e3:.2f} ms of it: the candidate "
+             "whose simulation of the concurrent runs best matches their TTFT p50, p90 and mean")
+    if s > oh:
+        basis += f" (the cost's estimate was 0: a lone request waits {s * 1e3:.2f} ms more than measured)"
     return cal.model_copy(update={"frontend": cal.frontend.model_copy(update={
         "service_s": s, "overhead_s": max(0.0, oh - s)}),
-        "fit": cal.fit.model_copy(update={"frontend_basis": cal.fit.frontend_basis + "; serial service time: the "
-                                          "grid value whose simulation of the concurrent runs best matches their "
-                                          "TTFT p50, p90 and mean"})})
+        "fit": cal.fit.model_copy(update={"frontend_basis": cal.fit.frontend_basis + basis})})
 
 
 def template_tokens(tables: list[Any]) -> int:

@@ -35,6 +35,7 @@ from infermeter.load.shapes import (
 )
 from infermeter.load.sweep import SweepPlan
 from infermeter.records import store
+from infermeter.redact import redact_args
 
 THROUGHPUT_CONCURRENCY = 256
 
@@ -162,13 +163,7 @@ class RunConfig(BaseModel):
         """The config as run.json records it: no secret (the API key, an emulator's --api-key) is written."""
         d = self.model_dump(mode="json")
         d["api_key"] = "***" if self.api_key else None
-        args = list(d.get("emulator_args") or [])
-        for i, a in enumerate(args):
-            if a == "--api-key" and i + 1 < len(args):
-                args[i + 1] = "***"
-            elif a.startswith("--api-key="):
-                args[i] = "--api-key=***"
-        d["emulator_args"] = args
+        d["emulator_args"] = redact_args(d.get("emulator_args") or [])
         return d
 
 

@@ -69,9 +69,10 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     check_samples(cfg, throughput, plan_notices, lambda w: m.notify(w) if "--slo-percentile" in w else None)
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
-    header = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",
-              "label": label, "model": model,
-              "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
+    header: dict[str, Any] = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",
+                              "label": label, "model": model,
+                              **({"target": {"url": url, "launch": m.launch}} if m.launch else {}),
+                              "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
     if plan_notices:
         header["notices"] = plan_notices
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
@@ -92,7 +93,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     result = await run_plan(plan, measure_step, judge, should_stop=lambda: m.stopped)
     first = store.read_json(run_dir / "steps" / "0" / store.RUN)
     run = {k: v for k, v in first.items() if k not in ("runtime", "server_metrics", "calibration", "notices")}
-    run.update({**header, "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at"),
+    run.update({**{k: v for k, v in header.items() if k != "target"},  # the first step's target block is complete
+                "load": _plan_load(plan, len(result.entries)), "started_at": first.get("started_at"),
                 "source": first.get("source", header["source"])})
     if calibration.get("value"):
         run["calibration"] = calibration["value"]

@@ -89,6 +89,8 @@ class FitReport(_Frozen):
     max_seqs: int = Field(0, ge=0, description="the largest batch among the fitted steps: beyond it the step "
                                                 "time is extrapolated (simulated runs that go further say so)")
     frontend_basis: str = ""
+    context_basis: str = Field("", description="where per_kv_token_s came from: fitted (two length mixes), bound "
+                                               "from the model's architecture (one mix), or not identifiable")
     warnings: tuple[str, ...] = ()
 
 
