@@ -51,3 +51,6 @@ def test_each_distinct_launch_of_a_target_is_kept_across_resumes(tmp_path):
     again.launched("a", bf16)  # the same server again: once
     again.launched("a", {**bf16, "dtype": "float32"})  # resumed on a CPU without a bf16 matmul
     assert [x["dtype"] for x in CampaignState.open(tmp_path / "out", c).launches()["a"]] == ["bfloat16", "float32"]
+    again.data["launches"]["a"] = bf16  # a state file of an early build: one launch, not a list
+    again.launched("a", {**bf16, "dtype": "float32"})
+    assert [x["dtype"] for x in again.launches()["a"]] == ["bfloat16", "float32"]

@@ -198,13 +198,17 @@ def fit_linear(steps: Steps, kv: bool = True) -> StepFit:
                   per_seq_s=coef.get("per_seq_s", 0.0), per_kv_token_s=coef.get("per_kv_token_s", 0.0),
                   steps=int(keep.sum()), dropped=tuple(n for n in cols_all if n not in coef),
                   max_seqs=int(steps.num_seqs[keep].max()))
-    y = y_all  # residuals over every step, the set-aside ones too (the fit's quality is not flattered)
+    fit.residuals.update(residuals(fit, steps, outliers=steps.n - int(keep.sum())))
+    return fit
+
+
+def residuals(fit: StepFit, steps: Steps, outliers: int = 0) -> dict[str, float]:
+    """The fit's residuals over every step (the set-aside ones too: the fit's quality is not flattered)."""
+    y = steps.duration_s
     pred = fit.predict(steps.new_tokens, steps.num_seqs, steps.kv_tokens)
     rel = np.abs(pred - y) / np.maximum(y, 1e-9)
-    fit.residuals.update({"median_abs_pct": float(np.median(rel) * 100), "p90_abs_pct": float(np.percentile(rel, 90) * 100),
-                          "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000),
-                          "outliers": float(steps.n - int(keep.sum()))})
-    return fit
+    return {"median_abs_pct": float(np.median(rel) * 100), "p90_abs_pct": float(np.percentile(rel, 90) * 100),
+            "rmse_ms": float(np.sqrt(np.mean((pred - y) ** 2)) * 1000), "outliers": float(outliers)}
 
 
 def frontend_overhead(tables: pa.Table | Sequence[pa.Table], fit: StepFit) -> float:

@@ -90,13 +90,19 @@ class CampaignState:
         """What the engine of ``target`` ran when the campaign started it (its dtype, version, arguments): each
         distinct launch once, in order, so a campaign resumed on another machine keeps both."""
         if launch:
-            seen = self.data.setdefault("launches", {}).setdefault(target, [])
+            launches = self.data.setdefault("launches", {})
+            seen = launches[target] = _as_list(launches.get(target))
             if launch not in seen:
                 seen.append(launch)
                 self.save()
 
     def launches(self) -> dict[str, list[dict[str, Any]]]:
-        return {k: list(v) for k, v in (self.data.get("launches") or {}).items()}
+        return {k: _as_list(v) for k, v in (self.data.get("launches") or {}).items()}
+
+
+def _as_list(v: Any) -> list[dict[str, Any]]:
+    """A target's launches: a list (a state file of an early build kept one launch, a dict)."""
+    return [v] if isinstance(v, dict) else list(v or [])
 
 
 def set_aside(run_dir: Path) -> Path | None:

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         max_num_batched_tokens: Annotated[Optional[int], typer.Option(help="The server's --max-num-batched-tokens, when not the default.")] = None,
         kv_capacity_tokens: Annotated[Optional[int], typer.Option(help="KV cache size in tokens, when /metrics did not say.")] = None,
         check: Annotated[bool, typer.Option(help="Simulate each run back with the calibrated twin.")] = True,
-        model_spec: Annotated[Optional[str], typer.Option(help="The served model's architecture (catalog id or a config.json) to bound the context cost when the runs have one length mix (default: the served model's name, where the catalog knows it).")] = None,
+        model_spec: Annotated[Optional[str], typer.Option(help="The served model's architecture (catalog id or a config.json) to estimate the context cost from when the runs have one length mix (default: the served model's name, where the catalog knows it).")] = None,
     ) -> None:
         """Fit the twin of one deployment (step time, front end, KV capacity) to its measured runs; write a calibration file."""
         from infermeter.measure.calibrate import calibrate

@@ -29,7 +29,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.results import Summary
-from infermeter.analysis.stepfit import StepFit, Steps, engine_steps, fit_linear, frontend_overhead, measured_ok
+from infermeter.analysis.stepfit import (
+    StepFit,
+    Steps,
+    engine_steps,
+    fit_linear,
+    frontend_overhead,
+    measured_ok,
+    residuals,
+)
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.measure.config import RunConfig
 from infermeter.measure.simplan import SimPlan
@@ -120,17 +128,28 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     per_seq_ctx = steps.kv_tokens / np.maximum(steps.num_seqs, 1)
     ctx_varies = float(np.std(per_seq_ctx)) > 0.2 * float(np.mean(per_seq_ctx))
     fit = fit_linear(steps, kv=ctx_varies)
+    bound_warning = ""
     if ctx_varies:
-        context_basis = "fitted (the runs' context per sequence varies)"
-    else:  # bounded from the architecture, or left out
+        context_basis = "fitted (the runs' context per sequence varies)" + ("; --model-spec not needed" if model_spec else "")
+    else:  # estimated from the architecture, or left out
         spec = _architecture(model_spec or str(next(iter(models))), given=model_spec is not None)
         if spec is None:
-            context_basis = ("not identifiable: one length mix, and no model architecture to bound it (calibrate "
+            context_basis = ("not identifiable: one length mix, and no model architecture to estimate it from (calibrate "
                              "--model-spec, or runs of two length mixes)")
         else:
-            fit = fit_with_context_bound(steps, spec)
-            context_basis = (f"bound from {spec.name}'s architecture (one length mix): a context token's K/V read at "
-                             "the rate the base step streams the weights")
+            bound = fit_with_context_bound(steps, spec)
+            if bound is None:
+                context_basis = "not identifiable: one length mix, and the base step fitted to 0 (nothing to scale by)"
+            else:
+                worse = bound.residuals["median_abs_pct"] - fit.residuals["median_abs_pct"]
+                if worse > max(1.0, 0.1 * fit.residuals["median_abs_pct"]):
+                    bound_warning = (f"the context term estimated from {spec.name}'s architecture fits these runs worse "
+                                     f"(median |residual| {bound.residuals['median_abs_pct']:.1f}% against "
+                                     f"{fit.residuals['median_abs_pct']:.1f}% without it): check the model "
+                                     "(--model-spec), or measure two length mixes to fit it")
+                fit = bound
+                context_basis = (f"estimated from {spec.name}'s architecture (one length mix): a context token's K/V "
+                                 "read at the rate the base step streams the weights")
     overhead = frontend_overhead(tables, fit)
     template = template_tokens(tables)
     scraped = (heads[0].server_metrics or {}).get("engine")
@@ -150,7 +169,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         source=("KV capacity and block size from the server's /metrics (cache_config_info); " if info else "")
         + f"scheduler limits {'from flags' if max_num_seqs or max_num_batched_tokens else f'{name} defaults'}")
     runs = []
-    warnings: list[str] = []
+    warnings: list[str] = [bound_warning] if bound_warning else []
     tokens = sum(int(pc.sum(t.column("completion_tokens")).as_py() or 0) for t in tables)
     if fit.steps < 200:
         warnings.append(f"only {fit.steps} clean engine steps from {tokens:,} streamed tokens ({int(fit.residuals.get('outliers', 0))} "
@@ -185,23 +204,35 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
 
 
 def context_cost(base_s: float, spec: ModelSpec) -> float:
-    """Seconds a decode step spends per context token, bounded from the architecture: one token's K/V
-    (``kv_elements_per_token``) read at the rate the base step streams the weights (``streamed_params``, same
-    dtype: the ratio does not depend on it). The base step also holds fixed costs, so that rate is a lower
-    bound on the bandwidth and this a lower bound on the cost (on vLLM CPU + SmolLM2 it gave 2.5 us where a
-    512-token mix measured ~4.7). For runs of one length mix, whose context per sequence barely varies and
-    cannot tell the term from the batch size; two mixes fit it instead."""
+    """Seconds a decode step spends per context token, estimated from the architecture: one token's K/V
+    (``kv_elements_per_token``) read at the rate the base step streams the weights (``streamed_params``; the
+    ratio does not depend on the dtype when weights and KV cache share one, as on vLLM CPU; quantised weights
+    or an fp8 KV cache would need their bytes). The base step also holds fixed costs, so this overstates a
+    purely bandwidth-limited read; a real attention kernel can cost more than that read (on vLLM CPU +
+    SmolLM2 it gave 2.4-3.0 us where a 512-token mix implied ~7). For runs of one length mix, whose context per
+    sequence barely varies and cannot tell the term from the batch size; two mixes fit it instead."""
     return base_s * spec.kv_elements_per_token() / max(spec.streamed_params, 1)
 
 
-def fit_with_context_bound(steps: Steps, spec: ModelSpec, rounds: int = 3) -> StepFit:
-    """:func:`fit_linear` with the context term held at :func:`context_cost` of the fitted base (a fixed point:
-    the base is refitted with the context's cost taken out, a few rounds)."""
+def fit_with_context_bound(steps: Steps, spec: ModelSpec, rounds: int = 10, tol: float = 0.005) -> StepFit | None:
+    """:func:`fit_linear` with the context term held at :func:`context_cost` of the fitted base, a fixed point
+    (the base is refitted with the context's cost taken out until the term moves less than ``tol``); the
+    residuals are the full model's on the measured step lengths. None when the base fits to 0 (nothing to
+    scale the estimate by)."""
     fit = fit_linear(steps, kv=False)
+    per_kv = context_cost(fit.base_s, spec)
     for _ in range(rounds):
-        per_kv = context_cost(fit.base_s, spec)
         fit = fit_linear(replace(steps, duration_s=steps.duration_s - per_kv * steps.kv_tokens), kv=False)
-    return replace(fit, per_kv_token_s=context_cost(fit.base_s, spec))
+        new = context_cost(fit.base_s, spec)
+        done = abs(new - per_kv) <= tol * max(per_kv, 1e-12)
+        per_kv = new if not done else per_kv
+        if done:
+            break
+    if fit.base_s <= 0 or per_kv <= 0:
+        return None
+    out = replace(fit, per_kv_token_s=per_kv, residuals={})  # the per_kv the base was fitted with
+    out.residuals.update(residuals(out, steps, outliers=int(fit.residuals.get("outliers", 0))))
+    return out
 
 
 def _architecture(name: str, given: bool) -> ModelSpec | None:
