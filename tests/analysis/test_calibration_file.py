@@ -226,14 +226,14 @@ def test_the_context_estimate_needs_a_base_step_to_scale():
     import numpy as np
 
     from infermeter.analysis.stepfit import Steps
-    from infermeter.measure.calibrate import fit_with_context_bound
+    from infermeter.measure.calibrate import fit_with_context_estimate
     from infermeter.perfmodel.models import get_model
 
     n = np.array([1, 2, 4, 8, 1, 4] * 20, dtype=float)
     ctx = n * 200.0
     spec = get_model("smollm2")
     no_base = Steps(duration_s=0.002 * n, new_tokens=n, num_seqs=n, prefills=np.zeros_like(n), kv_tokens=ctx)
-    assert fit_with_context_bound(no_base, spec) is None  # a step of nothing but per-token cost: nothing to scale
+    assert fit_with_context_estimate(no_base, spec) is None  # a step of nothing but per-token cost: nothing to scale
     with_base = Steps(duration_s=0.010 + 0.002 * n, new_tokens=n, num_seqs=n, prefills=np.zeros_like(n), kv_tokens=ctx)
-    got = fit_with_context_bound(with_base, spec)
+    got = fit_with_context_estimate(with_base, spec)
     assert got is not None and got.per_kv_token_s == pytest.approx(got.base_s * 11520 / 134_515_008, rel=0.01)

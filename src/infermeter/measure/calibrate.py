@@ -128,7 +128,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     per_seq_ctx = steps.kv_tokens / np.maximum(steps.num_seqs, 1)
     ctx_varies = float(np.std(per_seq_ctx)) > 0.2 * float(np.mean(per_seq_ctx))
     fit = fit_linear(steps, kv=ctx_varies)
-    bound_warning = ""
+    estimate_warning = ""
     if ctx_varies:
         context_basis = "fitted (the runs' context per sequence varies)" + ("; --model-spec not needed" if model_spec else "")
     else:  # estimated from the architecture, or left out
@@ -137,17 +137,17 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
             context_basis = ("not identifiable: one length mix, and no model architecture to estimate it from (calibrate "
                              "--model-spec, or runs of two length mixes)")
         else:
-            bound = fit_with_context_bound(steps, spec)
-            if bound is None:
+            estimated = fit_with_context_estimate(steps, spec)
+            if estimated is None:
                 context_basis = "not identifiable: one length mix, and the base step fitted to 0 (nothing to scale by)"
             else:
-                worse = bound.residuals["median_abs_pct"] - fit.residuals["median_abs_pct"]
+                worse = estimated.residuals["median_abs_pct"] - fit.residuals["median_abs_pct"]
                 if worse > max(1.0, 0.1 * fit.residuals["median_abs_pct"]):
-                    bound_warning = (f"the context term estimated from {spec.name}'s architecture fits these runs worse "
-                                     f"(median |residual| {bound.residuals['median_abs_pct']:.1f}% against "
+                    estimate_warning = (f"the context term estimated from {spec.name}'s architecture fits these runs worse "
+                                     f"(median |residual| {estimated.residuals['median_abs_pct']:.1f}% against "
                                      f"{fit.residuals['median_abs_pct']:.1f}% without it): check the model "
                                      "(--model-spec), or measure two length mixes to fit it")
-                fit = bound
+                fit = estimated
                 context_basis = (f"estimated from {spec.name}'s architecture (one length mix): a context token's K/V "
                                  "read at the rate the base step streams the weights")
     overhead = frontend_overhead(tables, fit)
@@ -169,7 +169,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
         source=("KV capacity and block size from the server's /metrics (cache_config_info); " if info else "")
         + f"scheduler limits {'from flags' if max_num_seqs or max_num_batched_tokens else f'{name} defaults'}")
     runs = []
-    warnings: list[str] = [bound_warning] if bound_warning else []
+    warnings: list[str] = [estimate_warning] if estimate_warning else []
     tokens = sum(int(pc.sum(t.column("completion_tokens")).as_py() or 0) for t in tables)
     if fit.steps < 200:
         warnings.append(f"only {fit.steps} clean engine steps from {tokens:,} streamed tokens ({int(fit.residuals.get('outliers', 0))} "
@@ -214,7 +214,7 @@ def context_cost(base_s: float, spec: ModelSpec) -> float:
     return base_s * spec.kv_elements_per_token() / max(spec.streamed_params, 1)
 
 
-def fit_with_context_bound(steps: Steps, spec: ModelSpec, rounds: int = 10, tol: float = 0.005) -> StepFit | None:
+def fit_with_context_estimate(steps: Steps, spec: ModelSpec, rounds: int = 10, tol: float = 0.005) -> StepFit | None:
     """:func:`fit_linear` with the context term held at :func:`context_cost` of the fitted base, a fixed point
     (the base is refitted with the context's cost taken out until the term moves less than ``tol``); the
     residuals are the full model's on the measured step lengths. None when the base fits to 0 (nothing to
@@ -224,10 +224,9 @@ def fit_with_context_bound(steps: Steps, spec: ModelSpec, rounds: int = 10, tol:
     for _ in range(rounds):
         fit = fit_linear(replace(steps, duration_s=steps.duration_s - per_kv * steps.kv_tokens), kv=False)
         new = context_cost(fit.base_s, spec)
-        done = abs(new - per_kv) <= tol * max(per_kv, 1e-12)
-        per_kv = new if not done else per_kv
-        if done:
+        if abs(new - per_kv) <= tol * max(per_kv, 1e-12):
             break
+        per_kv = new
     if fit.base_s <= 0 or per_kv <= 0:
         return None
     out = replace(fit, per_kv_token_s=per_kv, residuals={})  # the per_kv the base was fitted with
