@@ -57,6 +57,22 @@ def test_a_phase_line_split_across_reads_is_still_seen(tmp_path):
     assert [p.split(":")[0] for p in phases.poll()] == ["load"]
 
 
+def test_the_engine_config_line_of_this_start_is_kept_as_the_log_is_followed(tmp_path):
+    from infermeter.engines.vllm_cpu import ENGINE_CONFIG
+
+    log = tmp_path / "shared.log"
+    log.write_text("Initializing a V1 LLM engine (v0.31.0) with config: model='/m', dtype=torch.float32\n")  # an older start
+    phases = LogPhases(log, VLLM_PHASES, keep=ENGINE_CONFIG)
+    with log.open("a") as fh:
+        fh.write("INFO Initializing a V1 LLM engine (v0.32.0) with config: model='/m', dtype=torch.bf")
+        fh.flush()
+        assert [p.split(":")[0] for p in phases.poll()] == [] and phases.kept == ""  # half a line: not yet
+        fh.write("loat16, max_seq_len=2048\nINFO Initializing a V1 LLM engine (v9) with config: dtype=torch.half\n")
+        fh.flush()
+    assert [p.split(":")[0] for p in phases.poll()] == ["engine"]
+    assert "(v0.32.0)" in phases.kept and "dtype=torch.bfloat16" in phases.kept  # the first of this start's
+
+
 def test_vllm_cpu_server_environment_takes_extra_variables_last(tmp_path, monkeypatch):
     from infermeter.engines.vllm_cpu import VllmCpuEngine
 

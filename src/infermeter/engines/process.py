@@ -19,6 +19,7 @@ spawned), waits ``grace_s``, then SIGKILL. Stopping twice is harmless.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -129,15 +130,18 @@ class LogPhases:
     """Follow a server's log from where it stands now and name the startup phases it reaches.
 
     ``markers`` are ``(text in a log line, phase)`` in the order a server goes through them;
-    :meth:`poll` returns the phases first seen since the last call::
+    :meth:`poll` returns the phases first seen since the last call; ``keep`` (a pattern) keeps the
+    first line it matches in ``kept`` (what the server says of itself, e.g. vLLM's engine config)::
 
         phases = LogPhases(log_path, VLLM_PHASES)
         proc.wait_healthy(url, timeout_s=900, on_poll=lambda s: [print(p) for p in phases.poll()])
     """
 
-    def __init__(self, path: Path, markers: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, path: Path, markers: Sequence[tuple[str, str]], keep: re.Pattern[str] | None = None) -> None:
         self.path = Path(path)
         self.markers = list(markers)
+        self.keep = keep
+        self.kept = ""
         self.seen: list[str] = []
         try:
             self._offset = self.path.stat().st_size
@@ -161,6 +165,8 @@ class LogPhases:
         new = []
         for raw in lines:
             line = raw.decode("utf-8", "replace")
+            if self.keep is not None and not self.kept and self.keep.search(line):
+                self.kept = line
             for needle, phase in self.markers:
                 if needle in line and phase not in self.seen:
                     self.seen.append(phase)

@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 from infermeter.engines.models import SMOLLM2, model_ready, prepare_gguf_model
@@ -242,8 +241,7 @@ class VllmCpuEngine:
         if self.log_path is None:
             self.log_path = self.root / "engines" / NAME / "logs" / f"server-{self.port}.log"
         self._proc = ServerProcess(self.command(model_dir), env=self.environment(), log_path=self.log_path)
-        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0  # a shared log: this start's part
-        phases = LogPhases(self.log_path, VLLM_PHASES)
+        phases = LogPhases(self.log_path, VLLM_PHASES, keep=ENGINE_CONFIG)  # from this start on (a log may be shared)
         self._say(f"start: vLLM on {self.host}:{self.port} (log {self.log_path})")
         dtype_args, why = self.dtype_choice()
         if dtype_args:
@@ -261,14 +259,15 @@ class VllmCpuEngine:
 
         waited = self._proc.wait_healthy(self.base_url + "/health", timeout_s=self.startup_timeout_s, on_poll=on_poll)
         self.timings["start_s"] = round(waited, 1)
-        self.launch = self.launch_info(self._proc.cmd, why, _read_from(self.log_path, log_start))
+        phases.poll()  # the rest of the log up to now, for the engine's config line
+        self.launch = self.launch_info(self._proc.cmd, why, phases.kept)
         self._say(f"ready: healthy after {waited:.0f} s")
         return self.base_url
 
     def launch_info(self, command: list[str], dtype_reason: str, log_text: str) -> dict[str, Any]:
-        """What a run's ``target.launch`` records of this server: its arguments (secret values masked), the vLLM version and the dtype
-        it runs (from its log's engine config line; else the ``--dtype`` asked for, or None), why that dtype, and
-        the names (never the values) of the extra environment variables."""
+        """What a run's ``target.launch`` records of this server: its arguments (secret values masked), the vLLM
+        version and the dtype it runs (from the engine config line in ``log_text``; else the ``--dtype`` asked for,
+        or None), why that dtype, and the names (never the values) of the extra environment variables."""
         found = ENGINE_CONFIG.search(log_text)
         asked = _flag(command, "--dtype")
         return {"engine": NAME, "vllm_version": found.group(1) if found else None,
@@ -305,12 +304,3 @@ def _flag(args: list[str], name: str) -> str | None:
         elif a.startswith(name + "="):
             value = a.split("=", 1)[1]
     return value
-
-
-def _read_from(path: Path, offset: int) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            return fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
