@@ -140,3 +140,21 @@ def test_costs_carry_the_inverted_throughput_interval(app):
     assert hi / lo == pytest.approx(hi_tps / lo_tps, rel=1e-3)
     table = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost").output
     assert f"(${lo:,.3f}–${hi:,.3f})" in table
+
+
+@pytest.mark.parametrize("gpu,gpus,want", [("mi300x", 8, "8xmi300x"), ("mi300x", None, "mi300x"),
+                                           ("h100-sxm", 4, "4xh100-sxm")])
+def test_an_x_inside_a_hardware_id_is_not_a_gpu_count(gpu, gpus, want):
+    assert cmd_plan._config_string(gpu, gpus, None, None) == want
+
+
+@pytest.mark.parametrize("gpu", ["8xmi300x", "8 x mi300x", "4xa100-80gb:tp4", "mi300x:tp8"])
+def test_a_gpu_that_names_a_layout_refuses_gpus_too(gpu):
+    with pytest.raises(ConfigError, match="already names count/parallelism"):
+        cmd_plan._config_string(gpu, 8, None, None)
+
+
+def test_plan_mi300x_with_gpus_runs(app):
+    res = run(app, "--model", "llama-3.1-8b", "--gpu", "mi300x", "--gpus", "8", "--json")
+    assert res.exit_code == 0, res.output
+    assert "already names" not in res.output

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
@@ -56,7 +57,8 @@ def _cell(fmt: Fmt, v: Any, key: str = "", intervals: dict[str, Any] | None = No
 
 
 def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -> str:
-    if ":" in gpu or "x" in gpu.split("-")[0]:
+    # a count is a leading "N x" ("8xmi300x"); an "x" inside an id ("mi300x", "a10g-x") is part of its name
+    if ":" in gpu or re.match(r"\s*\d+\s*[x×]", gpu, re.I):
         if gpus or tp or pp:
             raise ConfigError(f"--gpu {gpu!r} already names count/parallelism; drop --gpus/--tp/--pp or give a bare hardware id")
         return gpu
