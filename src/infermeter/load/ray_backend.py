@@ -31,13 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import UserError
+from infermeter.load import ray_auth
 from infermeter.load.workers import START_SLACK_S, MergedLive, WorkerPlan, WorkerRun, worker_dir
 from infermeter.records import store
 
 CLOCK_SAMPLES = 5
 
 
-def ray_module() -> Any:
+def ray_module(address: str | None = None) -> Any:
+    """Import Ray, deciding its token-authentication mode for ``address`` first (:mod:`.ray_auth`)."""
+    if address is not None:
+        ray_auth.prepare(address)
     try:
         import ray
     except ImportError:
@@ -55,10 +59,13 @@ def ray_connect(ray: Any, address: str, workers: int, **init: Any) -> bool:
         kw["num_cpus"] = max(os.cpu_count() or 1, workers)
         ray.init(address="local", **kw)
     else:
+        log: list[str] = []
         try:
-            ray.init(address=address, **kw)
+            with ray_auth.connecting(log):
+                ray.init(address=address, **kw)
         except (ConnectionError, RuntimeError) as exc:
-            raise UserError(f"--ray {address}: cannot connect to a Ray cluster ({exc})") from None
+            hint = ray_auth.failure_hint(address, "".join(log))
+            raise UserError(f"--ray {address}: cannot connect to a Ray cluster: {hint or exc}") from None
     return True
 
 
@@ -116,7 +123,7 @@ class RayPool:
         return ray_connect(ray, self.address, self.plan.workers)
 
     async def run(self, on_start: Callable[[float], None] | None = None) -> list[dict[str, Any]]:
-        ray = ray_module()
+        ray = ray_module(self.address)
         started = await asyncio.to_thread(self._init, ray)
         try:
             return await self._run(ray, on_start)
@@ -130,7 +137,14 @@ class RayPool:
         actor_cls = ray.remote(num_cpus=1, max_concurrency=16)(_LoadWorker)
         n = self.plan.workers
         self._actors = [actor_cls.options(scheduling_strategy="SPREAD").remote(self.plan, k) for k in range(n)]
-        nodes = await asyncio.gather(*(a.prepare.remote() for a in self._actors))
+        try:
+            nodes = await asyncio.gather(*(a.prepare.remote() for a in self._actors))
+        except ray.exceptions.RayError as exc:
+            mode = os.environ.get(ray_auth.MODE)
+            why = (f" (this process runs with {ray_auth.MODE}={mode}: if the cluster does not use token "
+                   f"authentication, unset it)" if mode else "")
+            raise UserError(f"--ray {self.address}: the load workers could not start on the cluster: "
+                            f"{type(exc).__name__}{why}") from None
         offsets = [await self._offset(a) for a in self._actors]
         start_wall = time.time() + START_SLACK_S
         if on_start is not None:

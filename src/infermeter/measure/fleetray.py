@@ -67,7 +67,7 @@ class RayParts:
     def __init__(self, plan: Any, address: str) -> None:
         from infermeter.measure.fleet import fleet_jobs
 
-        self.ray = ray = ray_module()
+        self.ray = ray = ray_module(address)
         self.address = address
         self._started = ray_connect(ray, address, max(1, plan.cfg.workers),
                                     runtime_env={"env_vars": {"PYTHONHASHSEED": HASH_SEED}})
