@@ -38,7 +38,7 @@ import asyncio
 import json
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict
@@ -87,7 +87,7 @@ _FINISHED = 1  # a choice carried finish_reason
 _TERMINAL = 2  # [DONE] or the final usage chunk: nothing more belongs to the response
 
 
-def _count(v: Any) -> bool:
+def _count(v: Any) -> TypeGuard[int]:
     return type(v) is int and v >= 0
 
 
@@ -424,7 +424,7 @@ class OpenAIClient:
             _reject(rec, tally, f"usage token counts are not non-negative integers: {str(usage)[:80]!r}")
             return
         if p > COUNT_MAX or c > COUNT_MAX:
-            _reject(rec, tally, f"usage claims {c} completion and {p} prompt tokens")
+            _reject(rec, tally, f"usage claims completion_tokens {c}, prompt_tokens {p}")
             return
         rec.prompt_tokens, rec.completion_tokens = p, c
         details = usage.get("prompt_tokens_details") or {}
