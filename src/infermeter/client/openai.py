@@ -380,8 +380,6 @@ class OpenAIClient:
                 text = delta.get("content") or ""
                 if "reasoning_content" in delta or "reasoning" in delta:
                     text = _text(text) + _text(delta.get("reasoning_content") or delta.get("reasoning") or "")
-                if "tool_calls" in delta or "function_call" in delta:  # tokens without text: the event bounds them
-                    tally.bytes += _utf8_len(data)
             else:
                 text = c0.get("text") or ""
             if type(text) is not str:
@@ -390,9 +388,12 @@ class OpenAIClient:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
                 times.append(now)
-                tally.char_lens.append(len(text))
-                tally.bytes += _utf8_len(text)
+                n = len(text)
+                tally.char_lens.append(n)
+                tally.bytes += n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
                 rec.stream_tokens += 1
+            elif chat and ("tool_calls" in delta or "function_call" in delta):  # tokens without text: the event bounds them
+                tally.bytes += _utf8_len(data)
             tally.events += 1
             fr = c0.get("finish_reason")
             if fr:
