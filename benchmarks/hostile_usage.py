@@ -30,9 +30,9 @@ def _chunk(delta: dict[str, str], finish: str | None = None) -> str:
 
 
 def serve(claim: int, ready: threading.Event, box: dict[str, int]) -> None:
+    usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": claim}})
     body = (_chunk({"role": "assistant", "content": ""}) + _chunk({"content": "one"}) + _chunk({"content": " two"})
-            + _chunk({}, "length") + json.dumps({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": claim}})
-            .join(("data: ", "\n\n")) + "data: [DONE]\n\n").encode()
+            + _chunk({}, "length") + f"data: {usage}\n\n" + "data: [DONE]\n\n").encode()
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
@@ -72,9 +72,10 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=a.src, INFERMETER_HISTORY_DB=str(Path(tmp) / "h.duckdb"))
         env.pop("OPENAI_API_KEY", None)
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "infermeter.cli.main", "run", "--url", f"http://127.0.0.1:{box['port']}",
-                            "--concurrency", "2", "--requests", str(a.requests), "--output-tokens", "2", "--no-calibrate",
-                            "--out", str(out), "--json"], env=env, capture_output=True, text=True, timeout=1800)
+        cmd = [sys.executable, "-m", "infermeter.cli.main", "run", "--url", f"http://127.0.0.1:{box['port']}",
+               "--concurrency", "2", "--requests", str(a.requests), "--output-tokens", "2", "--no-calibrate",
+               "--out", str(out), "--json"]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
         wall = time.perf_counter() - t0
         rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(f"src {a.src}: claim {a.claim:,} x {a.requests} requests: exit {p.returncode}, {wall:.1f} s, "

@@ -476,7 +476,8 @@ class Accumulator:
             cancelled=self.cancelled, dropped=self.dropped, lag_p99_ms=dist["lag"].p99 if dist["lag"].p99 is not None
             else dist["lag"].max, scheduled_rate=scheduled_rate, offered_rate=offered, achieved_rate=achieved,
             completion_rate=completion, cap_held=int(runtime.get("cap_held") or 0), ttft_count=dist["ttft"].count,
-            client_cpu=runtime.get("client_cpu"), not_streamed=self.not_streamed, usage_implausible=self.usage_implausible,
+            client_cpu=runtime.get("client_cpu"), not_streamed=self.not_streamed,
+            usage_implausible=self.usage_implausible,
             grace_s=(load.get("limits") or {}).get("grace_s") if isinstance(load.get("limits"), dict) else None,
             trend=blocks, trend_samples=self.trend.n, span_s=span, waiting_start=sm.get("num_requests_waiting_start"),
             waiting_end=sm.get("num_requests_waiting_end"), run=run))
@@ -508,7 +509,8 @@ class Accumulator:
             mean_input_tokens=self.n_in / self.n_in_rows if self.completed and self.n_in_rows else None,
             mean_output_tokens=self.n_out / self.n_out_rows if self.completed and self.n_out_rows else None,
             total_input_tokens=int(self.n_in), total_output_tokens=int(self.n_out), token_count_source=source,
-            usage_mismatches=self.mismatches, usage_implausible=self.usage_implausible, cached_prompt_tokens=None if self.cached is None else int(self.cached),
+            usage_mismatches=self.mismatches, usage_implausible=self.usage_implausible,
+            cached_prompt_tokens=None if self.cached is None else int(self.cached),
             server_metrics=run.get("server_metrics"), gpu=run.get("gpu"), alerts=list(run.get("alerts") or []),
             client={k: runtime.get(k) for k in ("client_cpu", "cap_held", "max_in_flight") if k in runtime} or None,
             summary_method="exact" if exact else "streaming (" + SKETCH_METHOD + ")",

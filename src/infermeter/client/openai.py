@@ -169,7 +169,8 @@ class _Decoder:
         for piece in self.decode(data):
             n += len(piece)
             if n > limit:
-                raise RequestFailed("malformed_response", f"the {self.encoding} body decodes to more than {limit} bytes")
+                raise RequestFailed("malformed_response",
+                                    f"the {self.encoding} body decodes to more than {limit} bytes")
             out.append(piece)
         return b"".join(out) + self.flush()
 
@@ -356,7 +357,8 @@ class OpenAIClient:
                 rec.ended_at = now
         return finished
 
-    def _on_event(self, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool, times: list[float]) -> int:
+    def _on_event(self, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                  times: list[float]) -> int:
         """Handle one SSE data payload: 0, _FINISHED (a finish_reason) or _TERMINAL ([DONE], final usage)."""
         if data == "[DONE]":
             return _TERMINAL
@@ -392,8 +394,8 @@ class OpenAIClient:
                 tally.char_lens.append(n)
                 tally.bytes += n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
                 rec.stream_tokens += 1
-            elif chat and ("tool_calls" in delta or "function_call" in delta):  # tokens without text: the event bounds them
-                tally.bytes += _utf8_len(data)
+            elif chat and ("tool_calls" in delta or "function_call" in delta):
+                tally.bytes += _utf8_len(data)  # tokens without text (a tool call): the event's bytes bound them
             tally.events += 1
             fr = c0.get("finish_reason")
             if fr:

@@ -84,7 +84,8 @@ class LengthDist:
         else:
             d = cls(int(mean), stdev)
         if d.max > TOKENS_MAX:
-            raise ConfigError(f"{flag}: lengths up to {d.max:,} tokens are above the {TOKENS_MAX:,} allowed, in {text!r}")
+            raise ConfigError(f"{flag}: lengths up to {d.max:,} tokens are above the {TOKENS_MAX:,} allowed, "
+                              f"in {text!r}")
         return d
 
     def label(self) -> str:
