@@ -176,6 +176,27 @@ def test_a_compressed_error_body_is_decoded_into_the_detail(send):
     assert rec.error_class == "http_5xx" and "engine fell over" in rec.error_detail
 
 
+def test_an_unreadable_error_body_names_its_encoding(send):
+    async def handler(request):
+        return web.Response(status=503, body=b"\x1b\x02\x00\xf8", headers={"Content-Encoding": "br"})
+    rec = send(handler)
+    assert rec.error_class == "http_5xx" and rec.error_detail.startswith("HTTP 503") and "'br'" in rec.error_detail
+
+
+def test_an_old_run_dir_with_32_bit_chunk_tokens_summarizes(tmp_path):
+    import pyarrow.parquet as pq
+
+    from infermeter.records.store import PARQUET, load_table
+
+    old = pa.schema([pa.field(f.name, pa.list_(pa.int32())) if f.name == "chunk_tokens" else f for f in ARROW_SCHEMA])
+    rec = RequestRecord(request_id=0, intended_at=0.0, sent_at=0.0, first_token_at=0.1, ended_at=0.3,
+                        chunk_times=[0.1, 0.2, 0.3], chunk_tokens=[1, 1, 2], completion_tokens=4, stream_tokens=3,
+                        usage_source="server", prompt_tokens=1)
+    pq.write_table(records_to_table([rec]).cast(old), tmp_path / PARQUET)
+    t = load_table(tmp_path)
+    assert t.schema == ARROW_SCHEMA and build_summary(t).itl_ms.count == 3
+
+
 def test_a_bomb_decodes_in_bounded_pieces():
     comp = zlib.compress(b"\0" * (5 * _PIECE + 7))
     pieces = list(_Decoder("deflate").decode(comp))

@@ -142,3 +142,15 @@ def test_absurd_usage_never_raises_and_is_always_recordable(texts, completion, p
             assert rec.completion_tokens == len(texts) and rec.error_detail.startswith("usage rejected")
     orjson.dumps(rec.to_row())
     records_to_table([rec])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(garbage=st.lists(st.binary(max_size=64) | st.sampled_from(
+    [b"data: ", b"\n\n", b"data: [DONE]\n\n", b'{"choices":[', b'{"usage":', b"\r", b"\xff\xfe", b"null", b"}]}"]),
+    max_size=20), encoding=st.sampled_from([None, "gzip", "deflate", "br"]))
+def test_any_bytes_end_in_one_classified_record(garbage, encoding):
+    rec = send(garbage, encoding=encoding)
+    assert rec.ended_at is not None
+    assert (rec.outcome == "ok") != (rec.error_class in ERROR_CLASSES)
+    orjson.dumps(rec.to_row())
+    records_to_table([rec])
