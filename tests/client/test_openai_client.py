@@ -34,14 +34,22 @@ def sse(body: str, wait_after_s: float = 0.0):
 @pytest.mark.parametrize("body", [
     'data: {"choices":"abc"}\n\n',
     'data: {"choices":[{"delta":"hi"}]}\n\n',
-    'data: {"choices":[],"usage":[1]}\n\n',
-    'data: {"choices":[],"usage":{"prompt_tokens":"3","completion_tokens":2}}\n\n',
     'data: {"choices":[{"delta":{"content":5}}]}\n\n',
 ])
 def test_valid_json_of_the_wrong_shape_is_malformed_not_lost(body, send):
     rec = send(sse(chunk({"content": "a"}) + body + "data: [DONE]\n\n"))
     assert rec.outcome == "error" and rec.error_class == "malformed_response"
     assert rec.ended_at is not None
+
+
+@pytest.mark.parametrize("usage", ['[1]', '{"prompt_tokens":"3","completion_tokens":2}',
+                                   '{"prompt_tokens":1,"completion_tokens":-2}', '{"prompt_tokens":1,"completion_tokens":2.0}'])
+def test_usage_that_is_not_counts_is_set_aside_and_the_stream_counted(usage, send):
+    rec = send(sse(chunk({"content": "a"}) + chunk({"content": "b"}, "length") +
+                   f'data: {{"choices":[],"usage":{usage}}}\n\n' + "data: [DONE]\n\n"))
+    assert rec.outcome == "ok" and rec.usage_source == "rejected"
+    assert rec.completion_tokens == 2 == rec.stream_tokens and rec.prompt_tokens == SPEC.input_tokens
+    assert rec.error_detail.startswith("usage rejected: ")
 
 
 def test_non_string_finish_reason_is_kept_as_text(send):

@@ -70,3 +70,9 @@ def test_same_seed_same_draws_across_blocks() -> None:
     a = LengthSampler(d, np.random.default_rng(5))
     b = LengthSampler(d, np.random.default_rng(5))
     assert [a.draw() for _ in range(2500)] == [b.draw() for _ in range(2500)]
+
+
+@pytest.mark.parametrize("text", ["1e300", "20000000", "100,5000000", "5,1,1,99999999"])
+def test_lengths_beyond_any_context_are_refused(text):
+    with pytest.raises(ConfigError, match="above the 10,000,000 allowed"):
+        LengthDist.parse(text, flag="--output-tokens")

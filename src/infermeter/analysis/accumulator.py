@@ -21,7 +21,9 @@ Windows: a finished request belongs to the window in which it ended.
 Token accounting: counts come from server usage when present, else from the stream
 (``token_count_source``); ``usage_mismatches`` counts requests whose usage and stream chunk
 count differ, except a normal end on EOS (``finish_reason == "stop"``, usage one more than the
-stream: the EOS token streams no text). ITL pools the gaps between token-bearing chunks (a
+stream: the EOS token streams no text); ``usage_implausible`` counts requests whose usage the
+client set aside as more than the response could carry (``usage_source == "rejected"``, their
+counts are the stream's). ITL pools the gaps between token-bearing chunks (a
 chunk of k tokens gives k gaps of gap/k); records without chunk times (simulated runs that
 did not keep them) give each request ``n - 1`` gaps of its TPOT when ``derive_itl`` is set.
 """
@@ -36,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infermeter.analysis.metrics import RequestMetrics, col, inter_token_latencies, not_streamed, request_metrics
+from infermeter.analysis.metrics import RequestMetrics, col, itl_samples, not_streamed, request_metrics
 from infermeter.analysis.results import MIN_SAMPLES, SCHEMA_VERSION, Distribution, Summary, Window, Windows
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.analysis.verdict import TREND_BLOCKS, Facts, judge
@@ -277,7 +279,7 @@ class Accumulator:
         self.intended_span = [math.inf, -math.inf]
         self.n_in = self.n_out = 0.0
         self.n_in_rows = self.n_out_rows = 0
-        self.n_server = self.mismatches = self.not_streamed = 0
+        self.n_server = self.mismatches = self.not_streamed = self.usage_implausible = 0
         self.cached: float | None = None
         self.good = 0
         self.dists = {k: Samples(exact_limit) for k in ("ttft", "ttft_intended", "tpot", "itl", "e2e", "e2e_intended",
@@ -292,6 +294,7 @@ class Accumulator:
         """A checkpoint from before ``edges`` existed resumes without a completion rate (the saturation's rate
         rule then says it was not judged) rather than one measured over part of the run."""
         state.setdefault("edges", None)
+        state.setdefault("usage_implausible", 0)
         self.__dict__.update(state)
 
     @classmethod
@@ -314,6 +317,7 @@ class Accumulator:
             if table.num_rows == 0:
                 return
         self.rows += table.num_rows
+        self.usage_implausible += int(_equals(table, "usage_source", "rejected").sum())
         ok, err = _equals(table, "outcome", "ok"), _equals(table, "outcome", "error")
         self.completed += int(ok.sum())
         self.failed += int(err.sum())
@@ -381,7 +385,7 @@ class Accumulator:
                 msgs[str(detail)[:160]] += 1
 
     def _add_itl(self, okt: pa.Table, m: RequestMetrics) -> None:
-        self.dists["itl"].add(inter_token_latencies(okt))
+        self.dists["itl"].add(*itl_samples(okt))
         if self.derive_itl and okt.num_rows:
             lens = pc.list_value_length(okt.column("chunk_times")).to_numpy(zero_copy_only=False)
             no_times = np.asarray(lens, dtype=np.float64) == 0
@@ -395,7 +399,7 @@ class Accumulator:
         t = np.where(np.isfinite(ended), ended, intended)
         w_all = np.floor(t / self.window_s).astype(np.int64)
         w_ok = w_all[ok]
-        itl_rows = inter_token_latencies  # per-window ITL pools the window's requests
+        itl_rows = itl_samples  # per-window ITL pools the window's requests
         for w in np.unique(w_all[ok | failed]).tolist():  # cancelled / dropped rows belong to no window
             sel = w_all == w
             n_ok, n_err = int((ok & sel).sum()), int((failed & sel).sum())
@@ -413,7 +417,7 @@ class Accumulator:
             win.dists["ttft_ms"].add(m.ttft[mine])
             win.dists["tpot_ms"].add(m.tpot[mine])
             win.dists["e2e_ms"].add(m.e2e[mine])
-            win.dists["itl_ms"].add(itl_rows(okt.filter(pa.array(mine))))
+            win.dists["itl_ms"].add(*itl_rows(okt.filter(pa.array(mine))))
         newest = max(self._open, default=None)
         if newest is not None:
             for w in [w for w in self._open if w < newest - 1]:
@@ -473,6 +477,7 @@ class Accumulator:
             else dist["lag"].max, scheduled_rate=scheduled_rate, offered_rate=offered, achieved_rate=achieved,
             completion_rate=completion, cap_held=int(runtime.get("cap_held") or 0), ttft_count=dist["ttft"].count,
             client_cpu=runtime.get("client_cpu"), not_streamed=self.not_streamed,
+            usage_implausible=self.usage_implausible,
             grace_s=(load.get("limits") or {}).get("grace_s") if isinstance(load.get("limits"), dict) else None,
             trend=blocks, trend_samples=self.trend.n, span_s=span, waiting_start=sm.get("num_requests_waiting_start"),
             waiting_end=sm.get("num_requests_waiting_end"), run=run))
@@ -504,7 +509,8 @@ class Accumulator:
             mean_input_tokens=self.n_in / self.n_in_rows if self.completed and self.n_in_rows else None,
             mean_output_tokens=self.n_out / self.n_out_rows if self.completed and self.n_out_rows else None,
             total_input_tokens=int(self.n_in), total_output_tokens=int(self.n_out), token_count_source=source,
-            usage_mismatches=self.mismatches, cached_prompt_tokens=None if self.cached is None else int(self.cached),
+            usage_mismatches=self.mismatches, usage_implausible=self.usage_implausible,
+            cached_prompt_tokens=None if self.cached is None else int(self.cached),
             server_metrics=run.get("server_metrics"), gpu=run.get("gpu"), alerts=list(run.get("alerts") or []),
             client={k: runtime.get(k) for k in ("client_cpu", "cap_held", "max_in_flight") if k in runtime} or None,
             summary_method="exact" if exact else "streaming (" + SKETCH_METHOD + ")",

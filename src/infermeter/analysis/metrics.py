@@ -10,7 +10,8 @@ tokens/s) aligned with the rows passed in, NaN where a metric is undefined.
     e2e_intended  = ended_at - intended_at
     tpot          = (ended_at - first_token_at) / (n_out - 1),  n_out >= 2
     itl           pooled gaps between token-bearing chunks; a chunk carrying k
-                  tokens contributes k gaps of (gap / k)
+                  tokens contributes k gaps of (gap / k) -- as one value of weight
+                  k (:func:`itl_samples`), never k copies
     schedule_lag  = sent_at - intended_at
     out_tps       = n_out / e2e                      (per-request output tokens/s)
 """
@@ -74,14 +75,22 @@ def request_metrics(table: pa.Table) -> RequestMetrics:
 
 
 def inter_token_latencies(table: pa.Table) -> np.ndarray:
-    """Pooled ITL samples (seconds) over all rows; see the module docstring."""
+    """Pooled ITL samples (seconds) over all rows, each repeated by its weight; for small tables (one
+    recorded stream, tests) -- summaries use :func:`itl_samples`, which allocates nothing per token."""
+    values, weights = itl_samples(table)
+    return np.repeat(values, weights)
+
+
+def itl_samples(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled ITL samples (seconds) over all rows with their weights (the tokens of the later chunk);
+    see the module docstring. The arrays have one entry per chunk gap, whatever the token counts."""
     if table.num_rows == 0 or "chunk_times" not in table.column_names:
-        return np.empty(0)
+        return np.empty(0), np.empty(0, dtype=np.int64)
     times_col = table.column("chunk_times").combine_chunks()
     toks_col = table.column("chunk_tokens").combine_chunks()
     times = np.asarray(pc.list_flatten(times_col).to_numpy(zero_copy_only=False), dtype=np.float64)
     if times.size < 2:
-        return np.empty(0)
+        return np.empty(0), np.empty(0, dtype=np.int64)
     parents = np.asarray(pc.list_parent_indices(times_col).to_numpy(zero_copy_only=False))
     toks = np.asarray(pc.list_flatten(toks_col).to_numpy(zero_copy_only=False), dtype=np.int64)
     if toks.size != times.size:  # records without per-chunk counts: one token per chunk
@@ -89,7 +98,7 @@ def inter_token_latencies(table: pa.Table) -> np.ndarray:
     same = parents[1:] == parents[:-1]
     gaps = (times[1:] - times[:-1])[same]
     k = np.maximum(toks[1:][same], 1)
-    return np.repeat(gaps / k, k)
+    return gaps / k, k
 
 
 def not_streamed(table: pa.Table) -> int:

@@ -201,6 +201,7 @@ class Summary(BaseModel):
     total_output_tokens: int = 0
     token_count_source: str | None = None
     usage_mismatches: int = 0
+    usage_implausible: int = 0  # requests whose server usage claimed more than the response carried
     cached_prompt_tokens: int | None = None
     # beside the records
     server_metrics: dict[str, Any] | None = None

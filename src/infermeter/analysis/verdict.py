@@ -36,8 +36,9 @@ A closed loop cannot outrun its server (each stream waits for its answer): it is
 
 Warnings: errors returned, requests scheduled but never finished (``unfinished``: cancelled at
 the end of ``--grace`` or never sent; they count against goodput and the SLO), percentiles
-resting on too few samples, client CPU near one full core, runs that did not finish, and the
-run's own notices (``run.json`` ``notices``: client capacity, worker merges).
+resting on too few samples, client CPU near one full core, ``usage_implausible`` (responses
+whose server usage claimed more tokens than they could carry: their counts are the stream's),
+runs that did not finish, and the run's own notices (``run.json`` ``notices``: client capacity, worker merges).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class Facts:
     ttft_count: int = 0
     client_cpu: float | None = None
     not_streamed: int = 0
+    usage_implausible: int = 0  # records whose usage the client rejected (usage_source "rejected")
     grace_s: float | None = None
     trend: tuple[tuple[float, float], ...] = ()  # (block middle s, mean TTFT from intended s)
     trend_samples: int = 0
@@ -161,6 +163,11 @@ def judge(f: Facts) -> Verdict:
         out.append(Finding(code="not_streamed", severity="warning",
                            message=f"{f.not_streamed} responses came as one JSON body; their TTFT/TPOT/ITL are undefined",
                            evidence={"not_streamed": f.not_streamed}))
+    if f.usage_implausible:
+        out.append(Finding(code="usage_implausible", severity="warning",
+                           message=f"{f.usage_implausible} responses reported usage their stream could not carry "
+                                   "(or not counts at all); their token counts are the stream's",
+                           evidence={"usage_implausible": f.usage_implausible}))
     out.extend(completeness(f.run, f.scheduled))
     for notice in f.run.get("notices") or []:  # what the run noticed about itself (client capacity, merges)
         code, sep, rest = str(notice).partition(": ")

@@ -60,6 +60,8 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         tok = f"tokens from {s['token_count_source']} usage" if s["token_count_source"] != "stream" else "tokens counted from the stream"
         if s.get("usage_mismatches"):
             tok += f" ({s['usage_mismatches']} requests where usage and stream disagree)"
+        if s.get("usage_implausible"):
+            tok += f" ({s['usage_implausible']} implausible usage reports set aside: counted from the stream)"
         head.add_row(Text("tokens", style="bold"), tok, "")
     thr = make_table("Throughput", [(c, "num") for c in ("req/s", "input tok/s", "output tok/s", "total tok/s",
                                                          "goodput req/s")], title_justify="left")

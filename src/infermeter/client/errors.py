@@ -12,7 +12,9 @@ Tree (names as stored in ``RequestRecord.error_class``)::
     ├── http_4xx               other client errors (bad model name, too long a prompt, ...)
     ├── http_5xx               server errors, incl. an error object before the first token
     ├── stream_cut             the stream broke or ended unfinished (detail says before/after 1st token)
-    └── malformed_response     not SSE/JSON we can read, or a response with no choices
+    ├── malformed_response     not SSE/JSON we can read, a response with no choices, or a
+    │                          Content-Encoding the client cannot decode (named in the detail)
+    └── empty_response         ended normally without a single token although max_tokens > 0
 """
 
 from __future__ import annotations

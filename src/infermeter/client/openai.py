@@ -14,21 +14,38 @@ usage chunks with empty ``choices``, a final chunk without ``[DONE]`` (a
 ``finish_reason`` or usage ends the request too), ``reasoning_content`` deltas,
 a plain JSON answer when a server ignores ``stream``, and error objects sent
 inside the stream.
+
+A server's numbers are data, not trusted: ``usage`` counts that are not
+non-negative integers, or that claim more than the response could carry (more
+completion tokens than the UTF-8 bytes of its text plus one per chunk plus
+``COMPLETION_SLACK``; more prompt tokens than the request's bytes plus
+``PROMPT_SLACK``; more cached tokens than prompt tokens) are set aside:
+``usage_source = 'rejected'``, the counts are the stream's own (the prompt's: the
+request's), and an ok record's ``error_detail`` says why. Nothing is allocated
+by a server's claim. A response that carried no token at all (only ``[DONE]``,
+only a usage chunk) is ``empty_response`` unless ``max_tokens`` was 0.
+
+Encodings: the session asks for ``Accept-Encoding: identity``
+(``client.session``); a server or proxy that compresses anyway gets its gzip or
+deflate body decoded incrementally (each decoded piece keeps the arrival time of
+the read that brought it); any other ``Content-Encoding`` is a
+``malformed_response`` whose detail names it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.client.errors import RequestFailed, http_detail, http_error_class
 from infermeter.client.sse import SSEError, SSEParser
-from infermeter.records.record import ERROR, NOT_STREAMED, OK, RequestRecord
+from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
 
 try:  # optional speed-up
     import orjson
@@ -60,11 +77,17 @@ class ClientConfig(BaseModel):
         return d
 
 
+COMPLETION_SLACK = 8  # tokens that stream no text: EOS, a few special tokens
+PROMPT_SLACK = 65_536  # tokens a prompt may add beyond its bytes: a chat template, images
+COUNT_MAX = 2**53  # a count above this is never stored, not even until the end of the stream
+_PIECE = 1 << 20  # a compressed read is decoded in pieces of at most this many bytes
+BODY_MAX = 64 * 1024 * 1024  # a compressed JSON answer larger than this decoded is malformed
+
 _FINISHED = 1  # a choice carried finish_reason
 _TERMINAL = 2  # [DONE] or the final usage chunk: nothing more belongs to the response
 
 
-def _count(v: Any) -> bool:
+def _count(v: Any) -> TypeGuard[int]:
     return type(v) is int and v >= 0
 
 
@@ -73,6 +96,102 @@ def _text(v: Any) -> str:
     if type(v) is not str:
         raise RequestFailed("malformed_response", f"text field is not a string: {str(v)[:80]!r}")
     return v
+
+
+class StreamTally:
+    """What one response carried, the measure its usage is checked against: each token-bearing
+    chunk's text length (characters), the UTF-8 bytes of all its text (content, reasoning, tool
+    calls), the events with choices, and why its usage was rejected (None: not rejected)."""
+
+    __slots__ = ("char_lens", "bytes", "events", "usage_why")
+
+    def __init__(self) -> None:
+        self.char_lens: list[int] = []
+        self.bytes = 0
+        self.events = 0
+        self.usage_why: str | None = None
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class _Decoder:
+    """Incremental gzip/deflate decoding of a body compressed although the client asked for identity.
+
+    ``decode`` yields pieces of at most ``_PIECE`` bytes, so a small compressed read that expands
+    hugely is parsed (and its oversized event refused by the SSE parser) piece by piece, never held
+    whole. HTTP ``deflate`` is zlib-wrapped by the standard; raw deflate is accepted too."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        gzip = encoding in ("gzip", "x-gzip")
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS)
+        self._probe: bytes | None = None if gzip else b""  # deflate: zlib-wrapped or raw, told by the first bytes
+
+    @staticmethod
+    def of(header: str | None) -> _Decoder | None:
+        enc = (header or "").strip().lower()
+        if enc in ("", "identity"):
+            return None
+        if enc in ("gzip", "x-gzip", "deflate"):
+            return _Decoder(enc)
+        raise RequestFailed("malformed_response", f"the server sent Content-Encoding {enc!r}, which the client cannot "
+                                                  "read (it asks for identity; only gzip and deflate are decoded)")
+
+    def decode(self, data: bytes) -> Any:
+        if self._probe is not None:  # deflate, undecided: a zlib header is CMF/FLG with (CMF*256+FLG) % 31 == 0
+            data = self._probe + data
+            if len(data) < 2:
+                self._probe = data
+                return
+            if not (data[0] & 0x0F == 8 and (data[0] * 256 + data[1]) % 31 == 0):
+                self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+            self._probe = None
+        try:
+            while data:
+                piece = self._z.decompress(data, _PIECE)
+                if piece:
+                    yield piece
+                data = self._z.unconsumed_tail
+        except zlib.error as exc:
+            raise RequestFailed("malformed_response", f"cannot decode the {self.encoding} body: {exc}") from None
+
+    def flush(self) -> bytes:
+        try:
+            return self._z.flush() if self._probe is None else b""
+        except zlib.error as exc:
+            raise RequestFailed("malformed_response", f"cannot decode the {self.encoding} body: {exc}") from None
+
+    def whole(self, data: bytes, limit: int) -> bytes:
+        out: list[bytes] = []
+        n = 0
+        for piece in self.decode(data):
+            n += len(piece)
+            if n > limit:
+                raise RequestFailed("malformed_response",
+                                    f"the {self.encoding} body decodes to more than {limit} bytes")
+            out.append(piece)
+        return b"".join(out) + self.flush()
+
+
+def _body_text(raw: bytes, header: str | None) -> str:
+    """An error body as text for the detail: decoded when gzip/deflate, else named when unreadable."""
+    enc = (header or "").strip().lower()
+    if enc not in ("", "identity"):
+        if enc not in ("gzip", "x-gzip", "deflate"):
+            return f"({len(raw)} bytes in Content-Encoding {enc!r}, which the client cannot read)"
+        out = b""
+        try:  # the first 2048 bytes of the body: a truncated stream, decoded as far as it goes
+            for piece in _Decoder(enc).decode(raw):
+                out += piece
+                if len(out) >= 2048:
+                    break
+        except RequestFailed:
+            if not out:
+                return f"({len(raw)} bytes of an unreadable {enc} body)"
+        raw = out
+    return raw.decode("utf-8", "replace")
 
 
 def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
@@ -136,7 +255,7 @@ class OpenAIClient:
         data = body if body is not None else self.body(spec)
         rec.requested_output_tokens = spec.max_tokens
         rec.requested_input_tokens = spec.input_tokens
-        char_lens: list[int] = []
+        tally = StreamTally()
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline_first = start + c.first_token_timeout_s if c.first_token_timeout_s else None
@@ -149,19 +268,22 @@ class OpenAIClient:
                     rec.first_byte_at = clock()
                     rec.http_status = resp.status
                     if resp.status != 200:
-                        text = (await resp.content.read(2048)).decode("utf-8", "replace")
+                        text = _body_text(await resp.content.read(2048), resp.headers.get("Content-Encoding"))
                         raise RequestFailed(http_error_class(resp.status), http_detail(resp.status, text), resp.status)
+                    dec = _Decoder.of(resp.headers.get("Content-Encoding"))
                     ctype = resp.headers.get("Content-Type", "")
                     if "text/event-stream" not in ctype:
                         raw = await resp.read()
-                        self._handle_plain(raw, rec, char_lens)
+                        self._handle_plain(raw if dec is None else dec.whole(raw, BODY_MAX), rec, tally)
                     else:
-                        finished = await self._read_stream(resp, rec, char_lens, tmo, deadline_total)
+                        finished = await self._read_stream(resp, rec, tally, tmo, deadline_total, dec)
                         if not finished:
                             if rec.first_token_at is None:
                                 raise RequestFailed("stream_cut" if rec.stream_tokens == 0 and rec.usage_source else "malformed_response",
                                                     "stream ended before any token and without a finish")
                             raise RequestFailed("stream_cut", f"stream ended after {rec.stream_tokens} chunks without a finish")
+                    if rec.stream_tokens == 0 and tally.bytes == 0 and spec.max_tokens != 0:
+                        raise RequestFailed("empty_response", _empty_detail(rec, "text/event-stream" in ctype))
             if rec.ended_at is None:
                 rec.ended_at = clock()
             rec.outcome = OK
@@ -194,10 +316,10 @@ class OpenAIClient:
             raise
         except Exception as exc:  # a response shaped in a way nobody foresaw is still a recorded failure
             self._fail(rec, "malformed_response", f"unreadable response ({type(exc).__name__}: {exc})")
-        self._finish_tokens(rec, char_lens)
+        self._finish_tokens(rec, tally, len(data))
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, char_lens: list[int],
-                           tmo: asyncio.Timeout, deadline_total: float | None) -> bool:
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, tally: StreamTally,
+                           tmo: asyncio.Timeout, deadline_total: float | None, dec: _Decoder | None = None) -> bool:
         """Read events until ``[DONE]`` or the final usage chunk (or the connection closes).
 
         Sets ``rec.ended_at`` to the arrival of the event that finished the response, not to
@@ -213,27 +335,30 @@ class OpenAIClient:
         now = clock()
         async for raw in resp.content.iter_any():
             now = clock()  # the arrival of these bytes: every event they complete is stamped with it
-            for ev in parser.feed(raw):
-                state = on_event(ev.data, now, rec, char_lens, chat, times)
-                if state and not finished:
-                    finished = True
-                    rec.ended_at = now
-                if state == _TERMINAL:
-                    rec.ended_at = now
-                    return True
+            for piece in (raw,) if dec is None else dec.decode(raw):
+                for ev in parser.feed(piece):
+                    state = on_event(ev.data, now, rec, tally, chat, times)
+                    if state and not finished:
+                        finished = True
+                        rec.ended_at = now
+                    if state == _TERMINAL:
+                        rec.ended_at = now
+                        return True
             if not rescheduled and rec.first_token_at is not None:
                 tmo.reschedule(deadline_total)
                 rescheduled = True
         # The connection closed with an event left unterminated (no blank line after it): its bytes
         # arrived with the last read, at ``now``, not when the server got round to closing.
-        for ev in parser.close():
-            state = on_event(ev.data, now, rec, char_lens, chat, times)
+        tail = parser.feed(dec.flush()) if dec is not None else []
+        for ev in tail + parser.close():
+            state = on_event(ev.data, now, rec, tally, chat, times)
             if state and not finished:
                 finished = True
                 rec.ended_at = now
         return finished
 
-    def _on_event(self, data: str, now: float, rec: RequestRecord, char_lens: list[int], chat: bool, times: list[float]) -> int:
+    def _on_event(self, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                  times: list[float]) -> int:
         """Handle one SSE data payload: 0, _FINISHED (a finish_reason) or _TERMINAL ([DONE], final usage)."""
         if data == "[DONE]":
             return _TERMINAL
@@ -265,8 +390,13 @@ class OpenAIClient:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
                 times.append(now)
-                char_lens.append(len(text))
+                n = len(text)
+                tally.char_lens.append(n)
+                tally.bytes += n if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
                 rec.stream_tokens += 1
+            elif chat and ("tool_calls" in delta or "function_call" in delta):
+                tally.bytes += _utf8_len(data)  # tokens without text (a tool call): the event's bytes bound them
+            tally.events += 1
             fr = c0.get("finish_reason")
             if fr:
                 rec.finish_reason = fr if type(fr) is str else str(fr)[:40]
@@ -280,25 +410,33 @@ class OpenAIClient:
             done = 0
         usage = obj.get("usage")
         if usage:
-            self._usage(rec, usage)
+            self._usage(rec, usage, tally)
             if not choices:
                 done = _TERMINAL
         return done
 
     @staticmethod
-    def _usage(rec: RequestRecord, usage: Any) -> None:
+    def _usage(rec: RequestRecord, usage: Any, tally: StreamTally) -> None:
+        """Take the server's usage (the last one sent wins); one that is not counts is rejected, not fatal."""
+        rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = None
         if type(usage) is not dict:
-            raise RequestFailed("malformed_response", f"'usage' is not an object: {str(usage)[:80]!r}")
+            _reject(rec, tally, f"'usage' is not an object: {str(usage)[:80]!r}")
+            return
         p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
         if not _count(p) or not _count(c):
-            raise RequestFailed("malformed_response", f"usage token counts are not non-negative integers: {str(usage)[:80]!r}")
+            _reject(rec, tally, f"usage token counts are not non-negative integers: {str(usage)[:80]!r}")
+            return
+        if p > COUNT_MAX or c > COUNT_MAX:
+            _reject(rec, tally, f"usage claims completion_tokens {c}, prompt_tokens {p}")
+            return
         rec.prompt_tokens, rec.completion_tokens = p, c
         details = usage.get("prompt_tokens_details") or {}
-        if isinstance(details, dict) and _count(details.get("cached_tokens")):
+        if isinstance(details, dict) and _count(details.get("cached_tokens")) and details["cached_tokens"] <= COUNT_MAX:
             rec.cached_tokens = details["cached_tokens"]
         rec.usage_source = "server"
+        tally.usage_why = None
 
-    def _handle_plain(self, raw: bytes, rec: RequestRecord, char_lens: list[int]) -> None:
+    def _handle_plain(self, raw: bytes, rec: RequestRecord, tally: StreamTally) -> None:
         """A server that ignored ``stream``: tokens arrived at once, so TTFT/TPOT/ITL stay undefined."""
         try:
             obj = _loads(raw)
@@ -311,8 +449,14 @@ class OpenAIClient:
         fr = c0.get("finish_reason")
         rec.finish_reason = fr if type(fr) is str else None
         rec.error_detail = NOT_STREAMED + ": the server answered with one JSON body"
+        msg = c0.get("message")
+        for v in ((msg.get("content"), msg.get("reasoning_content"), msg.get("tool_calls")) if isinstance(msg, dict)
+                  else (c0.get("text"),)):
+            if v:  # the text the answer carried bounds its usage (tool calls: their JSON)
+                tally.bytes += _utf8_len(v if type(v) is str else json.dumps(v))
+        tally.events = 1
         if obj.get("usage"):
-            self._usage(rec, obj["usage"])
+            self._usage(rec, obj["usage"], tally)
 
     def _fail(self, rec: RequestRecord, error_class: str, detail: str) -> None:
         rec.outcome = ERROR
@@ -322,16 +466,57 @@ class OpenAIClient:
         rec.ended_at = self.clock()
 
     @staticmethod
-    def _finish_tokens(rec: RequestRecord, char_lens: list[int]) -> None:
+    def _finish_tokens(rec: RequestRecord, tally: StreamTally, body_bytes: int | None = None) -> None:
+        """Final token counts: the server's usage when plausible (see the module docstring), else the stream's;
+        ``chunk_tokens`` spread over the chunks (a bounded list, one entry per chunk)."""
+        char_lens = tally.char_lens
+        if rec.usage_source == "server":
+            why = _implausible(rec, tally, body_bytes)
+            if why:
+                _reject(rec, tally, why)
+        if rec.usage_source == REJECTED:
+            rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = None
+            if rec.outcome == OK:
+                note = f"usage rejected: {tally.usage_why}; the stream's count is used"
+                rec.error_detail = f"{rec.error_detail}; {note}" if rec.error_detail else note
         eos_extra = rec.finish_reason == "stop" and rec.completion_tokens == rec.stream_tokens + 1
         if rec.usage_source == "server" and rec.completion_tokens is not None and rec.completion_tokens != rec.stream_tokens \
                 and rec.outcome == OK and char_lens and not eos_extra:
             rec.chunk_tokens = allocate_tokens(char_lens, rec.completion_tokens)
         else:
             rec.chunk_tokens = [1] * len(char_lens)
-        if rec.usage_source is None:
+        if rec.usage_source is None or rec.usage_source == REJECTED:
             rec.prompt_tokens = rec.requested_input_tokens
             if rec.error_detail and rec.error_detail.startswith(NOT_STREAMED):
-                return  # one JSON body and no usage: the output token count is unknown, not 0
-            rec.usage_source = "stream"
+                return  # one JSON body and no (usable) usage: the output token count is unknown, not 0
+            rec.usage_source = rec.usage_source or "stream"
             rec.completion_tokens = rec.stream_tokens
+
+
+def _reject(rec: RequestRecord, tally: StreamTally, why: str) -> None:
+    rec.usage_source = REJECTED
+    rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = None
+    tally.usage_why = why
+
+
+def _implausible(rec: RequestRecord, tally: StreamTally, body_bytes: int | None) -> str | None:
+    """Why the server's usage cannot be true of this response (None: it can)."""
+    c, p, cached = rec.completion_tokens, rec.prompt_tokens, rec.cached_tokens
+    carry = tally.bytes + tally.events + COMPLETION_SLACK
+    if c is not None and c > carry:
+        return (f"completion_tokens {c} > {carry}, the most {tally.bytes} bytes of text in {tally.events} "
+                f"chunks could carry")
+    if p is not None and body_bytes is not None and p > body_bytes + PROMPT_SLACK:
+        return f"prompt_tokens {p} > {body_bytes + PROMPT_SLACK}, the request's {body_bytes} bytes + {PROMPT_SLACK}"
+    if cached is not None and p is not None and cached > p:
+        return f"cached_tokens {cached} > prompt_tokens {p}"
+    return None
+
+
+def _empty_detail(rec: RequestRecord, streamed: bool) -> str:
+    what = "the stream ended without a token" if streamed else "the JSON answer carried no text"
+    if rec.finish_reason:
+        what += f" (finish_reason {rec.finish_reason!r})"
+    if rec.completion_tokens:
+        what += f"; its usage claims {rec.completion_tokens} completion tokens"
+    return what

@@ -105,11 +105,11 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
     n_out = np.array(n_out_l, dtype=np.int64)
     if token_times:
         chunk_times = pa.array([r.token_times or [] for r in buf], pa.list_(pa.float64()))
-        chunk_tokens = pa.array([[1] * len(r.token_times or ()) for r in buf], pa.list_(pa.int32()))
+        chunk_tokens = pa.array([[1] * len(r.token_times or ()) for r in buf], pa.list_(pa.int64()))
     else:
         zeros = pa.array(np.zeros(n + 1, dtype=np.int32))
         chunk_times = pa.ListArray.from_arrays(zeros, pa.array([], pa.float64()))
-        chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int32()))
+        chunk_tokens = pa.ListArray.from_arrays(zeros, pa.array([], pa.int64()))
     no_str = pa.scalar(None, pa.string())
     if all_ok:
         outcome: pa.Array = pa.repeat("ok", n)

@@ -17,7 +17,11 @@ runs write the same record; ``run.json``'s ``source`` tells them apart.
 
 Token counts: ``prompt_tokens`` / ``completion_tokens`` come from the server's
 ``usage`` when it sent one (``usage_source='server'``), otherwise from the
-stream (``'stream'``). ``stream_tokens`` is always the stream's own count.
+stream (``'stream'``). A usage the client found implausible (more tokens than
+the response could carry, or not counts at all) is ``'rejected'``: the counts
+are then the stream's (the prompt's: the request's). ``stream_tokens`` is
+always the stream's own count. Integer columns are 64-bit; :func:`conform`
+reads files written with the older 32-bit ``chunk_tokens``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ ERROR = "error"
 DROPPED = "dropped"  # never sent: run ended (or was cancelled) before its turn
 # error_detail of an ok record whose server ignored "stream" and answered with one JSON body
 NOT_STREAMED = "not streamed"
+# usage_source of a record whose server usage was set aside (client.openai says when)
+REJECTED = "rejected"
 
 # Error classes (records store these names, never free text; detail is separate).
 ERROR_CLASSES = (
@@ -46,7 +52,8 @@ ERROR_CLASSES = (
     "http_4xx",
     "http_5xx",
     "stream_cut",  # the stream ended (or broke) after the first token, before completion
-    "malformed_response",  # unparseable SSE/JSON, or a response with no tokens
+    "malformed_response",  # unparseable SSE/JSON, or a response with no choices
+    "empty_response",  # a "successful" response that carried no token although max_tokens > 0
 )
 
 
@@ -96,7 +103,7 @@ ARROW_SCHEMA = pa.schema(
         ("first_token_at", pa.float64()),
         ("ended_at", pa.float64()),
         ("chunk_times", pa.list_(pa.float64())),
-        ("chunk_tokens", pa.list_(pa.int32())),
+        ("chunk_tokens", pa.list_(pa.int64())),
         ("outcome", pa.string()),
         ("error_class", pa.string()),
         ("error_detail", pa.string()),
@@ -124,6 +131,22 @@ def records_to_table(records: list[RequestRecord]) -> pa.Table:
         for name in COLUMNS:
             cols[name].append(getattr(r, name))
     return pa.table(cols, schema=ARROW_SCHEMA)
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table`` in ``ARROW_SCHEMA`` exactly: columns in order, older types widened (32-bit
+    ``chunk_tokens``), missing columns null, unknown ones dropped. Raises ``pyarrow.ArrowInvalid``
+    when a column cannot be cast."""
+    if table.schema == ARROW_SCHEMA:
+        return table
+    cols = []
+    for f in ARROW_SCHEMA:
+        if f.name in table.column_names:
+            c = table.column(f.name)
+            cols.append(c if c.type == f.type else c.cast(f.type))
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=ARROW_SCHEMA)
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infermeter.errors import DataError
-from infermeter.records.record import ARROW_SCHEMA, RequestRecord, rows_to_table
+from infermeter.records.record import ARROW_SCHEMA, RequestRecord, conform, rows_to_table
 
 try:
     import orjson
@@ -110,7 +110,7 @@ def load_table(run_dir: Path) -> pa.Table:
     j = run_dir / JOURNAL
     if pq_path.exists() and not j.exists():
         try:
-            return pq.read_table(pq_path)
+            return conform(pq.read_table(pq_path))  # files of older versions: 32-bit chunk_tokens
         except (OSError, pa.ArrowInvalid) as exc:
             raise DataError(f"{pq_path}: cannot read records: {exc}") from None
     if j.exists():
@@ -149,5 +149,5 @@ def write_run(out_dir: Path, run: dict[str, Any], table: pa.Table, summary: dict
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / RUN, run)
-    write_table(out_dir, table.cast(ARROW_SCHEMA) if table.schema != ARROW_SCHEMA else table)
+    write_table(out_dir, conform(table))
     write_json(out_dir / SUMMARY, summary)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.analysis.metrics import inter_token_latencies, request_metrics
-from infermeter.client.openai import ClientConfig, OpenAIClient
+from infermeter.client.openai import ClientConfig, OpenAIClient, StreamTally
 from infermeter.records.record import RequestRecord, records_to_table
 
 
@@ -135,12 +135,12 @@ def infermeter_rule(s: RecordedStream) -> ToolMetrics:
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api="chat" if s.chat else "completions"),
                           session=None, clock=lambda: 0.0)  # type: ignore[arg-type]
     rec = RequestRecord(request_id=0, intended_at=s.sent_at, sent_at=s.sent_at, first_byte_at=s.sent_at)
-    char_lens: list[int] = []
+    tally = StreamTally()
     for t, data in s.events:
-        state = client._on_event(data, t, rec, char_lens, s.chat, rec.chunk_times)
+        state = client._on_event(data, t, rec, tally, s.chat, rec.chunk_times)
         if state and rec.ended_at is None:
             rec.ended_at = t
-    client._finish_tokens(rec, char_lens)
+    client._finish_tokens(rec, tally)
     table = records_to_table([rec])
     m = request_metrics(table)
     itl = [float(x) for x in inter_token_latencies(table)]

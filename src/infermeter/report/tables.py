@@ -113,6 +113,8 @@ def validity_table(leaves: list[RunDir]) -> Table:
         tokens = s.get("token_count_source")
         if s.get("usage_mismatches"):
             tokens = f"{tokens} ({s['usage_mismatches']} usage mismatches)"
+        if s.get("usage_implausible"):
+            tokens = f"{tokens} ({s['usage_implausible']} implausible usage set aside)"
         rows.append([
             run_cell(r), Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
             Cell.num(lag), Cell.text(tokens), Cell.text("; ".join(notes)),

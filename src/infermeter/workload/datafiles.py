@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import DataError
+from infermeter.workload.lengths import TOKENS_MAX
 
 ROLES = {
     "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
@@ -56,8 +57,9 @@ def _int(obj: dict[str, Any], keys: tuple[str, ...], where: str, *, minimum: int
     for key in keys:
         if key in obj and obj[key] is not None:
             v = obj[key]
-            if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < minimum:
-                raise DataError(f"{where}: {key!r} must be a whole number >= {minimum}, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int | float) or not minimum <= v <= TOKENS_MAX \
+                    or v != int(v):  # NaN fails the range, so int() sees only finite numbers
+                raise DataError(f"{where}: {key!r} must be a whole number from {minimum} to {TOKENS_MAX:,}, got {v!r}")
             return int(v)
     return None
 

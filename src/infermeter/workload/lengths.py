@@ -14,7 +14,8 @@ A draw is ``round(Normal(mean, stdev))`` clamped to ``[min, max]`` (the
 convention of HF inference-benchmarker, whose "variance" is a standard
 deviation). :class:`LengthSampler` draws in blocks of 1024 from a numpy
 Generator, so a draw costs well under a microsecond and the sequence depends
-only on the seed.
+only on the seed. No length may exceed ``TOKENS_MAX`` (no model's context is
+longer; a larger count could not be sent, recorded or pooled).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from infermeter.errors import ConfigError
 
 _BLOCK = 1024
+TOKENS_MAX = 10_000_000  # the largest token count a length (flag or request file) may ask for
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +78,15 @@ class LengthDist:
                 raise ConfigError(f"{flag}: min {int(lo)} is above max {int(hi)} in {text!r}")
             if not lo <= mean <= hi:
                 raise ConfigError(f"{flag}: mean {int(mean)} is outside [min, max] = [{int(lo)}, {int(hi)}]")
-            return cls(int(mean), stdev, int(lo), int(hi))
-        if stdev == 0:
-            return cls(int(mean), 0.0, int(mean), int(mean))
-        return cls(int(mean), stdev)
+            d = cls(int(mean), stdev, int(lo), int(hi))
+        elif stdev == 0:
+            d = cls(int(mean), 0.0, int(mean), int(mean))
+        else:
+            d = cls(int(mean), stdev)
+        if d.max > TOKENS_MAX:
+            raise ConfigError(f"{flag}: lengths up to {d.max:,} tokens are above the {TOKENS_MAX:,} allowed, "
+                              f"in {text!r}")
+        return d
 
     def label(self) -> str:
         """The flag syntax that gives back this distribution."""

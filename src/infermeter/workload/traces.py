@@ -30,6 +30,7 @@ import io
 
 from infermeter.errors import DataError
 from infermeter.workload.datafiles import Entry
+from infermeter.workload.lengths import TOKENS_MAX
 
 _ARRIVAL_S = ("arrival_s", "timestamp", "time")
 _ARRIVAL_MS = ("arrival_ms", "timestamp_ms")
@@ -49,8 +50,8 @@ def _num(raw: str, col: str, where: str, *, whole: bool) -> float:
         v = float(raw)
     except ValueError:
         raise DataError(f"{where}: column {col!r} must be a number, got {raw!r}") from None
-    if v != v or v < 0 or (whole and v != int(v)):
-        kind = "a whole number >= 0" if whole else "a number >= 0"
+    if not 0 <= v < float("inf") or (whole and (v > TOKENS_MAX or v != int(v))):  # NaN fails the first test
+        kind = f"a whole number from 0 to {TOKENS_MAX:,}" if whole else "a finite number >= 0"
         raise DataError(f"{where}: column {col!r} must be {kind}, got {raw!r}")
     return v
 
