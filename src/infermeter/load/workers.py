@@ -178,7 +178,7 @@ class WorkerRun:
         return {"worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
                 "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
-                "auth_failure": stats.extra.get("auth_failure")}
+                "auth_failure": stats.extra.get("auth_failure"), "early_failure": stats.extra.get("early_failure")}
 
 
 # -- processes ---------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     assert plan is not None
     async with make_session(connect_timeout_s=cfg.connect_timeout_s) as session:
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        model = cfg.model or (await discover_model(session, url, headers))[0]
+        model = (await discover_model(session, url, headers, wanted=cfg.model))[0]
     if not model:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
     label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())

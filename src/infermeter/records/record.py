@@ -47,6 +47,7 @@ ERROR_CLASSES = (
     "http_5xx",
     "stream_cut",  # the stream ended (or broke) after the first token, before completion
     "malformed_response",  # unparseable SSE/JSON, or a response with no tokens
+    "client_fd_limit",  # this client had no file descriptor left to connect (EMFILE): invalidates the run
 )
 
 
