@@ -157,3 +157,32 @@ def test_the_cli_exits_2_after_the_early_stop_and_keeps_the_summary(tmp_path):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "does not exist" in lines[0], err
     assert json.loads((out / "summary.json").read_text())["failed"] >= EARLY_4XX
+
+
+def test_the_embedded_emulator_starts_under_the_raised_limit_too(tmp_path, monkeypatch):
+    """No --url: the limit is raised before the emulator starts (it holds a socket per request too)."""
+    from infermeter.engines.emulator import process
+    from infermeter.load import fdlimit
+
+    seen = []
+    enter = process.EmulatorProcess.__enter__
+
+    def spy(self):
+        seen.append(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        return enter(self)
+
+    monkeypatch.setattr(process.EmulatorProcess, "__enter__", spy)
+    monkeypatch.setattr(fdlimit, "_first_soft", None)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(soft, 256)
+    if hard != resource.RLIM_INFINITY and hard <= low:
+        pytest.skip(f"the hard open-file limit here is {hard}: nothing to raise")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        m = Measurement(RunConfig(concurrency=2, requests=4, output_tokens="2", out=str(tmp_path / "e"),
+                                  calibrate=False, scrape=False))
+        res = asyncio.run(m.run())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert seen and seen[0] > low
+    assert res.run["fd_limit"]["raised_from"] == low and res.summary["completed"] == 4

@@ -46,6 +46,7 @@ def fake_rlimit(monkeypatch):
         monkeypatch.setattr(resource, "getrlimit", lim.get)
         monkeypatch.setattr(resource, "setrlimit", lim.set)
         monkeypatch.setattr(fdlimit, "open_fds", lambda: 10)
+        monkeypatch.setattr(fdlimit, "_first_soft", None)
         return lim
     return make
 

@@ -4,6 +4,8 @@ Tree (names as stored in ``RequestRecord.error_class``)::
 
     request error
     ├── connect_error          TCP/TLS connect failed, or reset before any response
+    ├── client_fd_limit        this client had no file descriptor left to connect (EMFILE/ENFILE,
+    │                          client.session): never the server's failure; the run is invalid
     ├── timeouts
     │   ├── connect_timeout    no connection within --connect-timeout
     │   ├── first_token_timeout no token within --first-token-timeout of the send
@@ -12,18 +14,13 @@ Tree (names as stored in ``RequestRecord.error_class``)::
     ├── http_4xx               other client errors (bad model name, too long a prompt, ...)
     ├── http_5xx               server errors, incl. an error object before the first token
     ├── stream_cut             the stream broke or ended unfinished (detail says before/after 1st token)
-    ├── malformed_response     not SSE/JSON we can read, or a response with no choices
-    └── client_fd_limit        this client ran out of file descriptors (EMFILE/ENFILE) connecting: never
-                               the server's failure, and a run with any is invalid (analysis.verdict)
+    └── malformed_response     not SSE/JSON we can read, or a response with no choices
 """
 
 from __future__ import annotations
 
-import errno
 import re
 from http import HTTPStatus
-
-import aiohttp
 
 AUTH_STATUSES = (401, 403)  # the server wants a (different) API key
 
@@ -59,32 +56,6 @@ def http_error_class(status: int) -> str:
     if status >= 500:
         return "http_5xx"
     return "malformed_response"  # 1xx/3xx (a redirect we did not follow) or a 2xx other than 200
-
-
-FD_ERRNOS = (errno.EMFILE, errno.ENFILE)  # "Too many open files" (this process / the whole system)
-
-
-def fd_exhausted(exc: BaseException) -> OSError | None:
-    """The EMFILE/ENFILE OSError in ``exc`` or the exceptions it was raised from (None when there is none)."""
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is s for s in seen) or len(seen) > 16:
-            continue
-        seen.append(e)
-        if isinstance(e, OSError) and e.errno in FD_ERRNOS:
-            return e
-        todo += [getattr(e, "os_error", None), e.__cause__, e.__context__]
-    return None
-
-
-class FdLimitError(aiohttp.ClientConnectorError):
-    """A connect failed because this client has no file descriptor left (class ``client_fd_limit``)."""
-
-    def detail(self) -> str:
-        return (f"this client ran out of file descriptors connecting to {self.host}:{self.port} "
-                f"({self.os_error.strerror or self.os_error}); raise `ulimit -n` or lower the concurrency")
 
 
 class RequestFailed(Exception):

@@ -26,7 +26,8 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
-from infermeter.client.errors import FdLimitError, RequestFailed, http_detail, http_error_class
+from infermeter.client.errors import RequestFailed, http_detail, http_error_class
+from infermeter.client.session import FdLimitError
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, RequestRecord
 

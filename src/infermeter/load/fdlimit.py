@@ -34,6 +34,7 @@ from infermeter.load.shapes import BaseShape
 FD_HEADROOM = 32  # descriptors besides the request sockets: scraper, GPU sampler, journal, pipes, loop
 FD_TARGET = 65536  # the soft limit is raised to this (or to what the run needs), never above the hard one
 PLAUSIBLE_LATENCY_S = 10.0  # how long an uncapped open loop's requests are assumed to stay in flight
+_first_soft: int | None = None  # the soft limit before this process first raised it
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,30 @@ def open_fds() -> int:
     return 0
 
 
+def raise_fd_limit(need: int = 0) -> int | None:
+    """Raise the soft RLIMIT_NOFILE to ``max(need, FD_TARGET)``, or as far toward that as the hard limit
+    allows; the soft limit it had when it was raised (None: not raised, already high enough or refused).
+    Processes started afterwards (worker processes, the embedded emulator) inherit it."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    inf = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = max(need, FD_TARGET) if hard == inf else min(hard, max(need, FD_TARGET))
+    if soft == inf or soft >= target:
+        return None
+    for value in dict.fromkeys((target, min(target, max(need, soft)))):  # macOS refuses more than OPEN_MAX
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (value, hard))
+        except (ValueError, OSError):
+            continue
+        global _first_soft
+        _first_soft = _first_soft or int(soft)
+        return int(soft)
+    return None
+
+
 def prepare_fd_limit(bound: InFlight, workers: int = 1) -> tuple[dict[str, Any], str | None]:
     """Raise the soft RLIMIT_NOFILE where allowed and check it against ``bound`` split over ``workers``
     processes: the ``fd_limit`` record for run.json and a warning, or a UserError when it cannot fit."""
@@ -83,20 +108,11 @@ def prepare_fd_limit(bound: InFlight, workers: int = 1) -> tuple[dict[str, Any],
     except ImportError:  # pragma: no cover - not POSIX
         return {"checked": False, "basis": "no RLIMIT_NOFILE on this system"}, None
     inf = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     per = math.ceil(bound.count / max(1, workers)) if bound.count else 0
     now = open_fds()
     need = per + now + FD_HEADROOM
-    raised_from = None
-    target = max(need, FD_TARGET) if hard == inf else min(hard, max(need, FD_TARGET))
-    if soft != inf and soft < target:
-        for value in dict.fromkeys((target, min(target, need))):  # macOS refuses more than OPEN_MAX
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (value, hard))
-            except (ValueError, OSError):
-                continue
-            raised_from, soft = soft, value
-            break
+    raised_from = raise_fd_limit(need) or _first_soft  # or an earlier raise in this process (the emulator's)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     info: dict[str, Any] = {"soft": None if soft == inf else soft, "hard": None if hard == inf else hard,
                             "raised_from": raised_from, "need": need, "in_flight": bound.count,
                             "workers": workers, "basis": bound.basis}

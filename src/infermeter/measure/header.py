@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from infermeter import __version__
-from infermeter.client.errors import AUTH_STATUSES, FdLimitError, auth_hint, http_detail
+from infermeter.client.errors import AUTH_STATUSES, auth_hint, http_detail
+from infermeter.client.session import FdLimitError
 from infermeter.errors import ConfigError, UserError
 from infermeter.load.fdlimit import in_flight_bound, prepare_fd_limit
 from infermeter.load.runner import Limits

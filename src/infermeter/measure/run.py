@@ -33,6 +33,7 @@ from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
+from infermeter.load.fdlimit import raise_fd_limit
 from infermeter.load.runner import Limits
 from infermeter.load.stats import LiveStats
 from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
@@ -130,6 +131,7 @@ class Measurement:
             if url is None:
                 from infermeter.engines.emulator.process import EmulatorProcess
 
+                raise_fd_limit()  # the embedded emulator holds a socket for each request too
                 url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
             if self.plan is not None:
                 from infermeter.measure.plans import measure_plan

@@ -39,6 +39,7 @@ NOT_STREAMED = "not streamed"
 # Error classes (records store these names, never free text; detail is separate).
 ERROR_CLASSES = (
     "connect_error",
+    "client_fd_limit",  # this client had no file descriptor left to connect (EMFILE): invalidates the run
     "connect_timeout",
     "first_token_timeout",
     "total_timeout",
@@ -47,7 +48,6 @@ ERROR_CLASSES = (
     "http_5xx",
     "stream_cut",  # the stream ended (or broke) after the first token, before completion
     "malformed_response",  # unparseable SSE/JSON, or a response with no tokens
-    "client_fd_limit",  # this client had no file descriptor left to connect (EMFILE): invalidates the run
 )
 
 
