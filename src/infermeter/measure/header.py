@@ -2,7 +2,10 @@
 
 Also the pre-run client capacity check (``load.calibrate``): it runs when the
 requested open-loop rate could come near this machine's limit, adds a notice
-when it does, and refuses the run with ``--strict``::
+when it does, and refuses the run with ``--strict``. And the other pre-run checks: the model
+(:func:`discover_model`: ``--model`` must be one ``/v1/models`` lists, when it lists any, else a
+one-line ConfigError with "did you mean") and the client's open-file limit (:func:`check_fd_limit`,
+``load.fdlimit``)::
 
     run = run_header(measurement, url, embedded, model, label, emulated, calibration)
     run["runtime"] = runtime(worker_stats)     # sums over workers, worst CPU
