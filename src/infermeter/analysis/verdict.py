@@ -6,14 +6,14 @@ so a rule added here holds everywhere. Findings carry a code, a severity and the
 
 invalid (the numbers do not measure the server under the load that was asked for):
 
+- ``client_fd_limit``: requests failed because this client ran out of file descriptors (EMFILE):
+  the load asked for was never offered, whatever the server could do;
 - ``schedule_lag``: open loop, p99 of (sent_at - intended_at) over ``LAG_P99_LIMIT_MS``;
 - ``achieved_rate``: open loop, send rate under ``MIN_RATE_RATIO`` of the rate this run's own
   schedule asked for (its intended send times, not the mean rate: a Poisson schedule of N
   requests differs from its mean by about 1/sqrt(N));
 - ``cap_held``: ``--max-concurrency`` held requests back past their send time;
-- ``no_completed``: nothing completed;
-- ``client_fd_limit``: requests failed because this client ran out of file descriptors (EMFILE):
-  the load asked for was never offered, whatever the server could do.
+- ``no_completed``: nothing completed.
 
 saturated (a warning that is never missed; docs/metrics.md "Saturation" says why a saturated
 run stays *valid*: its throughput is the server's capacity, measured correctly, while its

@@ -22,13 +22,15 @@ schedule indices (worker k of n takes ``idx % n == k``: see
 ``shift_s`` moves the schedule later on the run clock (a resumed soak run:
 run clock = schedule time + ``shift_s``; ``--duration`` counts schedule time).
 
+When the first ``EARLY_4XX`` requests to finish (before any succeeded) all failed with one and the
+same 4xx status (a wrong ``--model``: 404 "model does not exist"; not 408 or 429, which depend on
+the load), every request would too: the runner stops itself, ``stats.halted`` says so and
+``stats.extra["early_failure"]`` has the status, the detail and the count.
+
 A server that answers the first request to finish with HTTP 401 or 403 (before any request
 succeeded) wants an API key: every request would fail, so the runner stops itself and says why
 in ``stats.halted`` (``auth_failure`` has the status and the detail); a 401 after requests
-succeeded is recorded like any error. Likewise when the first ``EARLY_4XX`` requests to finish all
-failed with one and the same 4xx status (a wrong ``--model``: 404 "model does not exist"; not 408
-or 429, which depend on the load): ``stats.halted`` says so and ``early_failure`` has the status, the
-detail and the count.
+succeeded is recorded like any error.
 """
 
 from __future__ import annotations

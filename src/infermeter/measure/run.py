@@ -33,7 +33,6 @@ from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
 from infermeter.errors import ConfigError, UserError
-from infermeter.load.fdlimit import raise_fd_limit
 from infermeter.load.runner import Limits
 from infermeter.load.stats import LiveStats
 from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
@@ -92,8 +91,8 @@ class Measurement:
         self.launch = dict(launch) if launch else None
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
-        self.early_failure: dict[str, Any] | None = None  # the first requests all got one other 4xx
         self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
+        self.early_failure: dict[str, Any] | None = None  # the first requests all got one other 4xx
         self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
@@ -130,6 +129,7 @@ class Measurement:
             url = cfg.url
             if url is None:
                 from infermeter.engines.emulator.process import EmulatorProcess
+                from infermeter.load.fdlimit import raise_fd_limit
 
                 raise_fd_limit()  # the embedded emulator holds a socket for each request too
                 url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
@@ -281,8 +281,8 @@ class Measurement:
 
     def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
-        self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
         self.early_failure = self.early_failure or next((s["early_failure"] for s in stats if s.get("early_failure")), None)
+        self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
         return stats
 
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
