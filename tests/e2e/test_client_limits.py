@@ -186,3 +186,12 @@ def test_the_embedded_emulator_starts_under_the_raised_limit_too(tmp_path, monke
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert seen and seen[0] > low
     assert res.run["fd_limit"]["raised_from"] == low and res.summary["completed"] == 4
+
+
+def test_a_sweep_whose_throughput_step_cannot_fit_is_refused_before_its_first_step(emu, tmp_path):
+    out = tmp_path / "s"
+    p = _run(["--url", emu.base_url, "--load", "sweep", "--concurrency", "200", "--requests", "400",
+              "--output-tokens", "2", "--out", str(out), "--no-calibrate", "--no-scrape"], 64, 64)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "--concurrency 200" in p.stderr, p.stderr
+    assert not (out / "steps").exists()  # no step ran
