@@ -106,3 +106,11 @@ def test_long_requests_at_the_edges_of_a_short_run_are_not_a_lost_rate():
     backlog = [ok(i, i / 20, 0.1 + i * 0.05, 0.1 + i * 0.05 + float(e2e[i]) / 20) for i in range(200)]
     s2 = build_summary(records_to_table(backlog), run={"load": {"open_loop": True, "target_rate": 20.0}})
     assert s2.saturated is True and s2.saturation.rate_ratio == pytest.approx(0.5, abs=0.05)
+
+
+def test_requests_lost_to_the_clients_fd_limit_make_the_run_invalid():
+    clean = judge(Facts(completed=50, failed=3, errors={"connect_error": 3}))
+    assert clean.valid
+    v = judge(Facts(completed=50, failed=3, errors={"client_fd_limit": 2, "connect_error": 1}))
+    assert not v.valid and [f.code for f in v.findings if f.severity == "invalid"] == ["client_fd_limit"]
+    assert "2 requests" in v.invalid_reasons[0] and "file descriptors" in v.invalid_reasons[0]

@@ -480,7 +480,7 @@ class Accumulator:
             usage_implausible=self.usage_implausible,
             grace_s=(load.get("limits") or {}).get("grace_s") if isinstance(load.get("limits"), dict) else None,
             trend=blocks, trend_samples=self.trend.n, span_s=span, waiting_start=sm.get("num_requests_waiting_start"),
-            waiting_end=sm.get("num_requests_waiting_end"), run=run))
+            waiting_end=sm.get("num_requests_waiting_end"), errors=dict(self.errors), run=run))
         source = "server" if self.n_server == self.completed and self.completed else ("stream" if self.n_server == 0 else "mixed")
         exact = all(d.exact for d in self.dists.values())
         unfinished = self.cancelled + self.dropped
@@ -512,7 +512,8 @@ class Accumulator:
             usage_mismatches=self.mismatches, usage_implausible=self.usage_implausible,
             cached_prompt_tokens=None if self.cached is None else int(self.cached),
             server_metrics=run.get("server_metrics"), gpu=run.get("gpu"), alerts=list(run.get("alerts") or []),
-            client={k: runtime.get(k) for k in ("client_cpu", "cap_held", "max_in_flight") if k in runtime} or None,
+            client={**{k: runtime.get(k) for k in ("client_cpu", "cap_held", "max_in_flight") if k in runtime},
+                    **({"fd_limit": run["fd_limit"]} if run.get("fd_limit") else {})} or None,
             summary_method="exact" if exact else "streaming (" + SKETCH_METHOD + ")",
             windows=Windows(window_s=self.window_s, series=tuple(self.windows())) if self.window_s else None,
             # a simulated run's bands, fixed once by the simulation (it knows the twin's regime): run.json

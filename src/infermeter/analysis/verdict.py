@@ -6,6 +6,8 @@ so a rule added here holds everywhere. Findings carry a code, a severity and the
 
 invalid (the numbers do not measure the server under the load that was asked for):
 
+- ``client_fd_limit``: requests failed because this client ran out of file descriptors (EMFILE):
+  the load asked for was never offered, whatever the server could do;
 - ``schedule_lag``: open loop, p99 of (sent_at - intended_at) over ``LAG_P99_LIMIT_MS``;
 - ``achieved_rate``: open loop, send rate under ``MIN_RATE_RATIO`` of the rate this run's own
   schedule asked for (its intended send times, not the mean rate: a Poisson schedule of N
@@ -90,6 +92,7 @@ class Facts:
     span_s: float = 0.0  # intended span the trend covers
     waiting_start: float | None = None
     waiting_end: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # failed requests per error class
     run: dict[str, Any] = field(default_factory=dict)
 
 
@@ -116,6 +119,13 @@ def judge(f: Facts) -> Verdict:
     out: list[Finding] = []
     if f.completed == 0:
         out.append(Finding(code="no_completed", severity="invalid", message="no request completed successfully"))
+    fd = f.errors.get("client_fd_limit", 0)
+    if fd:
+        out.append(Finding(code="client_fd_limit", severity="invalid",
+                           message=f"{fd} requests failed in this client, which ran out of file descriptors "
+                                   "(EMFILE, 'Too many open files'): not the server's failure",
+                           evidence={"client_fd_limit": fd},
+                           fix="raise the open-file limit (ulimit -n), lower the concurrency, or use --workers N"))
     if f.open_loop:
         if f.lag_p99_ms is not None and f.lag_p99_ms > LAG_P99_LIMIT_MS:
             out.append(Finding(code="schedule_lag", severity="invalid",

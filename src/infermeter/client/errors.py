@@ -4,6 +4,8 @@ Tree (names as stored in ``RequestRecord.error_class``)::
 
     request error
     ├── connect_error          TCP/TLS connect failed, or reset before any response
+    ├── client_fd_limit        this client had no file descriptor left to connect (EMFILE/ENFILE,
+    │                          client.session): never the server's failure; the run is invalid
     ├── timeouts
     │   ├── connect_timeout    no connection within --connect-timeout
     │   ├── first_token_timeout no token within --first-token-timeout of the send

@@ -44,6 +44,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.client.errors import RequestFailed, http_detail, http_error_class
+from infermeter.client.session import FdLimitError
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
 
@@ -298,6 +299,8 @@ class OpenAIClient:
                 self._fail(rec, "first_token_timeout", f"no token within {c.first_token_timeout_s:g} s")
             else:
                 self._fail(rec, "total_timeout", f"not finished within {c.total_timeout_s:g} s")
+        except FdLimitError as exc:  # this client's own limit, not the server's refusal (client.session)
+            self._fail(rec, "client_fd_limit", exc.detail())
         except aiohttp.ClientConnectorError as exc:
             self._fail(rec, "connect_error", f"cannot connect to {self.config.base_url}: {exc.os_error}")
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:

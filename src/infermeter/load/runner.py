@@ -22,6 +22,11 @@ schedule indices (worker k of n takes ``idx % n == k``: see
 ``shift_s`` moves the schedule later on the run clock (a resumed soak run:
 run clock = schedule time + ``shift_s``; ``--duration`` counts schedule time).
 
+When the first ``EARLY_4XX`` requests to finish (before any succeeded) all failed with one and the
+same 4xx status (a wrong ``--model``: 404 "model does not exist"; not 408 or 429, which depend on
+the load), every request would too: the runner stops itself, ``stats.halted`` says so and
+``stats.extra["early_failure"]`` has the status, the detail and the count.
+
 A server that answers the first request to finish with HTTP 401 or 403 (before any request
 succeeded) wants an API key: every request would fail, so the runner stops itself and says why
 in ``stats.halted`` (``auth_failure`` has the status and the detail); a 401 after requests
@@ -45,6 +50,8 @@ from infermeter.load.stats import LiveStats
 from infermeter.records.record import RequestRecord
 
 CAP_HELD_S = 0.010
+EARLY_4XX = 8  # the first requests to finish, all refused with one 4xx: every request would be
+LOAD_4XX = (408, 429)  # 4xx statuses that depend on the load, never a reason to stop
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,7 @@ class Runner:
         self._sem = asyncio.Semaphore(limits.max_concurrency) if limits.max_concurrency else None
         self._total = None if limits.requests is None else limits.requests + limits.warmup
         self._ok_seen = False
+        self._early: list[int | None] = []  # statuses of the first requests to finish, while all failed
 
     def stop(self) -> None:
         """Stop sending (Ctrl-C); in-flight requests are cancelled and recorded as such."""
@@ -129,6 +137,13 @@ class Runner:
               and self.stats.halted is None):
             self.stats.extra["auth_failure"] = {"status": rec.http_status, "detail": rec.error_detail}
             self.halt(f"HTTP {rec.http_status} on the first requests")
+        if rec.outcome == "error" and not self._ok_seen and len(self._early) < EARLY_4XX:
+            self._early.append(rec.http_status)
+            first = self._early[0]
+            if (len(self._early) == EARLY_4XX and first is not None and 400 <= first < 500 and first not in LOAD_4XX
+                    and all(s == first for s in self._early) and self.stats.halted is None):
+                self.stats.extra["early_failure"] = {"status": first, "detail": rec.error_detail, "count": EARLY_4XX}
+                self.halt(f"HTTP {first} on the first {EARLY_4XX} requests")
 
     # -- one request ---------------------------------------------------------------------------
     async def _one(self, idx: int, spec: Any, intended: float) -> None:

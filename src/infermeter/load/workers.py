@@ -175,7 +175,8 @@ class WorkerRun:
             finally:
                 if self.sink is None:
                     journal.close()
-        return {"worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
+        return {"early_failure": stats.extra.get("early_failure"),
+                "worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
                 "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
                 "auth_failure": stats.extra.get("auth_failure")}

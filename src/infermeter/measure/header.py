@@ -2,7 +2,10 @@
 
 Also the pre-run client capacity check (``load.calibrate``): it runs when the
 requested open-loop rate could come near this machine's limit, adds a notice
-when it does, and refuses the run with ``--strict``::
+when it does, and refuses the run with ``--strict``. And the other pre-run checks: the model
+(:func:`discover_model`: ``--model`` must be one ``/v1/models`` lists, when it lists any, else a
+one-line ConfigError with "did you mean") and the client's open-file limit (:func:`check_fd_limit`,
+``load.fdlimit``)::
 
     run = run_header(measurement, url, embedded, model, label, emulated, calibration)
     run["runtime"] = runtime(worker_stats)     # sums over workers, worst CPU
@@ -10,6 +13,7 @@ when it does, and refuses the run with ``--strict``::
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 import platform
@@ -24,8 +28,12 @@ import aiohttp
 
 from infermeter import __version__
 from infermeter.client.errors import AUTH_STATUSES, auth_hint, http_detail
-from infermeter.errors import UserError
+from infermeter.client.session import FdLimitError
+from infermeter.errors import ConfigError, UserError
+from infermeter.load.fdlimit import in_flight_bound, prepare_fd_limit
+from infermeter.load.runner import Limits
 from infermeter.load.shapes import BaseShape
+from infermeter.load.workers import effective_workers
 from infermeter.measure.capacity import calibrate, capacity_warning, worth_calibrating
 from infermeter.measure.config import RunConfig, requested_rate
 from infermeter.records.header import RunHeader
@@ -55,10 +63,40 @@ def host_info() -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "loadavg": load, "clock": "time.perf_counter (monotonic)"}
 
 
-async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """First model id from /v1/models (None when the server has no such endpoint).
+async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                         wanted: str | None = None) -> tuple[str | None, dict[str, Any]]:
+    """First model id from /v1/models (None when the server has no such endpoint), or ``wanted``
+    (``--model``) once :func:`check_model` found the server serves it, with its entry.
 
     A 401/403 there is a UserError naming the status and what to pass: every request would fail."""
+    models = await _served_models(session, url, headers)
+    if wanted is not None:
+        check_model(wanted, models, url)
+        return wanted, next((m for m in models if m["id"] == wanted), {})
+    return (str(models[0]["id"]), models[0]) if models else (None, {})
+
+
+def check_model(wanted: str, models: list[dict[str, Any]], url: str) -> None:
+    """A ConfigError (one line, with "did you mean") when the server lists models and ``wanted`` is not
+    one of them: every request would fail ("The model ... does not exist"). A server that lists none,
+    or lists a wildcard route (a gateway's ``openai/*``), is not judged."""
+    ids = [str(m["id"]) for m in models]
+    if not ids or wanted in ids or any("*" in i for i in ids):
+        return
+    names: dict[str, str] = {}  # lower-cased id, and its last path part, -> the id
+    for i in ids:
+        names.setdefault(i.lower(), i)
+        names.setdefault(i.rsplit("/", 1)[-1].lower(), i)
+    near = difflib.get_close_matches(wanted.lower(), list(names), n=1, cutoff=0.6) or difflib.get_close_matches(
+        wanted.rsplit("/", 1)[-1].lower(), list(names), n=1, cutoff=0.6)
+    shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    hint = f"did you mean {names[near[0]]!r}? " if near else ""
+    raise ConfigError(f"--model {wanted!r}: {url}/v1/models does not list it, so every request would fail; "
+                      f"{hint}the server lists {shown}")
+
+
+async def _served_models(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """The entries of /v1/models that have an id ([] when the server has no such endpoint)."""
     refused: tuple[int, str] | None = None
     try:
         async with session.get(url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
@@ -66,20 +104,22 @@ async def discover_model(session: aiohttp.ClientSession, url: str, headers: dict
                 refused = (r.status, "")  # kept even if reading the body fails
                 refused = (r.status, (await r.content.read(512)).decode("utf-8", "replace"))
             elif r.status != 200:
-                return None, {}
+                return []
             else:
                 body = await r.json(content_type=None)
+    except FdLimitError as exc:
+        raise UserError(f"{url}/v1/models: {exc.detail()}") from None
     except aiohttp.ClientConnectorError as exc:
         raise UserError(f"cannot reach {url}: {exc.os_error or exc}") from None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         if refused is None:
-            return None, {}
+            return []
     if refused is not None:  # raised here, not inside the response: closing it must not hide the error
         raise UserError(f"{url}/v1/models: {http_detail(*refused)}; {auth_hint(refused[0], 'Authorization' in headers)}")
     data = body.get("data") if isinstance(body, dict) else None
-    if isinstance(data, list) and data and isinstance(data[0], dict) and data[0].get("id"):
-        return str(data[0]["id"]), data[0]
-    return None, {}
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or not data[0].get("id"):
+        return []  # as before: a first entry without an id means the list is not read
+    return [m for m in data if isinstance(m, dict) and m.get("id") and isinstance(m["id"], (str, int))]
 
 
 def build_header(cfg: RunConfig, shape: BaseShape, workload_info: dict[str, Any], *, source: str, label: str,
@@ -190,6 +230,19 @@ def check_samples(cfg: RunConfig, shape: BaseShape | None, notices: list[str], n
         notices.append(w)
         notify(w)
     return found
+
+
+def check_fd_limit(cfg: RunConfig, shape: BaseShape, notices: list[str], notify: Any) -> dict[str, Any]:
+    """Raise this client's open-file limit where allowed and refuse a run it cannot hold (``load.fdlimit``);
+    the ``fd_limit`` block of run.json. A Ray run's actors hold their sockets on their own hosts: not checked."""
+    if cfg.ray is not None:
+        return {"checked": False, "basis": "Ray actors hold the sockets on their own hosts"}
+    limits = Limits(requests=cfg.requests, warmup=cfg.warmup, max_concurrency=cfg.max_concurrency)
+    info, warning = prepare_fd_limit(in_flight_bound(shape, limits), effective_workers(shape, cfg.workers))
+    if warning:
+        notices.append(warning)
+        notify(warning)
+    return info
 
 
 async def check_capacity(m: Any, calibration: dict[str, Any] | None, notices: list[str]) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.shapes import ConstantConcurrency
 from infermeter.load.steps import Step, plan_summary, replay_plan, run_plan
 from infermeter.measure.config import THROUGHPUT_CONCURRENCY, RunConfig, build_plan
-from infermeter.measure.header import check_samples, default_label, default_out_dir, discover_model
+from infermeter.measure.header import check_fd_limit, check_samples, default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
 
@@ -53,7 +53,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     assert plan is not None
     async with make_session(connect_timeout_s=cfg.connect_timeout_s) as session:
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        model = cfg.model or (await discover_model(session, url, headers))[0]
+        model = (await discover_model(session, url, headers, wanted=cfg.model))[0]
     if not model:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
     label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())
@@ -67,6 +67,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     throughput = ConstantConcurrency(concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY) if cfg.load == "sweep" else None
     plan_notices: list[str] = []
     check_samples(cfg, throughput, plan_notices, lambda w: m.notify(w) if "--slo-percentile" in w else None)
+    if throughput is not None:  # the sweep's throughput step is its most streams: refused now, not at that step
+        check_fd_limit(cfg, throughput, [], lambda w: None)
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
     header: dict[str, Any] = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",

@@ -48,6 +48,7 @@ from infermeter.measure.config import (
 )
 from infermeter.measure.header import (
     check_capacity,
+    check_fd_limit,
     check_samples,
     default_label,
     default_out_dir,
@@ -91,6 +92,7 @@ class Measurement:
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
         self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
+        self.early_failure: dict[str, Any] | None = None  # the first requests all got one other 4xx
         self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
         self._active: Any = None  # what stop() must reach: a worker, a pool, a step's Measurement
         self.clock: Callable[[], float] = aligned_clock(time.time())
@@ -127,7 +129,9 @@ class Measurement:
             url = cfg.url
             if url is None:
                 from infermeter.engines.emulator.process import EmulatorProcess
+                from infermeter.load.fdlimit import raise_fd_limit
 
+                raise_fd_limit()  # the embedded emulator holds a socket for each request too
                 url = stack.enter_context(EmulatorProcess(list(cfg.emulator_args))).base_url
             if self.plan is not None:
                 from infermeter.measure.plans import measure_plan
@@ -141,7 +145,7 @@ class Measurement:
         assert self.shape is not None
         async with make_session(connect_timeout_s=cfg.connect_timeout_s, max_connections=0) as session:
             headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-            model, model_info = await discover_model(session, url, headers)
+            model, model_info = await discover_model(session, url, headers, wanted=cfg.model)
             model = cfg.model or model
             if not model:
                 raise UserError(f"{url}/v1/models gave no model id; pass --model")
@@ -155,6 +159,7 @@ class Measurement:
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
             few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
+            fd_limit = check_fd_limit(cfg, self.shape, notices, self.notify)
             run_dir.mkdir(parents=True, exist_ok=True)
             if self.resume_dir is not None:
                 run = store.read_json(run_dir / store.RUN) | {"config": cfg.public()}
@@ -162,6 +167,7 @@ class Measurement:
                 run = run_header(self, url, embedded, model, label, emulated, calibration)
             if notices:
                 run["notices"] = notices
+            run["fd_limit"] = fd_limit
             store.write_json(run_dir / store.RUN, run)
             client = ClientConfig(base_url=url, model=model, api=cfg.api, api_key=cfg.api_key, ignore_eos=cfg.ignore_eos,
                                   temperature=cfg.temperature, extra_body=cfg.extra_body,
@@ -211,6 +217,11 @@ class Measurement:
             raise UserError(f"{url}: {fail.get('detail') or 'HTTP ' + str(fail.get('status'))} on the first requests; "
                             f"{auth_hint(int(fail.get('status') or 401), bool(cfg.api_key))} "
                             f"(run stopped; {summary['failed']} failed requests recorded in {run_dir})")
+        if self.early_failure:
+            fail = self.early_failure
+            raise UserError(f"{url}: the first {fail.get('count')} requests to finish all failed with "
+                            f"{fail.get('detail') or 'HTTP ' + str(fail.get('status'))} (run stopped; "
+                            f"{summary['failed']} failed requests recorded in {run_dir})")
         if cfg.history:
             self._index(run_dir)
         return RunResult(run_dir=run_dir, summary=summary, run=run)
@@ -270,6 +281,7 @@ class Measurement:
 
     def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
+        self.early_failure = self.early_failure or next((s["early_failure"] for s in stats if s.get("early_failure")), None)
         self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
         return stats
 

@@ -45,6 +45,7 @@ REJECTED = "rejected"
 # Error classes (records store these names, never free text; detail is separate).
 ERROR_CLASSES = (
     "connect_error",
+    "client_fd_limit",  # this client had no file descriptor left to connect (EMFILE): invalidates the run
     "connect_timeout",
     "first_token_timeout",
     "total_timeout",
