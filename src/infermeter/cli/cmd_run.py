@@ -74,6 +74,11 @@ def register(app: typer.Typer) -> None:
         def notify(msg: str) -> None:
             console.print(f"[yellow]{msg}[/]", highlight=False)
 
+        if calibrate_twin is not None:
+            from infermeter.records.outputs import output_file
+
+            output_file(calibrate_twin, "--calibrate-twin")  # before the run, not after it
+
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
             _finish(_measure(measurement, console, every), out_console, as_json, measurement, console,
