@@ -234,3 +234,18 @@ def test_writability_is_proved_by_writing_not_by_os_access(tmp_path):
         outputs.output_file(f / "cal.yaml")
     assert outputs.output_file(tmp_path / "new" / "cal.yaml") == tmp_path / "new" / "cal.yaml"
     assert not any(p.name.startswith(".infermeter-probe") for p in (tmp_path / "new").iterdir())
+
+
+def test_a_default_folder_that_is_taken_gives_the_next_free_name_a_named_one_is_refused(tmp_path):
+    base = tmp_path / "results" / "20260101T000000Z-run"
+    with outputs.claim_run_dir(base, fresh=True) as first:
+        (first / store.JOURNAL).write_text("")
+        with outputs.claim_run_dir(base, fresh=True) as second:
+            assert second == base.with_name(base.name + "-2")
+            with pytest.raises(outputs.RunDirTaken, match="is writing to it"):
+                with outputs.claim_run_dir(second):
+                    pass
+    assert first == base and (base / store.JOURNAL).exists() and not second.exists()
+    with pytest.raises(outputs.RunDirTaken, match="already holds a run"):
+        with outputs.claim_run_dir(base):
+            pass

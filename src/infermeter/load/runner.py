@@ -164,7 +164,7 @@ class Runner:
             rec.outcome = "cancelled" if rec.sent_at is not None else "dropped"
             rec.error_class = None
             rec.ended_at = self.clock() if rec.sent_at is not None else None
-        except Exception as exc:  # noqa: BLE001 - the client records failures itself; whatever escaped it is this request's
+        except Exception as exc:  # noqa: BLE001 - the client records failures; what escaped it is this request's
             rec.outcome, rec.error_class = "error", "client_error"
             rec.error_detail = f"{type(exc).__name__}: {exc}"[:300]
             rec.ended_at = self.clock()
@@ -180,8 +180,8 @@ class Runner:
         try:
             self.on_record(rec)
         except OSError as exc:
-            self.stats.extra["write_failure"] = {"path": exc.filename, "errno": exc.errno, "error": exc.strerror or str(exc),
-                                                 "unwritten": 1}
+            self.stats.extra["write_failure"] = {"path": exc.filename, "errno": exc.errno,
+                                                 "error": exc.strerror or str(exc), "unwritten": 1}
             where = f" to {exc.filename}" if exc.filename else ""
             self.halt(f"records cannot be written{where}: {exc.strerror or exc}")
 

@@ -59,7 +59,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
     label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())
     run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
-    m._claims.enter_context(claim_run_dir(run_dir))  # one plan per --out, never two merged (Measurement.run releases it)
+    # one plan per --out, never two merged (Measurement.run frees it)
+    run_dir = m._claims.enter_context(claim_run_dir(run_dir, fresh=not cfg.out))
     # known before any step runs: enough requests for the SLO percentile and for the throughput step
     # (--strict refuses here; the steps say their own warnings, the plan says the SLO's)
     throughput = ConstantConcurrency(concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY) if cfg.load == "sweep" else None

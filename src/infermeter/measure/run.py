@@ -162,7 +162,7 @@ class Measurement:
             label = cfg.label or default_label(model, url, embedded, self.shape, self.workload.describe())
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
             if self.resume_dir is None:  # atomic: of two runs started together into one --out, one is refused
-                self._claims.enter_context(claim_run_dir(run_dir))
+                run_dir = self._claims.enter_context(claim_run_dir(run_dir, fresh=not cfg.out))
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
             few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
@@ -338,7 +338,7 @@ class Measurement:
         from infermeter.load.workers import merge_records, worker_tables
 
         cfg = self.cfg
-        complete = not run["runtime"].get("interrupted") and cfg.duration_s is None
+        complete = not run["runtime"].get("interrupted") and not run["runtime"].get("halted") and cfg.duration_s is None
         expected = cfg.requests + cfg.warmup if complete and cfg.requests is not None else None
         table, report = merge_records(worker_tables(run_dir, n), expected)
         run["runtime"]["merge"] = report

@@ -190,8 +190,9 @@ class SimPlan:
         out, label = self.out_dir()
         if resume is not None:
             return self._run(out, label, progress, resume)
-        with claim_run_dir(out, files=(store.SUMMARY,)):  # writable, and one simulation per --out at a time
-            return self._run(out, label, progress, resume)
+        # writable, and one simulation per --out at a time (a default folder taken: the next free name)
+        with claim_run_dir(out, files=(store.SUMMARY,), fresh=not self.cfg.out) as claimed:
+            return self._run(claimed, label, progress, resume)
 
     def _run(self, out: Path, label: str, progress: Any, resume: dict[str, Any] | None) -> SimulationResult:
         cfg = self.cfg

@@ -7,6 +7,7 @@ traceback after::
     out = output_dir(Path("results/x"))              # made (with parents) and proved writable
     path = output_file(Path("cal.yaml"))              # its folder likewise; not a folder itself
     with claim_run_dir(Path("results/x")) as d: ...  # one run at a time, never two merged
+    with claim_run_dir(default, fresh=True) as d: ...  # a default folder: results/x-2 when results/x is taken
 
 Writability is proved by writing (creating and removing a probe file), never by ``os.access``:
 root passes ``os.access`` on a folder of mode 0o555 (and can indeed write there), and no mode check
@@ -78,11 +79,33 @@ def holds_run(path: Path, files: Iterable[str] = RUN_FILES) -> bool:
     return any((Path(path) / f).exists() for f in files)
 
 
+class RunDirTaken(OutputError):
+    """The run directory is held by another run, or already holds one."""
+
+
 @contextmanager
-def claim_run_dir(path: Path, flag: str = "--out", files: Iterable[str] = RUN_FILES) -> Iterator[Path]:
-    """Hold ``path`` for one run (see the module docstring): an OutputError when another process holds it,
-    when it already holds a run, or when it cannot be written."""
+def claim_run_dir(path: Path, flag: str = "--out", files: Iterable[str] = RUN_FILES,
+                  fresh: bool = False) -> Iterator[Path]:
+    """Hold ``path`` for one run (see the module docstring) and yield it: an OutputError when it cannot be
+    written, a :class:`RunDirTaken` when another process holds it or it already holds a run. ``fresh`` (a
+    default folder, not one the user named): take ``path-2``, ``path-3``, ... instead of a taken one."""
     path = Path(path)
+    for k in range(1, 101 if fresh else 2):
+        candidate = path if k == 1 else path.with_name(f"{path.name}-{k}")
+        try:
+            made = _claim(candidate, flag, files)
+            break
+        except RunDirTaken:
+            if not fresh or k == 100:
+                raise
+    try:
+        yield candidate
+    finally:
+        _release(candidate, made)
+
+
+def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
+    """Claim ``path``; whether it was made for the claim."""
     if path.exists() and not path.is_dir():
         raise OutputError(f"{flag} {path}: is a file, not a folder")
     made = not path.exists()
@@ -90,7 +113,7 @@ def claim_run_dir(path: Path, flag: str = "--out", files: Iterable[str] = RUN_FI
         path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise OutputError(f"{flag} {path}: {_holder(path / LOCK)}; choose another directory") from None
+        raise RunDirTaken(f"{flag} {path}: {_holder(path / LOCK)}; choose another directory") from None
     except OSError as exc:
         raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
     try:
@@ -99,17 +122,14 @@ def claim_run_dir(path: Path, flag: str = "--out", files: Iterable[str] = RUN_FI
         finally:
             os.close(fd)
         if holds_run(path, files):
-            raise OutputError(f"{flag} {path}: already holds a run; choose another directory")
+            raise RunDirTaken(f"{flag} {path}: already holds a run; choose another directory")
     except OSError as exc:
         _release(path, made)
         raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
     except BaseException:
         _release(path, made)
         raise
-    try:
-        yield path
-    finally:
-        _release(path, made)
+    return made
 
 
 def _holder(lock: Path) -> str:

@@ -79,8 +79,8 @@ def salvage_row(row: dict[str, Any], exc: BaseException | None = None) -> dict[s
         out["request_id"] = -1
     was = row.get("error_class") if isinstance(row.get("error_class"), str) else None
     why = ", ".join(bad) or (f"{type(exc).__name__}: {exc}" if exc is not None else "unknown")
-    out |= {"outcome": "error", "error_class": RECORD_ERROR,
-            "error_detail": (f"record not storable as measured ({why})" + (f"; it had failed: {was}" if was else ""))[:300]}
+    detail = f"record not storable as measured ({why})" + (f"; it had failed: {was}" if was else "")
+    out |= {"outcome": "error", "error_class": RECORD_ERROR, "error_detail": detail[:300]}
     return out
 
 
