@@ -48,11 +48,12 @@ def _one_error_line(stderr: str) -> str:
     return errors[0]
 
 
-def test_a_full_disk_stops_the_run_once_keeps_and_summarises_what_was_written(emulator, tmp_path):
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_full_disk_stops_the_run_once_keeps_and_summarises_what_was_written(emulator, tmp_path, as_json):
     out = tmp_path / "r"
     p = subprocess.run([sys.executable, "-c", FULL_DISK, "run", "--url", emulator.base_url, "--model",
                         "infermeter-emulator", "--concurrency", "4", "--requests", "400", "--output-tokens", "4",
-                        "--out", str(out), "--progress-every", "0"],
+                        "--out", str(out), "--progress-every", "0", *(["--json"] if as_json else [])],
                        capture_output=True, text=True, timeout=300, env=_env(FULL_AFTER="50"))
     assert p.returncode == 4, p.stderr
     line = _one_error_line(p.stderr)
@@ -60,7 +61,10 @@ def test_a_full_disk_stops_the_run_once_keeps_and_summarises_what_was_written(em
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scheduled"] == 50 and summary["completed"] == 50  # the 50 records written, summarised
     assert any(w.startswith("write_failed") for w in summary["warnings"])
-    assert "50 ok" in p.stdout  # the summary of what was written is shown, then the one line
+    if as_json:  # the summary of what was written is shown, then the one line
+        assert json.loads(p.stdout)["scheduled"] == 50
+    else:
+        assert "50 ok" in p.stdout
     table = pq.read_table(out / "requests.parquet")
     ids = table.column("request_id").to_pylist()
     assert len(ids) == 50 == len(set(ids))

@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
 
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(_measure(measurement, console, every), out_console, as_json, measurement, console,
+            _finish(_measure(measurement, console, every, as_json), out_console, as_json, measurement, console,
                     calibrate_twin)
             return
         try:
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(_measure(measurement, console, every), out_console, as_json, measurement, console,
+        _finish(_measure(measurement, console, every, as_json), out_console, as_json, measurement, console,
                 calibrate_twin)
 
 
@@ -181,7 +181,7 @@ def progress_line(snap: dict[str, Any], elapsed: float, total: int | None) -> st
             + f", {snap['errors']} errors, {elapsed:.0f} s")
 
 
-def _measure(measurement: Measurement, console: Console, every: float) -> RunResult:
+def _measure(measurement: Measurement, console: Console, every: float, as_json: bool = False) -> RunResult:
     """The run, with the summary of what was written shown when a failed write stopped it (then the one line)."""
     from infermeter.errors import ResultsWriteError
 
@@ -189,7 +189,10 @@ def _measure(measurement: Measurement, console: Console, every: float) -> RunRes
         return asyncio.run(_run_with_progress(measurement, console, every))
     except ResultsWriteError as exc:
         if exc.summary is not None:
-            Console().print(summary_table(exc.summary, None))
+            if as_json:
+                print(json.dumps(exc.summary, indent=2))
+            else:
+                Console().print(summary_table(exc.summary, None))
         raise
 
 

@@ -310,9 +310,9 @@ class Measurement:
         else:
             held = f"kept and summarised in {run_dir / store.SUMMARY}"
         lost = f"; {f['unwritten']:,} that ended after the failure have no record" if f.get("unwritten") else ""
+        count = f"{kept:,} " if isinstance(kept, int) else ""
         return ResultsWriteError(f"{run_dir}: records cannot be written: {f.get('error')}{where}; the run stopped "
-                                 f"sending. The {kept if kept is not None else 'written':,} records written are {held}"
-                                 f"{lost}", summary)
+                                 f"sending. The {count}records written are {held}{lost}", summary)
 
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
         """Records -> requests.parquet: the journal, or the workers' journals merged exactly. After a failed
