@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit the twin of one deployment (step time, front end, KV capacity) to its measured runs; write a calibration file."""
         from infermeter.measure.calibrate import calibrate
+        from infermeter.records.outputs import output_file
 
+        output_file(out)  # before the fit: a file that cannot be written is one line, not a lost fit
         cal = calibrate(run_dirs, engine=engine, hardware=hardware, max_num_seqs=max_num_seqs,
                         max_num_batched_tokens=max_num_batched_tokens, kv_capacity_tokens=kv_capacity_tokens,
                         check=check, model_spec=model_spec)

@@ -38,6 +38,9 @@ def register(app: typer.Typer) -> None:
                 status = (done.get(c.key) or {}).get("status", "todo")
                 print(f"{c.key:50s} {status:12s} {c.config.load or 'single'}")
             return
+        from infermeter.records.outputs import output_dir
+
+        output_dir(out_dir)
         runner = CampaignRunner(camp, out_dir, notify=lambda s: err.print(s, highlight=False), restart=restart)
         report = runner.run()
         if as_json:

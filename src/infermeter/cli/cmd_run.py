@@ -74,9 +74,14 @@ def register(app: typer.Typer) -> None:
         def notify(msg: str) -> None:
             console.print(f"[yellow]{msg}[/]", highlight=False)
 
+        if calibrate_twin is not None:
+            from infermeter.records.outputs import output_file
+
+            output_file(calibrate_twin, "--calibrate-twin")  # before the run, not after it
+
         if resume is not None:
             measurement = Measurement.resume(resume, api_key=values.get("api_key"), notify=notify)
-            _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console,
+            _finish(_measure(measurement, console, every, as_json), out_console, as_json, measurement, console,
                     calibrate_twin)
             return
         try:
@@ -86,7 +91,7 @@ def register(app: typer.Typer) -> None:
         measurement = Measurement(cfg, notify=notify)
         if cfg.url is None:
             console.print("[cyan]no --url: measuring infermeter's embedded emulator on 127.0.0.1[/]")
-        _finish(asyncio.run(_run_with_progress(measurement, console, every)), out_console, as_json, measurement, console,
+        _finish(_measure(measurement, console, every, as_json), out_console, as_json, measurement, console,
                 calibrate_twin)
 
 
@@ -174,6 +179,21 @@ def progress_line(snap: dict[str, Any], elapsed: float, total: int | None) -> st
     return (f"progress: {done} done, {snap['in_flight']} in flight, {snap['req_per_s']:.2f} req/s, "
             f"{snap['out_tok_per_s']:.0f} out tok/s, TTFT p50 " + ("–" if ttft is None else f"{ttft:.1f} ms")
             + f", {snap['errors']} errors, {elapsed:.0f} s")
+
+
+def _measure(measurement: Measurement, console: Console, every: float, as_json: bool = False) -> RunResult:
+    """The run, with the summary of what was written shown when a failed write stopped it (then the one line)."""
+    from infermeter.errors import ResultsWriteError
+
+    try:
+        return asyncio.run(_run_with_progress(measurement, console, every))
+    except ResultsWriteError as exc:
+        if exc.summary is not None:
+            if as_json:
+                print(json.dumps(exc.summary, indent=2))
+            else:
+                Console().print(summary_table(exc.summary, None))
+        raise
 
 
 async def _run_with_progress(measurement: Measurement, console: Console, every: float = 10.0) -> RunResult:

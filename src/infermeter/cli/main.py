@@ -4,7 +4,10 @@ Each ``infermeter.cli.cmd_*`` module defines ``register(app)`` and adds its
 command(s); this module discovers them, so adding a command never edits a
 shared file. ``main()`` turns :class:`infermeter.errors.UserError` into a
 one-line message and exit code 2, and Ctrl-C into "interrupted" and exit code 130
-(:mod:`infermeter.cli.interrupt`).
+(:mod:`infermeter.cli.interrupt`). Results that could not be written part-way
+(:class:`infermeter.errors.ResultsWriteError`, or a file's ``OSError`` of a full or failing disk) are
+one line and exit code 4; any other file's ``OSError`` (read-only, a file where a folder should be)
+one line naming the path and exit code 2.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from infermeter import __version__
 from infermeter.cli import interrupt
 from infermeter.cli.help import App
-from infermeter.errors import UserError
+from infermeter.errors import WRITE_FAILED_EXIT, ResultsWriteError, UserError
 
 app = App(
     name="infermeter",
@@ -63,6 +67,18 @@ def main() -> None:
     except UserError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except ResultsWriteError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(WRITE_FAILED_EXIT)
+    except OSError as exc:  # a file that cannot be written (or read): one line naming it, never a traceback
+        if exc.filename is None:
+            raise
+        from infermeter.records.outputs import DISK_ERRNOS, why
+
+        disk = exc.errno in DISK_ERRNOS
+        err.print(f"[bold red]error:[/] {escape(str(exc.filename))}: {escape(why(exc))}"
+                  + ("; what was written before is kept" if disk else ""), highlight=False, soft_wrap=True)
+        sys.exit(WRITE_FAILED_EXIT if disk else 2)
     except SystemExit as exc:
         if exc.code in (130, 143) and not interrupt.announced:
             err.print("[yellow]interrupted[/]: stopped before it finished", highlight=False)

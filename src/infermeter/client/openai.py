@@ -253,10 +253,16 @@ class OpenAIClient:
         """Send ``spec`` and fill ``rec`` in place (timestamps, tokens, outcome)."""
         c = self.config
         clock = self.clock
-        data = body if body is not None else self.body(spec)
         rec.requested_output_tokens = spec.max_tokens
         rec.requested_input_tokens = spec.input_tokens
         tally = StreamTally()
+        try:
+            data = body if body is not None else self.body(spec)
+        except (UnicodeError, TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in a prompt
+            self._fail(rec, "request_encoding_error", f"request not sent: its body cannot be encoded "
+                                                      f"({type(exc).__name__}: {exc})"[:300])
+            self._finish_tokens(rec, tally)
+            return
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline_first = start + c.first_token_timeout_s if c.first_token_timeout_s else None

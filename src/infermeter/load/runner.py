@@ -31,6 +31,12 @@ A server that answers the first request to finish with HTTP 401 or 403 (before a
 succeeded) wants an API key: every request would fail, so the runner stops itself and says why
 in ``stats.halted`` (``auth_failure`` has the status and the detail); a 401 after requests
 succeeded is recorded like any error.
+
+A record that cannot be written (``on_record`` raises ``OSError``: disk full, I/O error, a
+read-only file system) stops the run at once, the same way, once: ``stats.halted`` says why,
+``stats.extra["write_failure"]`` has the file, the error and how many records did not reach it
+(this one and those that ended after it). An exception that escapes ``send`` is that request's
+failure (``error`` / ``client_error``, naming the exception), never a lost record.
 """
 
 from __future__ import annotations
@@ -173,9 +179,26 @@ class Runner:
             rec.outcome = "cancelled" if rec.sent_at is not None else "dropped"
             rec.error_class = None
             rec.ended_at = self.clock() if rec.sent_at is not None else None
+        except Exception as exc:  # noqa: BLE001 - the client records failures; what escaped it is this request's
+            rec.outcome, rec.error_class = "error", "client_error"
+            rec.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+            rec.ended_at = self.clock()
         self._check_auth(rec)
         self.live.add(rec)
-        self.on_record(rec)
+        self._record(rec)
+
+    def _record(self, rec: RequestRecord) -> None:
+        failure = self.stats.extra.get("write_failure")
+        if failure is not None:  # the journal failed: nothing more can reach it; count what is missing
+            failure["unwritten"] += 1
+            return
+        try:
+            self.on_record(rec)
+        except OSError as exc:
+            self.stats.extra["write_failure"] = {"path": exc.filename, "errno": exc.errno,
+                                                 "error": exc.strerror or str(exc), "unwritten": 1}
+            where = f" to {exc.filename}" if exc.filename else ""
+            self.halt(f"records cannot be written{where}: {exc.strerror or exc}")
 
     def _spawn(self, idx: int, spec: Any, intended: float) -> None:
         t = asyncio.get_running_loop().create_task(self._one(idx, spec, intended))

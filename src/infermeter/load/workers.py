@@ -156,8 +156,8 @@ class WorkerRun:
         journal = self.sink if self.sink is not None else store.Journal(self.journal_dir)
 
         def on_record(rec: Any) -> None:
-            self.records += 1
             journal.write(rec)
+            self.records += 1
 
         async with make_session(connect_timeout_s=plan.connect_timeout_s, max_connections=0) as session:
             client = OpenAIClient(plan.client, session, clock)
@@ -179,7 +179,7 @@ class WorkerRun:
                 "worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
                 "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
-                "auth_failure": stats.extra.get("auth_failure")}
+                "auth_failure": stats.extra.get("auth_failure"), "write_failure": stats.extra.get("write_failure")}
 
 
 # -- processes ---------------------------------------------------------------------------------

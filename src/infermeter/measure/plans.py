@@ -20,13 +20,14 @@ from typing import Any
 
 from infermeter.analysis.slo import SloJudge
 from infermeter.client.session import make_session
-from infermeter.errors import ConfigError, DataError, UserError
+from infermeter.errors import DataError, UserError
 from infermeter.load.shapes import ConstantConcurrency
 from infermeter.load.steps import Step, plan_summary, replay_plan, run_plan
 from infermeter.measure.config import THROUGHPUT_CONCURRENCY, RunConfig, build_plan
 from infermeter.measure.header import check_fd_limit, check_samples, default_label, default_out_dir, discover_model
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
+from infermeter.records.outputs import claim_run_dir
 
 
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
@@ -58,10 +59,8 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         raise UserError(f"{url}/v1/models gave no model id; pass --model")
     label = cfg.label or default_label(model, url, embedded, plan, m.workload.describe())
     run_dir = Path(cfg.out) if cfg.out else default_out_dir(label)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--out {run_dir}: is a file, not a directory")
-    if (run_dir / store.SUMMARY).exists() or (run_dir / "steps").exists():
-        raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+    # one plan per --out, never two merged (Measurement.run frees it)
+    run_dir = m._claims.enter_context(claim_run_dir(run_dir, fresh=not cfg.out))
     # known before any step runs: enough requests for the SLO percentile and for the throughput step
     # (--strict refuses here; the steps say their own warnings, the plan says the SLO's)
     throughput = ConstantConcurrency(concurrency=cfg.concurrency or THROUGHPUT_CONCURRENCY) if cfg.load == "sweep" else None

@@ -12,6 +12,11 @@ go to ``measure.plans``. ``stop()`` ends any of them cleanly::
 
 Every run's clock reads 0 at ``run.json``'s ``t0_unix`` (wall time); worker
 processes and Ray actors share it (a start barrier at one wall time).
+
+``--out`` is claimed for one run before anything is written (``records.outputs.claim_run_dir``:
+a second run into it is refused, never merged). Records that cannot be written (disk full, I/O
+error) stop the run once; what was written is kept and summarised, and ``run`` raises
+:class:`~infermeter.errors.ResultsWriteError` saying so (exit 4).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from infermeter.analysis.accumulator import Accumulator, build_summary
 from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
-from infermeter.errors import ConfigError, UserError
+from infermeter.errors import ConfigError, ResultsWriteError, UserError
 from infermeter.load.runner import Limits
 from infermeter.load.stats import LiveStats
 from infermeter.load.workers import WorkerPlan, WorkerRun, aligned_clock, effective_workers
@@ -57,6 +62,7 @@ from infermeter.measure.header import (
     runtime,
 )
 from infermeter.records import store
+from infermeter.records.outputs import claim_run_dir, why
 
 if TYPE_CHECKING:  # annotations only: _start_scraper imports it where it runs, an ImportError meaning no scraping
     from infermeter.telemetry.scraper import MetricsScraper
@@ -91,6 +97,8 @@ class Measurement:
         self.launch = dict(launch) if launch else None
         self.stopped = False
         self.auth_failure: dict[str, Any] | None = None  # the first requests got HTTP 401/403
+        self.write_failure: dict[str, Any] | None = None  # records could not be written: the run stopped
+        self._claims = ExitStack()  # the claim on --out, held while the run writes there
         self.in_plan = False  # a step of a sweep / find-max (its plan checked --strict before it started)
         self.early_failure: dict[str, Any] | None = None  # the first requests all got one other 4xx
         self.signal: int | None = None  # the signal that stopped it (set by the CLI's handler)
@@ -136,11 +144,16 @@ class Measurement:
             if self.plan is not None:
                 from infermeter.measure.plans import measure_plan
 
-                return await measure_plan(self, url, cfg.url is None)
+                with self._claims:
+                    return await measure_plan(self, url, cfg.url is None)
             return await self.run_on(url, cfg.url is None)
 
     async def run_on(self, url: str, embedded: bool, calibration: dict[str, Any] | None = None) -> RunResult:
         """Measure the server at ``url`` (a step of a plan passes the plan's calibration)."""
+        with self._claims:
+            return await self._run_on(url, embedded, calibration)
+
+    async def _run_on(self, url: str, embedded: bool, calibration: dict[str, Any] | None) -> RunResult:
         cfg = self.cfg
         assert self.shape is not None
         async with make_session(connect_timeout_s=cfg.connect_timeout_s, max_connections=0) as session:
@@ -152,10 +165,8 @@ class Measurement:
             emulated = model_info.get("infermeter") if embedded or model_info.get("infermeter") else None
             label = cfg.label or default_label(model, url, embedded, self.shape, self.workload.describe())
             run_dir = self.resume_dir or (Path(cfg.out) if cfg.out else default_out_dir(label))
-            if run_dir.exists() and not run_dir.is_dir():
-                raise ConfigError(f"--out {run_dir}: is a file, not a directory")
-            if self.resume_dir is None and ((run_dir / store.SUMMARY).exists() or (run_dir / store.JOURNAL).exists()):
-                raise ConfigError(f"--out {run_dir}: already holds a run; choose another directory")
+            if self.resume_dir is None:  # atomic: of two runs started together into one --out, one is refused
+                run_dir = self._claims.enter_context(claim_run_dir(run_dir, fresh=not cfg.out))
             notices: list[str] = []
             calibration = await check_capacity(self, calibration, notices)
             few = check_samples(cfg, self.shape, notices, self.notify, strict=not self.in_plan)
@@ -210,8 +221,20 @@ class Measurement:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
             apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
-        store.write_json(run_dir / store.RUN, run)
-        store.write_json(run_dir / store.SUMMARY, summary)
+        if self.write_failure:
+            summary.setdefault("warnings", []).append(
+                f"write_failed: the run stopped when records could not be written ({self.write_failure['error']}); "
+                f"{self.write_failure['unwritten']} requests that ended after that have no record")
+            run.setdefault("runtime", {})["write_failure"] = self.write_failure
+        try:
+            store.write_json(run_dir / store.RUN, run)
+            store.write_json(run_dir / store.SUMMARY, summary)
+        except OSError as exc:
+            if self.write_failure is None:
+                raise
+            self.write_failure["summary_error"] = why(exc)
+        if self.write_failure:
+            raise self._write_failed(run_dir, summary)
         if self.auth_failure:
             fail = self.auth_failure
             raise UserError(f"{url}: {fail.get('detail') or 'HTTP ' + str(fail.get('status'))} on the first requests; "
@@ -280,19 +303,55 @@ class Measurement:
         return self._note_halts(list(await pool.run(on_start=on_start)))
 
     def _note_halts(self, stats: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Keep why a worker stopped itself (an auth failure) for after the summary is written."""
+        """Keep why a worker stopped itself (an auth failure, one 4xx for every first request, a failed
+        write) for after the summary is written."""
         self.early_failure = self.early_failure or next((s["early_failure"] for s in stats if s.get("early_failure")), None)
         self.auth_failure = self.auth_failure or next((s["auth_failure"] for s in stats if s.get("auth_failure")), None)
+        failed = [s["write_failure"] for s in stats if s.get("write_failure")]
+        if failed and self.write_failure is None:
+            self.write_failure = dict(failed[0]) | {"unwritten": sum(int(f.get("unwritten") or 0) for f in failed)}
         return stats
 
+    def _write_failed(self, run_dir: Path, summary: dict[str, Any]) -> ResultsWriteError:
+        """The one line for a run stopped by a failed write: what failed, and what is kept where."""
+        f = self.write_failure or {}
+        kept = f.get("kept")
+        where = f" ({f['path']})" if f.get("path") else ""
+        if f.get("summary_error"):
+            held = (f"kept in {run_dir} (summary.json could not be written either: {f['summary_error']}; "
+                    f"`infermeter summarize {run_dir}` once there is room)")
+        else:
+            held = f"kept and summarised in {run_dir / store.SUMMARY}"
+        lost = f"; {f['unwritten']:,} that ended after the failure have no record" if f.get("unwritten") else ""
+        count = f"{kept:,} " if isinstance(kept, int) else ""
+        return ResultsWriteError(f"{run_dir}: records cannot be written: {f.get('error')}{where}; the run stopped "
+                                 f"sending. The {count}records written are {held}{lost}", summary)
+
     def _collect(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
-        """Records -> requests.parquet: the journal, or the workers' journals merged exactly."""
+        """Records -> requests.parquet: the journal, or the workers' journals merged exactly. After a failed
+        write the records stay where they are (journals) when requests.parquet cannot be written either."""
+        try:
+            table = self._collect_files(run_dir, run, n)
+        except OSError:
+            if self.write_failure is None:
+                raise
+            if (run_dir / "workers").is_dir():
+                from infermeter.load.workers import merge_records, worker_tables
+
+                table = merge_records(worker_tables(run_dir, n))[0]
+            else:
+                table = store.load_table(run_dir)
+        if self.write_failure is not None:
+            self.write_failure["kept"] = table.num_rows
+        return table
+
+    def _collect_files(self, run_dir: Path, run: dict[str, Any], n: int) -> Any:
         if not (run_dir / "workers").is_dir():
             return store.finalize(run_dir)
         from infermeter.load.workers import merge_records, worker_tables
 
         cfg = self.cfg
-        complete = not run["runtime"].get("interrupted") and cfg.duration_s is None
+        complete = not run["runtime"].get("interrupted") and not run["runtime"].get("halted") and cfg.duration_s is None
         expected = cfg.requests + cfg.warmup if complete and cfg.requests is not None else None
         table, report = merge_records(worker_tables(run_dir, n), expected)
         run["runtime"]["merge"] = report
@@ -317,7 +376,11 @@ class Measurement:
         if scraper is None:
             return None
         await scraper.stop()
-        scraper.write(run_dir)
+        try:
+            scraper.write(run_dir)
+        except OSError:
+            if self.write_failure is None:  # after a failed write its failure is the one said
+                raise
         return scraper.summary()
 
 

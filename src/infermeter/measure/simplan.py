@@ -42,6 +42,7 @@ from infermeter.measure.feeder import (
 from infermeter.measure.header import build_header, default_out_dir
 from infermeter.measure.simulate import SimulationResult, simulate
 from infermeter.records import store
+from infermeter.records.outputs import claim_run_dir
 from infermeter.twin.deploy import Twin
 from infermeter.twin.hashing import KeyMaker, calibrate_chars_per_block
 from infermeter.twin.loop import ArrivalSource
@@ -186,10 +187,15 @@ class SimPlan:
 
     def run(self, progress: Any = None, *, resume: dict[str, Any] | None = None) -> SimulationResult:
         """Simulate and write the run directory; ``resume``: a checkpoint of this plan to go on from."""
-        cfg = self.cfg
         out, label = self.out_dir()
-        if (out / store.SUMMARY).exists():
-            raise ConfigError(f"--out {out}: already holds a run; choose another directory")
+        if resume is not None:
+            return self._run(out, label, progress, resume)
+        # writable, and one simulation per --out at a time (a default folder taken: the next free name)
+        with claim_run_dir(out, files=(store.SUMMARY,), fresh=not self.cfg.out) as claimed:
+            return self._run(claimed, label, progress, resume)
+
+    def _run(self, out: Path, label: str, progress: Any, resume: dict[str, Any] | None) -> SimulationResult:
+        cfg = self.cfg
         if self.fleet:
             from infermeter.measure.fleet import run_fleet
 

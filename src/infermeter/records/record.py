@@ -55,6 +55,10 @@ ERROR_CLASSES = (
     "stream_cut",  # the stream ended (or broke) after the first token, before completion
     "malformed_response",  # unparseable SSE/JSON, or a response with no choices
     "empty_response",  # a "successful" response that carried no token although max_tokens > 0
+    # the client's own failures (never the server's): see records.store and load.runner
+    "request_encoding_error",  # the request body cannot be encoded (e.g. a lone surrogate in a prompt): never sent
+    "record_error",  # the record held a value no column can store (e.g. max_tokens 1e300): kept minimal, with why
+    "client_error",  # an exception escaped the client while sending: the request is recorded failed, with its type
 )
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
+from infermeter.records.outputs import output_dir
 from infermeter.study.cells import CellResult, fingerprint, load_cell, run_cell, unavailable_cell
 from infermeter.study.claims import ClaimCheck, check_claims
 from infermeter.study.config import Configuration, StudyConfig, dump_study
@@ -90,7 +91,7 @@ def slug(text: str) -> str:
 def _check_out(out_dir: Path, resume: bool) -> None:
     if (out_dir / "study.json").exists() and not resume:
         raise ConfigError(f"--out {out_dir}: already holds a study; choose another folder or pass --resume")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir)  # made and proved writable before any cell runs
 
 
 def step_line(o: StepOutcome) -> str:

@@ -1,0 +1,156 @@
+"""Output paths: checked writable before the work starts, and run directories claimed by one writer.
+
+Every command that writes calls one of these first, so that a folder it cannot write is a one-line
+:class:`~infermeter.errors.OutputError` (exit 2) before anything is measured or simulated, never a
+traceback after::
+
+    out = output_dir(Path("results/x"))              # made (with parents) and proved writable
+    path = output_file(Path("cal.yaml"))              # its folder likewise; not a folder itself
+    with claim_run_dir(Path("results/x")) as d: ...  # one run at a time, never two merged
+    with claim_run_dir(default, fresh=True) as d: ...  # a default folder: results/x-2 when results/x is taken
+
+Writability is proved by writing (creating and removing a probe file), never by ``os.access``:
+root passes ``os.access`` on a folder of mode 0o555 (and can indeed write there), and no mode check
+sees a read-only mount. :func:`claim_run_dir` claims a run directory atomically: it creates
+``.infermeter.lock`` with ``O_CREAT | O_EXCL`` (which one of two racing runs wins, whatever the
+timing), *then* refuses a folder that already holds a run's files; the lock (the claiming process's
+pid) is removed when the claim ends, a folder made for a claim that ended with nothing in it too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from infermeter.errors import OutputError
+
+LOCK = ".infermeter.lock"
+# errors of a disk that is full or failing (a write that worked a moment ago); the others are a path's fault
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+# what a run directory holds once a run has written to it
+RUN_FILES = ("summary.json", "requests.jsonl", "requests.parquet", "workers", "parts", "steps")
+
+
+def why(exc: OSError) -> str:
+    """An OSError's reason in words, e.g. 'Read-only file system' (never a traceback)."""
+    return exc.strerror or type(exc).__name__
+
+
+def output_dir(path: Path, flag: str = "--out") -> Path:
+    """``path`` as a folder this process can write: made (with its parents) and proved by a probe file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{flag} {path}: is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".infermeter-probe-{os.getpid()}"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
+    return path
+
+
+def output_file(path: Path, flag: str = "--out") -> Path:
+    """``path`` as a file this process can write: its folder as :func:`output_dir`; an existing file must
+    open for writing (it is not changed here), a folder in its place is refused."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{flag} {path}: is a folder, not a file")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise OutputError(f"{flag} {path}: {parent} is a file, not a folder")
+    try:
+        output_dir(parent, flag)
+    except OutputError as exc:
+        raise OutputError(f"{flag} {path}: cannot write its folder ({str(exc).rsplit('(', 1)[-1]}") from None
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise OutputError(f"{flag} {path}: cannot write it ({why(exc)})") from None
+    return path
+
+
+def holds_run(path: Path, files: Iterable[str] = RUN_FILES) -> bool:
+    return any((Path(path) / f).exists() for f in files)
+
+
+class RunDirTaken(OutputError):
+    """The run directory is held by another run, or already holds one."""
+
+
+@contextmanager
+def claim_run_dir(path: Path, flag: str = "--out", files: Iterable[str] = RUN_FILES,
+                  fresh: bool = False) -> Iterator[Path]:
+    """Hold ``path`` for one run (see the module docstring) and yield it: an OutputError when it cannot be
+    written, a :class:`RunDirTaken` when another process holds it or it already holds a run. ``fresh`` (a
+    default folder, not one the user named): take ``path-2``, ``path-3``, ... instead of a taken one."""
+    path = Path(path)
+    for k in range(1, 101 if fresh else 2):
+        candidate = path if k == 1 else path.with_name(f"{path.name}-{k}")
+        try:
+            made = _claim(candidate, flag, files)
+            break
+        except RunDirTaken:
+            if not fresh or k == 100:
+                raise
+    try:
+        yield candidate
+    finally:
+        _release(candidate, made)
+
+
+def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
+    """Claim ``path``; whether it was made for the claim."""
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{flag} {path}: is a file, not a folder")
+    made = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise RunDirTaken(f"{flag} {path}: {_holder(path / LOCK)}; choose another directory") from None
+    except OSError as exc:
+        raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
+    try:
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        if holds_run(path, files):
+            raise RunDirTaken(f"{flag} {path}: already holds a run; choose another directory")
+    except OSError as exc:
+        _release(path, made)
+        raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
+    except BaseException:
+        _release(path, made)
+        raise
+    return made
+
+
+def _holder(lock: Path) -> str:
+    try:
+        pid = int(lock.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return "another infermeter run is writing to it"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return (f"it holds the lock of a run that did not finish (pid {pid}, gone; remove {lock} to reuse the "
+                "folder, or `infermeter summarize` it)")
+    except PermissionError:
+        pass
+    return f"another infermeter run (pid {pid}) is writing to it"
+
+
+def _release(path: Path, made: bool) -> None:
+    try:
+        (path / LOCK).unlink(missing_ok=True)
+        if made and not any(path.iterdir()):
+            path.rmdir()
+    except OSError:
+        pass
