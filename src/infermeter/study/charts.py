@@ -140,7 +140,7 @@ def load_chart(study: StudyConfig, cells: list[CellResult], colors: Colors) -> d
                                        dashed=c.source != "measured", markers=True))
             limit = study.slo.limits.get(slo_key)
             shapes = [threshold(limit, f"SLO {limit:g} ms")] if limit and study.slo.percentile == "p95" else []
-            panels.append(panel(p, series, axis("requests/s"), axis(f"{label} (ms)", log=True), shapes=shapes))
+            panels.append(panel(p, series, axis("requests/s"), axis(f"{label} (ms)"), shapes=shapes))
         views.append({"name": label, "panels": panels})
     return chart("study-load", "Latency vs throughput (every load step)", views, section="latency",
                  note="One point per step; where a curve turns up, queueing starts. Dashed = simulated. The red line "
