@@ -214,7 +214,8 @@ CLIPPED_TEXT = ("JSON.stringify((() => { const bad = [];"
 
 # plots with no finite value in any trace (an empty chart), as their chart ids
 EMPTY_PLOTS = ("JSON.stringify(Array.from(document.querySelectorAll('figure.chart .js-plotly-plot'))"
-               ".filter(gd => !gd.data.some(t => (t.y || []).some(v => v !== null && isFinite(v))))"
+               ".filter(gd => !gd.data.some(t => (t[t.orientation === 'h' ? 'x' : 'y'] || [])"
+               ".some(v => v !== null && isFinite(v))))"
                ".map(gd => gd.closest('figure').id))")
 
 # every view of every chart drawn in turn, and per panel the marks Plotly drew inside the plot area (bars with a
@@ -246,13 +247,15 @@ CHART_MARKS = r"""(async () => {
           if (t.visible === false || t.visible === 'legendonly') continue;
           const xs = t.x || [], ys = t.y || [];
           let k = 0, joined = false;
-          const has = i => xs[i] !== null && xs[i] !== undefined && fin(ys[i]);
+          const lying = t.orientation === 'h', cs = lying ? ys : xs, vs = lying ? xs : ys;  // category, value
+          const has = i => cs[i] !== null && cs[i] !== undefined && fin(vs[i]);
           const err = t.error_y || {}, plus = err.array || [], minus = err.arrayminus || plus;
           xs.forEach(v => { if (fin(v)) extent.x.push(Number(v)); });
-          for (let i = 0; i < ys.length; i++) if (has(i)) {
-            k++; extent.y.push(Number(ys[i]));
-            if (fin(plus[i])) extent.y.push(Number(ys[i]) + Number(plus[i]));
-            if (fin(minus[i])) extent.y.push(Number(ys[i]) - Number(minus[i]));
+          ys.forEach((v, i) => { if (!fin(v)) return; extent.y.push(Number(v));
+            if (fin(plus[i])) extent.y.push(Number(v) + Number(plus[i]));
+            if (fin(minus[i])) extent.y.push(Number(v) - Number(minus[i])); });
+          for (let i = 0; i < vs.length; i++) if (has(i)) {
+            k++;
             if (i > 0 && has(i - 1)) joined = true;
           }
           if (t.type === 'bar') expected.bars += k;

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from infermeter.report import charts as ch
-from infermeter.report.figures import axis, axis_type, bar, line, panel, points, threshold
+from infermeter.report.figures import axis, axis_type, bar, bar_panel, line, panel, points, threshold
 from infermeter.report.rundir import load_run_dirs
 from infermeter.report.tables import load_x, offered_load
 
@@ -128,7 +128,21 @@ def test_every_bar_chart_has_a_category_axis(grid_runs: list[Path]) -> None:
     assert spec is not None
     for v in spec["views"]:
         for p in v["panels"]:
-            assert p["layout"]["xaxis"]["type"] == "category", p["layout"]["xaxis"]
+            t = p["data"][0]
+            labels = "y" if t.get("orientation") == "h" else "x"  # nine runs: the bars lie down
+            assert labels == "y" and p["layout"]["yaxis"]["type"] == "category", p["layout"]
+            assert p["layout"]["yaxis"]["autorange"] == "reversed"  # first run at the top
+            assert p["layout"]["height"] >= 110 + 15 * 9  # as tall as nine labelled bars need
+
+
+def test_bars_lie_down_for_many_or_long_labels() -> None:
+    few = bar_panel("p", "USD", ["a", "b"], [1.0, 2.0], "#000", axis("c"), axis("USD"))
+    long = bar_panel("p", "USD", ["a", "b" * 30], [1.0, 2.0], "#000", axis("c"), axis("USD"))
+    many = bar_panel("p", "USD", list("abcdefg"), [1.0] * 6 + [2.0], "#000", axis("c"), axis("USD"))
+    assert "orientation" not in few["data"][0] and few["layout"]["xaxis"]["type"] == "category"
+    for p in (long, many):
+        assert p["data"][0]["orientation"] == "h" and p["layout"]["yaxis"]["type"] == "category"
+        assert p["layout"]["xaxis"]["type"] == "linear" and p["layout"]["xaxis"]["title"]["text"] == "USD"
 
 
 def test_study_bar_charts_have_category_axes() -> None:

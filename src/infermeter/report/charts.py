@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from infermeter.report.aggregate import RunAggregates
-from infermeter.report.figures import PALETTE, Colors, axis, bar, chart, line, panel, threshold
+from infermeter.report.figures import PALETTE, Colors, axis, bar_panel, chart, line, panel, threshold
 from infermeter.report.pricing import BreakEven, RunCost, break_even_curves, fmt_tokens
 from infermeter.report.rundir import RunDir
 from infermeter.report.tables import load_x
@@ -153,8 +153,8 @@ def cost_chart(costs: list[RunCost], colors: Colors | None = None) -> dict[str, 
     colors = colors or Colors()
     cats = [f"{c.run.label} ({c.run.hardware})" for c in priced]
     cols = [colors[c.run.label] for c in priced]
-    views = [{"name": name, "panels": [panel(f"$ per 1M {name}", [bar(name, cats, vals, cols, show_legend=False)],
-                                             axis("run (configuration)"), axis(f"USD per 1M {name}"), legend=False)]}
+    views = [{"name": name, "panels": [bar_panel(f"$ per 1M {name}", name, cats, vals, cols, axis("run (configuration)"),
+                                                 axis(f"USD per 1M {name}"), height=380)]}
              for name, vals in (("output tokens", [c.usd_per_1m_output for c in priced]),
                                 ("total tokens", [c.usd_per_1m_total for c in priced]))]
     return chart("cost", "Cost per 1M tokens by configuration", views,

@@ -8,8 +8,9 @@ number is computed in the browser::
 
 A *view* is one way to look at the chart (buttons, or a menu when there are many); a *panel* is
 one plot (per-profile panels sit side by side in a full-width card). Every trace comes from
-:func:`line`, :func:`points` or :func:`bar` and every axis from :func:`axis` (a title with its
-unit, ``automargin`` so labels are never clipped). Colours come from one :class:`Colors` per
+:func:`line`, :func:`points` or :func:`bar` (:func:`bar_panel`: upright or lying bars) and every axis
+from :func:`axis` (a title with its unit, ``automargin`` so labels are never clipped; its type, category,
+linear or log, is chosen from the data by :func:`panel`). Colours come from one :class:`Colors` per
 report, so a configuration has the same colour in every chart. Text from result files is
 escaped for Plotly's label markup (:func:`label`) and long labels wrap at word boundaries
 (:func:`wrap`) instead of being cut. Builders return None for a chart with no data or a flat
@@ -159,11 +160,30 @@ def points(name: str, xs: Sequence[Any], ys: Sequence[Any], color: str, *, y_err
 
 
 def bar(name: str, categories: Sequence[str], values: Sequence[Any], color: str | Sequence[str], *,
-        show_legend: bool = True) -> dict[str, Any]:
-    """Bars over categories (labels wrap); ``color`` one colour or one per bar."""
+        show_legend: bool = True, lying: bool = False) -> dict[str, Any]:
+    """Bars over categories (labels wrap); ``color`` one colour or one per bar; ``lying``: horizontal bars,
+    the categories down the y axis."""
+    if lying:
+        return {"type": "bar", "orientation": "h", "name": wrap(name, 40), "y": [wrap(c, 28) for c in categories],
+                "x": [num(v) for v in values], "marker": {"color": color}, "showlegend": show_legend,
+                "hovertemplate": "%{y}: %{x}<extra>" + label(name) + "</extra>"}
     return {"type": "bar", "name": wrap(name, 40), "x": [wrap(c, 18) for c in categories],
             "y": [num(v) for v in values], "marker": {"color": color}, "showlegend": show_legend,
             "hovertemplate": "%{x}: %{y}<extra>" + label(name) + "</extra>"}
+
+
+def bar_panel(title: str, name: str, categories: Sequence[str], values: Sequence[Any], color: str | Sequence[str],
+              category_axis: dict[str, Any], value_axis: dict[str, Any], *, height: int = 360) -> dict[str, Any]:
+    """A panel of one bar per category, without a legend. A few short labels stand under upright bars; many
+    (more than 6) or long ones (over 24 characters) would be turned on end and squeeze the plot, so the bars lie
+    down instead, labels on the left in the order given (first at the top), the plot as tall as they need."""
+    lying = len(categories) > 6 or any(len(str(c)) > 24 for c in categories)
+    t = bar(name, categories, values, color, show_legend=False, lying=lying)
+    if not lying:
+        return panel(title, [t], category_axis, value_axis, height=height, legend=False)
+    rows = sum(wrap(c, 28).count("<br>") + 1 for c in categories)
+    tall = max(height, 110 + 16 * rows + 14 * len(categories))
+    return panel(title, [t], value_axis, {**category_axis, "autorange": "reversed"}, height=tall, legend=False)
 
 
 def threshold(value: float, text: str, along: str = "y") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -257,7 +277,7 @@ def panel(title: str, data: list[dict[str, Any]], x: dict[str, Any], y: dict[str
         if ax["type"] != "log" or not vals:
             continue
         ax.update(_log_ticks(min(vals), max(vals)))
-        bars = any(t.get("type") == "bar" for t in data) and along == "y"
+        bars = any(t.get("type") == "bar" and ("x" if t.get("orientation") == "h" else "y") == along for t in data)
         if bars and "range" not in ax:  # a bar grows from the axis' foot: put it a decade under the data
             top = _range("log", min(vals), max(vals))[1]
             ax["range"] = [math.floor(math.log10(min(vals)) - 0.3), top]
@@ -315,7 +335,8 @@ def informative(values: Iterable[Any]) -> bool:
 
 
 def panel_values(p: dict[str, Any]) -> list[Any]:
-    return [y for t in p["data"] for y in (t.get("y") or [])]
+    """The values a panel shows: its traces' y (x for lying bars)."""
+    return [v for t in p["data"] for v in (t.get("x" if t.get("orientation") == "h" else "y") or [])]
 
 
 def chart(chart_id: str, title: str, views: list[dict[str, Any]], *, note: str = "", section: str = "",

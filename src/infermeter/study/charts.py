@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from infermeter.analysis.capacity import size
-from infermeter.report.figures import Colors, axis, bar, chart, line, panel, points, threshold
+from infermeter.report.figures import Colors, axis, bar_panel, chart, line, panel, points, threshold
 from infermeter.report.figures import num as rounded  # noqa: F401 - soakview rounds its chart numbers with it
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
@@ -84,9 +84,8 @@ def _bars(chart_id: str, title: str, section: str, note: str, study: StudyConfig
             have = [n for n in confs if (n, p) in by_key and not by_key[(n, p)].unavailable]
             vals = [getter(by_key[(n, p)]) for n in have]
             cats = [f"{n} ({TAG.get(source.get(n, ''), '?')})" for n in have]
-            panels.append(panel(p, [bar(name, cats, vals, [colors[n] for n in have], show_legend=False)],
-                                axis("configuration"), axis(f"{name} ({unit})" if unit else name), legend=False,
-                                height=360))
+            panels.append(bar_panel(p, name, cats, vals, [colors[n] for n in have], axis("configuration"),
+                                    axis(f"{name} ({unit})" if unit else name), height=360))
         out.append({"name": name, "panels": panels})
     return chart(chart_id, title, out, note=note, section=section)
 
