@@ -15,7 +15,6 @@ runs' SLO limit when they have one::
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from infermeter.report.aggregate import RunAggregates
@@ -43,12 +42,10 @@ def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregat
     """CDF and histogram views of one latency over every run that recorded it."""
     colors = colors or Colors()
     cdf, hist = [], []
-    lo, hi = math.inf, 0.0
     for r, agg in runs:
         d = agg.distributions.get(key)
         if d is None:
             continue
-        lo, hi = min(lo, d.cdf[0][0]), max(hi, d.cdf[-1][0])
         c = colors[r.label]
         cdf.append(line(r.label, [v for v, _ in d.cdf], [p for _, p in d.cdf], c, dashed=_dashed(r)))
         xs = [a for a, _, _ in d.hist] + [d.hist[-1][1]]
@@ -62,7 +59,8 @@ def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregat
     return chart(f"dist-{key}", f"{name} distribution", [
         {"name": "CDF", "panels": [panel(f"{name}: share of requests at or below", cdf, x,
                                          axis("share of requests ≤ x", log=False, range=[0, 1.02]), shapes=shapes)]},
-        {"name": "histogram", "panels": [panel(f"{name}: requests per bin", hist, x, axis("% of requests in bin", log=False),
+        {"name": "histogram", "panels": [panel(f"{name}: requests per bin", hist, x,
+                                               axis("% of requests in bin", log=False),
                                                shapes=shapes)]},
     ], note="CDF: share of requests at or below each latency. Histogram: share of requests per bin. "
             "Dashed = simulated or emulated.")
@@ -137,7 +135,8 @@ def timeseries_spec(runs: list[tuple[RunDir, RunAggregates]], colors: Colors | N
             many = len(sig.series) > 1  # several series of one run (sent vs completed, per GPU): their own colours
             ts = [line(s.name, s.t, s.v, PALETTE[i % len(PALETTE)] if many else (colors or Colors())[r.label],
                        dashed=_dashed(r)) for i, s in enumerate(sig.series)]
-            panels.append(panel(sig.title, ts, axis("time from the run start (s)", log=False), axis(sig.unit or sig.title),
+            panels.append(panel(sig.title, ts, axis("time from the run start (s)", log=False),
+                                axis(sig.unit or sig.title),
                                 height=300,
                                 legend=len(ts) > 1))
         views.append({"name": r.label, "panels": panels})
@@ -153,8 +152,9 @@ def cost_chart(costs: list[RunCost], colors: Colors | None = None) -> dict[str, 
     colors = colors or Colors()
     cats = [f"{c.run.label} ({c.run.hardware})" for c in priced]
     cols = [colors[c.run.label] for c in priced]
-    views = [{"name": name, "panels": [bar_panel(f"$ per 1M {name}", name, cats, vals, cols, axis("run (configuration)"),
-                                                 axis(f"USD per 1M {name}"), height=380)]}
+    views = [{"name": name, "panels": [bar_panel(f"$ per 1M {name}", name, cats, vals, cols,
+                                                 axis("run (configuration)"), axis(f"USD per 1M {name}"),
+                                                 height=380)]}
              for name, vals in (("output tokens", [c.usd_per_1m_output for c in priced]),
                                 ("total tokens", [c.usd_per_1m_total for c in priced]))]
     return chart("cost", "Cost per 1M tokens by configuration", views,

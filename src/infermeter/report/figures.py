@@ -213,10 +213,12 @@ def _extent(data: list[dict[str, Any]], along: str) -> list[float]:
             if v is None:
                 continue
             out.append(v)
-            if i < len(plus) and plus[i] is not None:
-                out.append(v + plus[i])
-            if i < len(minus) and minus[i] is not None:
-                out.append(v - minus[i])
+            up = plus[i] if i < len(plus) else None
+            down = minus[i] if i < len(minus) else None
+            if up is not None:
+                out.append(v + up)
+            if down is not None:
+                out.append(v - down)
     return out
 
 
