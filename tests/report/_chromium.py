@@ -6,7 +6,8 @@ file and reports console errors, uncaught exceptions, log errors (CSP violations
 dialogs, pixel statistics of a screenshot of every chart panel (decoded by the browser's own canvas),
 and then the values of extra expressions, which may click around. ``OPEN_ALL``, ``CLIPPED_TEXT``
 and ``EMPTY_PLOTS`` are expressions for the checks every report page gets: open the folded
-sections, list chart labels drawn outside their plot, list plots without data.
+sections, list chart labels drawn outside their plot, list plots without data; ``CHART_MARKS`` draws every
+view of every chart and counts the marks drawn against the data's values.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ class _Cdp:
             raise RuntimeError(f"{method}: {data['error']}")
         return data.get("result", {})
 
-    async def evaluate(self, expr: str) -> Any:
-        res = await self.call("Runtime.evaluate", expression=expr, awaitPromise=True, returnByValue=True)
+    async def evaluate(self, expr: str, timeout: float = 30.0) -> Any:
+        res = await self.call("Runtime.evaluate", timeout, expression=expr, awaitPromise=True, returnByValue=True)
         if "exceptionDetails" in res:
             raise RuntimeError(f"evaluate {expr[:60]!r}: {res['exceptionDetails'].get('text')}")
         return res["result"].get("value")
@@ -173,7 +174,7 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str], before: str | Non
     await cdp.evaluate("window.scrollTo(0, 0)")
     rep.screenshot = base64.b64decode((await cdp.call("Page.captureScreenshot", format="png"))["data"])
     for name, expr in extra.items():  # after the screenshots: these may click and change the page
-        rep.values[name] = await cdp.evaluate(expr)
+        rep.values[name] = await cdp.evaluate(expr, timeout=240.0)  # CHART_MARKS draws every view in turn
     for e in cdp.events:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
@@ -189,10 +190,10 @@ async def _drive(cdp: _Cdp, page: Path, extra: dict[str, str], before: str | Non
 
 
 def inspect_page(browser: Path, page: Path, extra: dict[str, str] | None = None,
-                 width: int = 1400, height: int = 1000, before: str | None = None) -> PageReport:
+                 width: int = 1400, height: int = 1000, before: str | None = None, timeout: float = 300) -> PageReport:
     """Open ``page`` in headless Chromium and report what happened (see the module docstring); ``before`` runs
     (awaited) once the charts are drawn and before the screenshots, e.g. :data:`OPEN_ALL`."""
-    return asyncio.run(asyncio.wait_for(_inspect(browser, page, extra or {}, width, height, before), 120))
+    return asyncio.run(asyncio.wait_for(_inspect(browser, page, extra or {}, width, height, before), timeout))
 
 
 # open every folded section and fit its charts to their now visible width
@@ -213,5 +214,70 @@ CLIPPED_TEXT = ("JSON.stringify((() => { const bad = [];"
 
 # plots with no finite value in any trace (an empty chart), as their chart ids
 EMPTY_PLOTS = ("JSON.stringify(Array.from(document.querySelectorAll('figure.chart .js-plotly-plot'))"
-               ".filter(gd => !gd.data.some(t => (t.y || []).some(v => v !== null && isFinite(v))))"
+               ".filter(gd => !gd.data.some(t => (t[t.orientation === 'h' ? 'x' : 'y'] || [])"
+               ".some(v => v !== null && isFinite(v))))"
                ".map(gd => gd.closest('figure').id))")
+
+# every view of every chart drawn in turn, and per panel the marks Plotly drew inside the plot area (bars with a
+# width, markers, line paths) beside the marks its data asks for (each finite value; a line where two are
+# adjacent), with the axes' types and ranges (a log range in exponents), the data's extent on them (error bars
+# included) and the limit lines drawn: a panel whose data draws nothing shows drawn < expected
+CHART_MARKS = r"""(async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const fin = v => v !== null && v !== undefined && v !== '' && isFinite(Number(v));
+  const out = [];
+  for (const fig of document.querySelectorAll('figure.chart')) {
+    const buttons = Array.from(fig.querySelectorAll('.views button')), sel = fig.querySelector('.views select');
+    const n = sel ? sel.options.length : Math.max(1, buttons.length);
+    for (let view = 0; view < n; view++) {
+      if (n > 1) {
+        if (sel) { sel.value = String(view); sel.dispatchEvent(new Event('change')); } else buttons[view].click();
+      }
+      for (let k = 0; k < 200 && fig.getAttribute('data-drawn-view') !== String(view); k++) await sleep(25);
+      const name = sel ? sel.options[view].textContent : (buttons[view] ? buttons[view].textContent : '');
+      fig.querySelectorAll('.js-plotly-plot').forEach((gd, p) => {
+        const box = gd.getBoundingClientRect(), s = gd._fullLayout._size;
+        const area = {l: box.left + s.l - 2, r: box.left + s.l + s.w + 2, t: box.top + s.t - 2, b: box.top + s.t + s.h + 2};
+        const inside = e => { const r = e.getBoundingClientRect();
+          return r.right >= area.l && r.left <= area.r && r.bottom >= area.t && r.top <= area.b; };
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const expected = {bars: 0, points: 0, lines: 0};
+        const extent = {x: [], y: []};
+        for (const t of gd.data) {
+          if (t.visible === false || t.visible === 'legendonly') continue;
+          const xs = t.x || [], ys = t.y || [];
+          let k = 0, joined = false;
+          const lying = t.orientation === 'h', cs = lying ? ys : xs, vs = lying ? xs : ys;  // category, value
+          const has = i => cs[i] !== null && cs[i] !== undefined && fin(vs[i]);
+          const err = t.error_y || {}, plus = err.array || [], minus = err.arrayminus || plus;
+          xs.forEach(v => { if (fin(v)) extent.x.push(Number(v)); });
+          ys.forEach((v, i) => { if (!fin(v)) return; extent.y.push(Number(v));
+            if (fin(plus[i])) extent.y.push(Number(v) + Number(plus[i]));
+            if (fin(minus[i])) extent.y.push(Number(v) - Number(minus[i])); });
+          for (let i = 0; i < vs.length; i++) if (has(i)) {
+            k++;
+            if (i > 0 && has(i - 1)) joined = true;
+          }
+          if (t.type === 'bar') expected.bars += k;
+          else if ((t.mode || '').includes('markers')) expected.points += k;
+          if (t.type !== 'bar' && (t.mode || '').includes('lines') && joined) expected.lines += 1;
+          if (t.type !== 'bar' && !(t.mode || '').includes('markers') && k && !joined) expected.points += k;  // unseen
+        }
+        const bars = Array.from(gd.querySelectorAll('.barlayer .trace .point path'))
+          .filter(e => e.getBoundingClientRect().width > 0 && inside(e)).length;
+        const points = Array.from(gd.querySelectorAll('.scatterlayer .trace .points path.point')).filter(inside).length;
+        const lines = Array.from(gd.querySelectorAll('.scatterlayer .trace path.js-line')).filter(e => {
+          const r = e.getBoundingClientRect(); return r.width + r.height > 0 && inside(e); }).length;
+        const limits = (gd.layout.shapes || []).map(sh => [sh.xref === 'x' ? 'x' : 'y', Number(sh.xref === 'x' ? sh.x0 : sh.y0)]);
+        const lim = a => limits.filter(l => l[0] === a).map(l => l[1]);
+        const span = (ax, vals) => ({type: ax.type, range: ax.range.map(Number),
+          data: vals.length ? [Math.min(...vals), Math.max(...vals)] : null});
+        out.push({id: fig.id, view: name, panel: p, title: (gd.closest('.panel').querySelector('.panel-title') || {}).textContent || '',
+                  expected, drawn: {bars, points, lines},
+                  x: {...span(xa, extent.x), limits: lim('x')}, y: {...span(ya, extent.y), limits: lim('y')}});
+      });
+    }
+    if (n > 1) { if (sel) { sel.value = '0'; sel.dispatchEvent(new Event('change')); } else buttons[0].click(); }
+  }
+  return JSON.stringify(out);
+})()"""

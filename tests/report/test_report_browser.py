@@ -47,7 +47,7 @@ def page_report(chromium, chromium_browser, grid_runs, make_sweep_module, tmp_pa
         price_options=PriceOptions(price_per_gpu_hour=2.0), api_usd_per_1m=0.5,
         now=dt.datetime(2025, 1, 10, tzinfo=dt.timezone.utc)))
     cdp = chromium_browser.driver
-    clicks = {**CLICKS, "clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS}
+    clicks = {**CLICKS, "clipped": cdp.CLIPPED_TEXT, "empty": cdp.EMPTY_PLOTS, "marks": cdp.CHART_MARKS}
     return files, chromium(files.html, clicks)
 
 
@@ -68,6 +68,17 @@ def test_every_chart_is_drawn(page_report):
         assert c["width"] > 300 and c["std"] > 8 and c["colored"] > 40, c  # axes and grid are grey
     # panels drawn: 3 distributions, 2 load curves, the first run's time series signals, cost, break-even
     assert rep.values["ready"] == len(rep.charts) >= 12
+
+
+def test_every_view_of_every_chart_draws_a_mark_for_every_value(page_report):
+    _, rep = page_report
+    panels = json.loads(rep.values["marks"])
+    assert {"chart-cost", "chart-break-even", "chart-throughput-vs-load"} <= {p["id"] for p in panels}
+    bad = [p for p in panels if not sum(p["drawn"].values())
+           or any(p["drawn"][k] < p["expected"][k] for k in ("bars", "points", "lines"))]
+    assert bad == []
+    cost = [p for p in panels if p["id"] == "chart-cost"]
+    assert all(p["drawn"]["bars"] == p["expected"]["bars"] == 10 for p in cost)  # 9 runs and the sweep's best step
 
 
 def test_no_chart_text_is_clipped_and_no_plot_is_empty(page_report):

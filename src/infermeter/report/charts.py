@@ -15,14 +15,15 @@ runs' SLO limit when they have one::
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from infermeter.report.aggregate import RunAggregates
-from infermeter.report.figures import PALETTE, Colors, axis, bar, chart, line, panel, threshold
+from infermeter.report.figures import PALETTE, Colors, axis, bar_panel, chart, line, panel, threshold
 from infermeter.report.pricing import BreakEven, RunCost, break_even_curves, fmt_tokens
 from infermeter.report.rundir import RunDir
-from infermeter.report.tables import offered_load
+from infermeter.report.tables import load_x
+
+LOAD_AXIS = "offered load (req/s; closed loop: achieved)"
 
 
 def _dashed(r: RunDir) -> bool:
@@ -41,12 +42,10 @@ def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregat
     """CDF and histogram views of one latency over every run that recorded it."""
     colors = colors or Colors()
     cdf, hist = [], []
-    lo, hi = math.inf, 0.0
     for r, agg in runs:
         d = agg.distributions.get(key)
         if d is None:
             continue
-        lo, hi = min(lo, d.cdf[0][0]), max(hi, d.cdf[-1][0])
         c = colors[r.label]
         cdf.append(line(r.label, [v for v, _ in d.cdf], [p for _, p in d.cdf], c, dashed=_dashed(r)))
         xs = [a for a, _, _ in d.hist] + [d.hist[-1][1]]
@@ -54,13 +53,14 @@ def distribution_chart(key: str, name: str, runs: list[tuple[RunDir, RunAggregat
         hist.append(line(r.label, xs, ys, c, dashed=_dashed(r), step=True))
     if not cdf:
         return None
-    x = axis(f"{name} (ms)", log=bool(lo > 0 and hi / lo > 20))
+    x = axis(f"{name} (ms)")  # log where the latencies span more than 10x (figures.axis_type)
     limit = _slo_limit([r for r, _ in runs], key)
     shapes = [threshold(limit, f"SLO {limit:g} ms", along="x")] if limit else []
     return chart(f"dist-{key}", f"{name} distribution", [
         {"name": "CDF", "panels": [panel(f"{name}: share of requests at or below", cdf, x,
-                                         axis("share of requests ≤ x", range=[0, 1.02]), shapes=shapes)]},
-        {"name": "histogram", "panels": [panel(f"{name}: requests per bin", hist, x, axis("% of requests in bin"),
+                                         axis("share of requests ≤ x", log=False, range=[0, 1.02]), shapes=shapes)]},
+        {"name": "histogram", "panels": [panel(f"{name}: requests per bin", hist, x,
+                                               axis("% of requests in bin", log=False),
                                                shapes=shapes)]},
     ], note="CDF: share of requests at or below each latency. Histogram: share of requests per bin. "
             "Dashed = simulated or emulated.")
@@ -80,16 +80,17 @@ def _groups(runs: list[RunDir]) -> list[tuple[str, list[RunDir], bool]]:
 
 
 def load_charts(runs: list[RunDir], colors: Colors | None = None) -> list[dict[str, Any]]:
-    """Throughput vs offered load and latency vs throughput; empty for a single plain run."""
+    """Throughput vs offered load and latency vs throughput; empty for a single plain run. A closed-loop run is
+    plotted at the rate it achieved (:func:`~infermeter.report.tables.load_x`)."""
     if len(runs) < 2 and not any(r.steps for r in runs):
         return []
     colors = colors or Colors()
     thr: dict[str, list[dict[str, Any]]] = {"output tokens/s": [], "requests/s": []}
     lat: dict[str, list[dict[str, Any]]] = {"TTFT p95": [], "TPOT p95": [], "E2E p95": []}
     for name, members, dashed in _groups(runs):
-        # points follow the offered load, so a saturated sweep bends back instead of zigzagging
-        s = sorted((m.summary for m in members), key=lambda x: offered_load(x) or 0.0)
-        load = [offered_load(x) for x in s]
+        # points follow the load, so a saturated sweep bends back instead of zigzagging
+        s = sorted((m.summary for m in members), key=lambda x: load_x(x) or 0.0)
+        load = [load_x(x) for x in s]
         out_tps = [x.get("output_token_throughput") for x in s]
         c = colors[name]
         thr["output tokens/s"].append(line(name, load, out_tps, c, dashed=dashed, markers=True))
@@ -101,9 +102,11 @@ def load_charts(runs: list[RunDir], colors: Colors | None = None) -> list[dict[s
     every = [leaf for r in runs for leaf in r.leaves()]
     out = []
     spec = chart("throughput-vs-load", "Throughput vs offered load", [
-        {"name": v, "panels": [panel(f"{v} vs offered load", ser, axis("offered load (req/s)"), axis(v))]}
+        {"name": v, "panels": [panel(f"{v} vs offered load", ser, axis(LOAD_AXIS), axis(v))]}
         for v, ser in thr.items()],
-        note="Each point is a run (or sweep step); where the curve flattens, the deployment is saturated.")
+        note="Each point is a run (or sweep step), at its offered rate (open loop) or, for a closed loop, which offers "
+             "no rate of its own, at the rate it achieved (completed requests/s); where the curve flattens, the "
+             "deployment is saturated.")
     if spec:
         out.append(spec)
     views = []
@@ -132,7 +135,8 @@ def timeseries_spec(runs: list[tuple[RunDir, RunAggregates]], colors: Colors | N
             many = len(sig.series) > 1  # several series of one run (sent vs completed, per GPU): their own colours
             ts = [line(s.name, s.t, s.v, PALETTE[i % len(PALETTE)] if many else (colors or Colors())[r.label],
                        dashed=_dashed(r)) for i, s in enumerate(sig.series)]
-            panels.append(panel(sig.title, ts, axis("time from the run start (s)"), axis(sig.unit or sig.title),
+            panels.append(panel(sig.title, ts, axis("time from the run start (s)", log=False),
+                                axis(sig.unit or sig.title),
                                 height=300,
                                 legend=len(ts) > 1))
         views.append({"name": r.label, "panels": panels})
@@ -148,8 +152,9 @@ def cost_chart(costs: list[RunCost], colors: Colors | None = None) -> dict[str, 
     colors = colors or Colors()
     cats = [f"{c.run.label} ({c.run.hardware})" for c in priced]
     cols = [colors[c.run.label] for c in priced]
-    views = [{"name": name, "panels": [panel(f"$ per 1M {name}", [bar(name, cats, vals, cols, show_legend=False)],
-                                             axis("run (configuration)"), axis(f"USD per 1M {name}"), legend=False)]}
+    views = [{"name": name, "panels": [bar_panel(f"$ per 1M {name}", name, cats, vals, cols,
+                                                 axis("run (configuration)"), axis(f"USD per 1M {name}"),
+                                                 height=380)]}
              for name, vals in (("output tokens", [c.usd_per_1m_output for c in priced]),
                                 ("total tokens", [c.usd_per_1m_total for c in priced]))]
     return chart("cost", "Cost per 1M tokens by configuration", views,

@@ -8,8 +8,9 @@ number is computed in the browser::
 
 A *view* is one way to look at the chart (buttons, or a menu when there are many); a *panel* is
 one plot (per-profile panels sit side by side in a full-width card). Every trace comes from
-:func:`line`, :func:`points` or :func:`bar` and every axis from :func:`axis` (a title with its
-unit, ``automargin`` so labels are never clipped). Colours come from one :class:`Colors` per
+:func:`line`, :func:`points` or :func:`bar` (:func:`bar_panel`: upright or lying bars) and every axis
+from :func:`axis` (a title with its unit, ``automargin`` so labels are never clipped; its type, category,
+linear or log, is chosen from the data by :func:`panel`). Colours come from one :class:`Colors` per
 report, so a configuration has the same colour in every chart. Text from result files is
 escaped for Plotly's label markup (:func:`label`) and long labels wrap at word boundaries
 (:func:`wrap`) instead of being cut. Builders return None for a chart with no data or a flat
@@ -81,10 +82,40 @@ def wrap(text: Any, width: int = 22) -> str:
     return "<br>".join(label(x) for x in out) or label(text)
 
 
-def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
-    """An axis with its title (say the unit) that makes room for its labels rather than clipping them."""
-    return {"title": {"text": wrap(title, 40)}, "type": "log" if log else "linear", "automargin": True,
-            "zeroline": False, "gridcolor": "#eceff2", "linecolor": "#b8c0c8", **extra}
+def axis(title: str, log: bool | None = None, **extra: Any) -> dict[str, Any]:
+    """An axis with its title (say the unit) that makes room for its labels rather than clipping them.
+
+    Its type is settled by :func:`panel` from the data it shows (:func:`axis_type`): ``log=None`` (the
+    default) lets the data choose, ``True``/``False`` ask for a log/linear scale; text data always gets a
+    category axis."""
+    return {"title": {"text": wrap(title, 40)}, "type": AUTO if log is None else ("log" if log else "linear"),
+            "automargin": True, "zeroline": False, "gridcolor": "#eceff2", "linecolor": "#b8c0c8", **extra}
+
+
+AUTO = "-"  # Plotly's "guess the type"; panel() replaces it with the type axis_type() picks
+LOG_SPAN = 10.0  # positive values spanning more than this factor get a log axis
+FAR = 3.0  # a limit line further than this factor beyond the data does not stretch the axis
+
+
+def axis_type(values: Iterable[Any], requested: str = AUTO) -> str:
+    """The Plotly axis type for ``values``: ``"category"`` when any is text (a number axis would draw nothing),
+    else ``"log"`` when asked for (``requested="log"``) or, with ``requested`` auto, when every value is positive
+    and they span more than :data:`LOG_SPAN`; else ``"linear"``. A log axis is never picked for values that
+    include zero or a negative (it would drop them)::
+
+        >>> axis_type(["h100 (sim.)", "a100 (sim.)"]), axis_type([1, 65]), axis_type([0, 65]), axis_type([2, 9])
+        ('category', 'log', 'linear', 'linear')
+    """
+    present = [v for v in values if v is not None]
+    if any(isinstance(v, str) for v in present):
+        return "category"
+    nums = [v for v in (num(x) for x in present) if v is not None]
+    positive = bool(nums) and min(nums) > 0
+    if requested == "log":
+        return "log" if positive or not nums else "linear"
+    if requested == "linear" or not positive:
+        return "linear"
+    return "log" if max(nums) / min(nums) > LOG_SPAN else "linear"
 
 
 def _hover(name: str, xt: str, yt: str) -> str:
@@ -93,9 +124,14 @@ def _hover(name: str, xt: str, yt: str) -> str:
 
 def line(name: str, xs: Iterable[Any], ys: Iterable[Any], color: str, *, dashed: bool = False, markers: bool = False,
          step: bool = False, group: str | None = None, show_legend: bool = True) -> dict[str, Any]:
-    """A line series (``dashed``: simulated); y None is a gap."""
-    t: dict[str, Any] = {"type": "scatter", "mode": "lines+markers" if markers else "lines", "name": wrap(name, 40),
-                         "x": [num(x) for x in xs], "y": [num(y) for y in ys],
+    """A line series (``dashed``: simulated); y None is a gap. A value with gaps on both sides has no line to
+    sit on, so such a series gets markers too (else that value would not be drawn at all)."""
+    xv, yv = [num(x) for x in xs], [num(y) for y in ys]
+    have = [x is not None and y is not None for x, y in zip(xv, yv)]
+    alone = any(h and not (i > 0 and have[i - 1]) and not (i + 1 < len(have) and have[i + 1])
+                for i, h in enumerate(have))
+    t: dict[str, Any] = {"type": "scatter", "mode": "lines+markers" if markers or alone else "lines",
+                         "name": wrap(name, 40), "x": xv, "y": yv,
                          "line": {"color": color, "width": 2, "dash": "dash" if dashed else "solid",
                                   "shape": "hv" if step else "linear"},
                          "marker": {"color": color, "size": 6}, "showlegend": show_legend}
@@ -124,11 +160,30 @@ def points(name: str, xs: Sequence[Any], ys: Sequence[Any], color: str, *, y_err
 
 
 def bar(name: str, categories: Sequence[str], values: Sequence[Any], color: str | Sequence[str], *,
-        show_legend: bool = True) -> dict[str, Any]:
-    """Bars over categories (labels wrap); ``color`` one colour or one per bar."""
+        show_legend: bool = True, lying: bool = False) -> dict[str, Any]:
+    """Bars over categories (labels wrap); ``color`` one colour or one per bar; ``lying``: horizontal bars,
+    the categories down the y axis."""
+    if lying:
+        return {"type": "bar", "orientation": "h", "name": wrap(name, 40), "y": [wrap(c, 28) for c in categories],
+                "x": [num(v) for v in values], "marker": {"color": color}, "showlegend": show_legend,
+                "hovertemplate": "%{y}: %{x}<extra>" + label(name) + "</extra>"}
     return {"type": "bar", "name": wrap(name, 40), "x": [wrap(c, 18) for c in categories],
             "y": [num(v) for v in values], "marker": {"color": color}, "showlegend": show_legend,
             "hovertemplate": "%{x}: %{y}<extra>" + label(name) + "</extra>"}
+
+
+def bar_panel(title: str, name: str, categories: Sequence[str], values: Sequence[Any], color: str | Sequence[str],
+              category_axis: dict[str, Any], value_axis: dict[str, Any], *, height: int = 360) -> dict[str, Any]:
+    """A panel of one bar per category, without a legend. A few short labels stand under upright bars; many
+    (more than 6) or long ones (over 24 characters) would be turned on end and squeeze the plot, so the bars lie
+    down instead, labels on the left in the order given (first at the top), the plot as tall as they need."""
+    lying = len(categories) > 6 or any(len(str(c)) > 24 for c in categories)
+    t = bar(name, categories, values, color, show_legend=False, lying=lying)
+    if not lying:
+        return panel(title, [t], category_axis, value_axis, height=height, legend=False)
+    rows = sum(wrap(c, 28).count("<br>") + 1 for c in categories)
+    tall = max(height, 110 + 16 * rows + 14 * len(categories))
+    return panel(title, [t], value_axis, {**category_axis, "autorange": "reversed"}, height=tall, legend=False)
 
 
 def threshold(value: float, text: str, along: str = "y") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -146,31 +201,133 @@ def threshold(value: float, text: str, along: str = "y") -> tuple[dict[str, Any]
     return shape, note
 
 
+def _extent(data: list[dict[str, Any]], along: str) -> list[float]:
+    """The finite values the traces put on axis ``along``, error bars' ends included."""
+    out = []
+    for t in data:
+        vals = [num(u) for u in (t.get(along) or [])]
+        err = t.get(f"error_{along}") or {}
+        plus = [num(e) for e in (err.get("array") or [])]
+        minus = [num(e) for e in (err.get("arrayminus") or err.get("array") or [])]
+        for i, v in enumerate(vals):
+            if v is None:
+                continue
+            out.append(v)
+            up = plus[i] if i < len(plus) else None
+            down = minus[i] if i < len(minus) else None
+            if up is not None:
+                out.append(v + up)
+            if down is not None:
+                out.append(v - down)
+    return out
+
+
+def _values(data: list[dict[str, Any]], along: str) -> list[Any]:
+    """What axis ``along`` has to show: the traces' values (text too) and their error bars' ends."""
+    text = [v for t in data for v in (t.get(along) or []) if isinstance(v, str)]
+    return text + list(_extent(data, along))
+
+
 def panel(title: str, data: list[dict[str, Any]], x: dict[str, Any], y: dict[str, Any], *,
           shapes: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (), height: int = 380,
           barmode: str | None = None, legend: bool = True) -> dict[str, Any]:
     """One plot: traces, axes and limit lines. The legend sits at the bottom of the figure, under the axis title
-    (it never covers data or labels); the page prints ``title`` above the plot as text. A limit line on a linear axis widens that axis's
-    range to include it, so the line is always drawn."""
+    (it never covers data or labels); the page prints ``title`` above the plot as text.
+
+    Each axis gets its type from the data it shows (:func:`axis_type`: category for text, log where positive
+    values span more than 10x). A limit line within :data:`FAR` of the data widens the axis to include it, so it
+    is drawn; one further away would squeeze the data into a corner, so the axis keeps to the data and the line's
+    label says where the limit lies (the line itself is left out)."""
+    x, y = dict(x), dict(y)
+    for along, ax in (("x", x), ("y", y)):
+        ax["type"] = axis_type(_values(data, along), ax.get("type", AUTO))
     layout: dict[str, Any] = {
         "xaxis": x, "yaxis": y, "height": height, "font": FONT, "paper_bgcolor": "#ffffff",
         "plot_bgcolor": "#ffffff", "margin": {"l": 10, "r": 24, "t": 24, "b": 10}, "hovermode": "closest",
         "showlegend": legend, "legend": {"orientation": "h", "x": 0, "xanchor": "left", "yref": "container", "y": 0,
                                           "yanchor": "bottom"},
-        "shapes": [s for s, _ in shapes], "annotations": [a for _, a in shapes]}
+        "shapes": [], "annotations": []}
     if barmode:
         layout["barmode"] = barmode
-    for shape, _ in shapes:
+    for shape, note in shapes:
+        shape, note = dict(shape), dict(note)
         along = "x" if shape.get("xref") == "x" else "y"
         ax = layout[f"{along}axis"]
-        if ax.get("type") == "log" or "range" in ax:
+        value = float(shape[f"{along}0"])
+        vals = _extent(data, along)
+        if ax["type"] == "category" or (ax["type"] == "log" and value <= 0):
+            continue  # no place for a number on this axis
+        if vals and "range" not in ax:
+            lo, hi = min(vals), max(vals)
+            if ax["type"] == "log":
+                far = not lo / FAR <= value <= hi * FAR
+            else:  # a linear axis starts at zero: the data's extent from zero, FAR times over
+                bottom, top = min(lo, 0.0), max(hi, 0.0)
+                far = not bottom - (FAR - 1) * (top - bottom) <= value <= top + (FAR - 1) * (top - bottom)
+            if far:
+                ax["range"] = _range(ax["type"], lo, hi)
+                layout["annotations"].append(_offscale(note, along, value > hi))
+                continue
+            if ax["type"] == "linear":
+                ax["range"] = [min(0.0, lo, value), max(hi, value) * 1.08]
+        if ax["type"] == "log":
+            note[along] = math.log10(value)  # Plotly places annotations on a log axis by the exponent
+        layout["shapes"].append(shape)
+        layout["annotations"].append(note)
+    for along, ax in (("x", x), ("y", y)):
+        vals = [v for v in _extent(data, along) if v > 0]
+        if ax["type"] != "log" or not vals:
             continue
-        vals = [v for t in data for v in (num(u) for u in (t.get(along) or [])) if v is not None]
-        err = [num(v) for t in data for v in ((t.get("error_y") or {}).get("array") or [])] if along == "y" else []
-        top = max([shape[f"{along}0"], *vals]) + max([e for e in err if e is not None], default=0.0)
-        bottom = min([0.0, *vals])
-        ax["range"] = [bottom, top * 1.08]
+        ax.update(_log_ticks(min(vals), max(vals)))
+        bars = any(t.get("type") == "bar" and ("x" if t.get("orientation") == "h" else "y") == along for t in data)
+        if bars and "range" not in ax:  # a bar grows from the axis' foot: put it a decade under the data
+            top = _range("log", min(vals), max(vals))[1]
+            ax["range"] = [math.floor(math.log10(min(vals)) - 0.3), top]
     return {"title": title, "data": data, "layout": layout}
+
+
+def _short(v: float) -> str:
+    """A tick label: 3 significant figures, k / M / G for thousands, millions, billions."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= size:
+            return f"{v / size:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _log_ticks(lo: float, hi: float) -> dict[str, Any]:
+    """Ticks for a log axis over ``[lo, hi]``: 1-2-5 in each decade over at most four decades (Plotly's own
+    labels there are bare digits: "2 5 1 2 5"), else Plotly's decades."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if b - a > 4:
+        return {}
+    vals = [m * 10.0 ** k for k in range(a, b + 1) for m in (1, 2, 5)]
+    vals = [float(f"{v:.3g}") for v in vals if lo / 2.5 <= v <= hi * 2.5]
+    return {"tickvals": vals, "ticktext": [_short(v) for v in vals]}
+
+
+def _range(kind: str, lo: float, hi: float) -> list[float]:
+    """An axis range around the data ``[lo, hi]`` with a margin (exponents on a log axis)."""
+    if kind == "log":
+        a, b = math.log10(lo), math.log10(hi)
+        pad = max(0.05 * (b - a), 0.05)
+        return [a - pad, b + pad]
+    a, b = min(lo, 0.0), max(hi, 0.0)
+    pad = 0.08 * (b - a or abs(b) or 1.0)
+    return [a - (pad if a < 0 else 0.0), b + pad]
+
+
+def _offscale(note: dict[str, Any], along: str, above: bool) -> dict[str, Any]:
+    """A limit line's label for a limit beyond the axis: at the plot's edge, saying which way it lies."""
+    where = ("→ beyond the axis" if above else "← below the axis") if along == "x" else (
+        "↑ above the plot" if above else "↓ below the plot")
+    out = {**note, "text": f"{note['text'].rstrip()} ({where})"}
+    if along == "x":
+        out.update(xref="paper", x=1 if above else 0, xanchor="right" if above else "left", yref="paper", y=1,
+                   yanchor="top")
+    else:
+        out.update(yref="paper", y=1 if above else 0, yanchor="top" if above else "bottom", xref="paper", x=1,
+                   xanchor="right")
+    return out
 
 
 def informative(values: Iterable[Any]) -> bool:
@@ -180,7 +337,8 @@ def informative(values: Iterable[Any]) -> bool:
 
 
 def panel_values(p: dict[str, Any]) -> list[Any]:
-    return [y for t in p["data"] for y in (t.get("y") or [])]
+    """The values a panel shows: its traces' y (x for lying bars)."""
+    return [v for t in p["data"] for v in (t.get("x" if t.get("orientation") == "h" else "y") or [])]
 
 
 def chart(chart_id: str, title: str, views: list[dict[str, Any]], *, note: str = "", section: str = "",

@@ -56,9 +56,17 @@ def verdict_text(s: dict[str, Any]) -> str:
 
 
 def offered_load(s: dict[str, Any]) -> float | None:
-    """Target rate of an open-loop run, else the achieved send rate (req/s)."""
+    """Target rate of an open-loop run (req/s); None for a closed loop, which offers no rate of its own (its
+    clients send as fast as the server answers)."""
     v = s.get("target_rate")
-    return v if v is not None else s.get("achieved_rate")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def load_x(s: dict[str, Any]) -> float | None:
+    """Where a run sits on a load axis (req/s): its offered rate when open-loop, else the rate it achieved
+    (completed requests/s; a closed loop's send rate can be any number, e.g. every request sent at its start)."""
+    v = offered_load(s)
+    return v if v is not None else s.get("request_throughput")
 
 
 def runs_table(leaves: list[RunDir]) -> Table:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from infermeter.analysis.capacity import size
-from infermeter.report.figures import Colors, axis, bar, chart, line, panel, points, threshold
+from infermeter.report.figures import Colors, axis, bar_panel, chart, line, panel, points, threshold
 from infermeter.report.figures import num as rounded  # noqa: F401 - soakview rounds its chart numbers with it
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
@@ -84,9 +84,8 @@ def _bars(chart_id: str, title: str, section: str, note: str, study: StudyConfig
             have = [n for n in confs if (n, p) in by_key and not by_key[(n, p)].unavailable]
             vals = [getter(by_key[(n, p)]) for n in have]
             cats = [f"{n} ({TAG.get(source.get(n, ''), '?')})" for n in have]
-            panels.append(panel(p, [bar(name, cats, vals, [colors[n] for n in have], show_legend=False)],
-                                axis("configuration"), axis(f"{name} ({unit})" if unit else name), legend=False,
-                                height=360))
+            panels.append(bar_panel(p, name, cats, vals, [colors[n] for n in have], axis("configuration"),
+                                    axis(f"{name} ({unit})" if unit else name), height=360))
         out.append({"name": name, "panels": panels})
     return chart(chart_id, title, out, note=note, section=section)
 
@@ -140,7 +139,7 @@ def load_chart(study: StudyConfig, cells: list[CellResult], colors: Colors) -> d
                                        dashed=c.source != "measured", markers=True))
             limit = study.slo.limits.get(slo_key)
             shapes = [threshold(limit, f"SLO {limit:g} ms")] if limit and study.slo.percentile == "p95" else []
-            panels.append(panel(p, series, axis("requests/s"), axis(f"{label} (ms)", log=True), shapes=shapes))
+            panels.append(panel(p, series, axis("requests/s"), axis(f"{label} (ms)"), shapes=shapes))
         views.append({"name": label, "panels": panels})
     return chart("study-load", "Latency vs throughput (every load step)", views, section="latency",
                  note="One point per step; where a curve turns up, queueing starts. Dashed = simulated. The red line "

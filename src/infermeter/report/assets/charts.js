@@ -1,7 +1,8 @@
 /* infermeter report: draws the chart specs with Plotly (bundled before this script) and sorts tables.
    Specs are JSON from #report-data (see infermeter.report.figures): each chart has views, each view
    panels of Plotly traces and layout, drawn as given. Labels were escaped in Python; nodes made here
-   use textContent only. Sets body[data-charts-ready] to the number of panels drawn. */
+   use textContent only. Sets body[data-charts-ready] to the number of panels drawn, and each chart's
+   figure[data-drawn-view] to the index of the view once it is drawn (tests wait on it). */
 (function () {
   "use strict";
   var CONFIG = {responsive: true, displaylogo: false, displayModeBar: "hover", modeBarButtonsToRemove: ["select2d", "lasso2d"],
@@ -31,7 +32,8 @@
     var state = {view: 0};
 
     function draw() {
-      var view = spec.views[state.view], jobs = [];
+      var view = spec.views[state.view], jobs = [], drawing = state.view;
+      box.removeAttribute("data-drawn-view");
       Array.prototype.forEach.call(grid.querySelectorAll(".js-plotly-plot"), function (gd) { Plotly.purge(gd); });
       while (grid.firstChild) grid.removeChild(grid.firstChild);
       grid.className = "panels n" + Math.min(view.panels.length, 3);
@@ -52,7 +54,10 @@
       Array.prototype.forEach.call(pick.querySelectorAll("button"), function (b, i) {
         b.className = i === state.view ? "on" : "";
       });
-      return Promise.all(jobs).then(function () { return view.panels.length; });
+      return Promise.all(jobs).then(function () {
+        if (state.view === drawing) box.setAttribute("data-drawn-view", String(drawing));
+        return view.panels.length;
+      });
     }
 
     if (spec.views.length > 6) {
