@@ -47,7 +47,10 @@ import json
 import threading
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_not, itemgetter, not_
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +139,54 @@ class _RawStore:
             self._text[series] = sid
         return sid
 
+    def _full(self, name: str) -> bool:
+        """No new series of ``name`` can be kept."""
+        return self._per_name.get(name, 0) >= self.max_labelsets or (
+            name not in _USED and self._other >= self.max_series)
+
+    def _keep(self, sc: _Scrape, sid: int, value: float) -> None:
+        sc.ids.append(sid)
+        sc.vals.append(value)
+        name = self.keys[sid][0]
+        if name in _USED or len(sc.samples) < 1000:  # the rest is enough to detect the engine by prefix
+            sc.samples.append(Sample(name, self._labels[sid], value))
+
     def feed(self, lines: list[str], sc: _Scrape) -> None:
-        """Add a block of complete lines to the scrape ``sc``."""
+        """Add a block of complete lines to the scrape ``sc``.
+
+        In bulk first (C-level maps over the block): a line ``series value`` whose series is known
+        costs a lookup; lines of names that cannot take a new series are counted as dropped by name.
+        Only the rest (new series within the caps, odd spacing, timestamps) is read line by line."""
+        parts = list(map(str.rpartition, lines, repeat(" ")))
+        sids = list(map(self._text.get, map(itemgetter(0), parts)))
+        hit = list(map(is_not, sids, repeat(None)))
+        for sid, part in zip(compress(sids, hit), compress(parts, hit)):
+            try:
+                value = parse_value(part[2])
+            except ValueError:
+                sc.bad_lines += 1
+                continue
+            self._keep(sc, sid, value)
+        miss = list(compress(lines, map(not_, hit)))
+        if not miss:
+            return
+        names = Counter(map(itemgetter(0), map(str.partition, miss, repeat("{"))))
+        slow, full = False, 0
+        for name, count in names.items():
+            head = name.split(None, 1)[0] if name.strip() else ""
+            if not head or head[0] == "#":
+                continue
+            if head == name and self._full(name):
+                full += count
+            else:
+                slow = True
+        if slow:  # counts its own drops
+            self._feed_lines(miss, sc)
+        else:
+            sc.dropped += full
+
+    def _feed_lines(self, lines: list[str], sc: _Scrape) -> None:
+        """Line by line: blank and comment lines skipped, names that are full dropped unparsed."""
         text_ids = self._text
         for raw in lines:
             line = raw.strip()
@@ -156,13 +205,7 @@ class _RawStore:
             except (ValueError, IndexError):
                 sc.bad_lines += 1
                 continue
-            sc.ids.append(sid)
-            sc.vals.append(value)
-            name, _ = self.keys[sid]
-            if name in _USED:
-                sc.samples.append(Sample(name, self._labels[sid], value))
-            elif len(sc.samples) < 1000:  # enough to detect the engine from its prefix
-                sc.samples.append(Sample(name, self._labels[sid], value))
+            self._keep(sc, sid, value)
 
     def add(self, t: float, sc: _Scrape) -> None:
         self.scrapes.append((t, sc.ids, sc.vals))
