@@ -239,7 +239,7 @@ def scrape_findings(run: dict[str, Any]) -> list[Finding]:
     """Where scraping ``/metrics`` could have slowed the client, or left its server metrics partial."""
     sm = run.get("server_metrics") if isinstance(run, dict) else None
     c = sm.get("scrape") if isinstance(sm, dict) else None
-    if not isinstance(c, dict) or not c.get("count"):
+    if not isinstance(sm, dict) or not isinstance(c, dict) or not c.get("count"):
         return []
     out: list[Finding] = []
     share, cpu, size = c.get("cpu_share"), c.get("cpu_ms_mean"), c.get("bytes_max") or 0

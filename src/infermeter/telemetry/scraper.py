@@ -161,6 +161,7 @@ class _RawStore:
         sids = list(map(self._text.get, map(itemgetter(0), parts)))
         hit = list(map(is_not, sids, repeat(None)))
         for sid, part in zip(compress(sids, hit), compress(parts, hit)):
+            assert sid is not None
             try:
                 value = parse_value(part[2])
             except ValueError:
