@@ -5,15 +5,15 @@ then ``--tokens`` tokens ``--itl-ms`` apart: E2E about 100 ms) and serves a ``/m
 ``--series`` series (about 65 bytes each: 100,000 is 6.5 MB) beside a few vLLM gauges, with
 labels that change on every scrape under ``--churn``. The same closed-loop run
 (``infermeter run``'s :class:`~infermeter.measure.Measurement`, scraping every
-``--scrape-interval``) goes once against a server whose ``/metrics`` holds only the vLLM gauges
-and once against the heavy one. It prints, for each: completed requests, E2E p50/p90, the
-scraper's own cost (``server_metrics.scrape``) and the verdict's scrape findings, then the E2E
-p90 ratio heavy / light. Done when the ratio is within 1.5, or the heavy run names why not
+``--scrape-interval``) goes against a server whose ``/metrics`` holds only the vLLM gauges and
+against the heavy one, alternating, ``--repeats`` times each. It prints, for each: completed requests, E2E p50/p90, the
+scraper's own cost (``server_metrics.scrape``) and the verdict's scrape findings, then the
+ratio of the median E2E p90s, heavy / light. Done when the ratio is within 1.5, or the heavy run names why not
 (``scrape_heavy``).
 
 Figures are for this machine at this moment: compare the two runs of one invocation.
 
-    .venv/bin/python benchmarks/scrape_interference.py [--series 100000] [--seconds 10] [--churn]
+    .venv/bin/python benchmarks/scrape_interference.py [--series 100000] [--seconds 10] [--churn] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 import multiprocessing as mp
 import resource
 import socket
+import statistics
 import tempfile
 import time
 import urllib.request
@@ -38,25 +39,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(port: int, series: int, churn: bool, ttft_ms: float, itl_ms: float, tokens: int) -> None:
+def serve(port: int, series: int, churn: bool, ttft_ms: float, itl_ms: float, tokens: int, variants: int) -> None:
     """The fake server (runs in a child process)."""
     from aiohttp import web
 
     gauges = ('vllm:num_requests_running{engine="0",model_name="fake"} 1\n'
               'vllm:num_requests_waiting{engine="0",model_name="fake"} 0\n'
               'vllm:kv_cache_usage_perc{engine="0",model_name="fake"} 0.1\n')
-    state = {"scrapes": 0}
-
-    def body() -> bytes:
-        gen = state["scrapes"] if churn else 0
-        state["scrapes"] += 1
+    def body(gen: int) -> bytes:
         junk = "".join(f'app_request_bytes{{route="/r{i}",pod="p{gen}",code="200"}} {i}.5\n' for i in range(series))
         return ("# TYPE app_request_bytes gauge\n" + junk + gauges).encode()
 
-    fixed = body() if not churn else b""
+    # pre-rendered, so serving a body costs the server's loop nothing; with churn every scrape of the
+    # run gets labels it has not seen (``variants`` of them, one per scrape)
+    bodies = [body(g) for g in range(variants if churn else 1)]
+    state = {"scrapes": 0}
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=fixed if not churn else body(), content_type="text/plain")
+        state["scrapes"] += 1
+        return web.Response(body=bodies[(state["scrapes"] - 1) % len(bodies)], content_type="text/plain")
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
@@ -88,15 +89,15 @@ def serve(port: int, series: int, churn: bool, ttft_ms: float, itl_ms: float, to
 
 
 class FakeServer:
-    def __init__(self, series: int, churn: bool, ttft_ms: float, itl_ms: float, tokens: int) -> None:
+    def __init__(self, series: int, churn: bool, ttft_ms: float, itl_ms: float, tokens: int, variants: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = mp.get_context("spawn").Process(target=serve, daemon=True,
-                                                    args=(self.port, series, churn, ttft_ms, itl_ms, tokens))
+                                                    args=(self.port, series, churn, ttft_ms, itl_ms, tokens, variants))
 
     def __enter__(self) -> FakeServer:
         self.proc.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while True:
             try:
                 urllib.request.urlopen(self.url + "/v1/models", timeout=1).read()
@@ -143,18 +144,26 @@ def main() -> None:
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--itl-ms", type=float, default=1.0)
     ap.add_argument("--scrape-interval", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=3, help="light/heavy pairs, alternating")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="infermeter-scrape-")
-    figures: dict[str, float | None] = {}
-    for name, series in (("light", 0), ("heavy", args.series)):
-        with FakeServer(series, args.churn, args.ttft_ms, args.itl_ms, args.tokens) as srv:
+    figures: dict[str, list[float]] = {"light": [], "heavy": []}
+    variants = int(args.seconds / args.scrape_interval) + 8
+    with FakeServer(0, False, args.ttft_ms, args.itl_ms, args.tokens, 1) as light_srv, \
+            FakeServer(args.series, args.churn, args.ttft_ms, args.itl_ms, args.tokens, variants) as heavy_srv:
+        for name, srv in (("light", light_srv), ("heavy", heavy_srv)):
             size = len(urllib.request.urlopen(srv.url + "/metrics").read())
-            print(f"{name}: /metrics {size / 1e6:.2f} MB ({series} extra series{', churning' if args.churn else ''})")
-            figures[name] = row(name, one_run(srv.url, f"{tmp}/{name}", args))
-    light, heavy = figures["light"], figures["heavy"]
-    if light and heavy:
-        print(f"E2E p90 heavy / light = {heavy:.1f} / {light:.1f} ms = {heavy / light:.2f}x (done when <= 1.5x, "
-              "or the heavy run names scrape_heavy)")
+            print(f"{name}: /metrics {size / 1e6:.2f} MB ({args.series if name == 'heavy' else 0} extra series"
+                  f"{', churning' if args.churn and name == 'heavy' else ''})")
+        for k in range(args.repeats):  # alternate, so a change in the machine's load hits both alike
+            for name, srv in (("light", light_srv), ("heavy", heavy_srv)):
+                p90 = row(name, one_run(srv.url, f"{tmp}/{name}-{k}", args))
+                if p90 is not None:
+                    figures[name].append(p90)
+    if figures["light"] and figures["heavy"]:
+        light, heavy = statistics.median(figures["light"]), statistics.median(figures["heavy"])
+        print(f"E2E p90 (median of {args.repeats}) heavy / light = {heavy:.1f} / {light:.1f} ms = {heavy / light:.2f}x "
+              "(done when <= 1.5x, or the heavy run names scrape_heavy)")
     print(f"client max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
