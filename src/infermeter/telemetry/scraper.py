@@ -337,6 +337,7 @@ class MetricsScraper:
                     # let the load's thread take the interpreter lock now, not after its 5 ms switch interval
                     await asyncio.sleep(_YIELD_S)
                 if truncated:
+                    resp.close()  # drop the connection: the rest of the body is never read
                     return True, n, True  # the cut line in ``carry`` is dropped
             if carry:
                 tail = carry.decode("utf-8", "replace")
