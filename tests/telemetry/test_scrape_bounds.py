@@ -196,3 +196,18 @@ def test_verdict_names_a_heavy_scrape_and_stays_quiet_on_a_light_one():
 def test_bad_caps_name_the_input():
     with pytest.raises(ConfigError, match="scrape-max-mb"):
         MetricsScraper("http://127.0.0.1:1", now=lambda: 0.0, max_bytes=0)
+
+
+def test_a_scraper_never_stopped_ends_with_the_loop_that_started_it(serve, clock):
+    sc_box = {}
+
+    async def go():
+        async with serve({"/metrics": lambda: GAUGES}) as srv:
+            sc = MetricsScraper(srv.url, interval_s=0.05, now=clock)
+            await sc.start()  # and never stop(): the run raised before it
+            sc_box["sc"] = sc
+
+    asyncio.run(go())
+    thread = sc_box["sc"]._bg._thread
+    thread.join(10)  # bounded: the watchdog checks once a second
+    assert not thread.is_alive()

@@ -4,7 +4,8 @@ Promise: :class:`BackgroundLoop` starts a daemon thread running a fresh asyncio 
 ``await bg.call(coro)`` runs ``coro`` *there* and hands its result (or exception) back to the
 caller's loop, which stays free meanwhile. Cancelling the caller's await cancels the coroutine
 on the thread. ``close()`` stops the loop and joins the thread (bounded); a loop that is never
-closed dies with the process (daemon thread).
+closed stops by itself within a second once the loop that started it is closed (a run that
+raised before its ``stop()``), and otherwise dies with the process (daemon thread).
 
     bg = BackgroundLoop("infermeter-scrape")
     bg.start()
@@ -34,9 +35,19 @@ class BackgroundLoop:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start the thread; call it from the loop that owns this background loop (if any)."""
         if self._thread is not None:
             return
         ready = threading.Event()
+        try:
+            owner: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            owner = None
+
+        async def watch() -> None:  # an owner gone without close(): stop, never poll on forever
+            while owner is not None and not owner.is_closed():
+                await asyncio.sleep(1.0)
+            asyncio.get_running_loop().stop()
 
         def main() -> None:
             loop = asyncio.new_event_loop()
@@ -44,6 +55,8 @@ class BackgroundLoop:
             self._loop = loop
             ready.set()
             try:
+                if owner is not None:
+                    loop.create_task(watch())
                 loop.run_forever()
                 pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
                 for t in pending:
