@@ -40,7 +40,11 @@ Warnings: errors returned, requests scheduled but never finished (``unfinished``
 the end of ``--grace`` or never sent; they count against goodput and the SLO), percentiles
 resting on too few samples, client CPU near one full core, ``usage_implausible`` (responses
 whose server usage claimed more tokens than they could carry: their counts are the stream's),
-runs that did not finish, and the run's own notices (``run.json`` ``notices``: client capacity, worker merges).
+runs that did not finish, and the run's own notices (``run.json`` ``notices``: client capacity,
+worker merges). Scraping ``/metrics`` (``run.json`` ``server_metrics.scrape``,
+:mod:`infermeter.telemetry.scraper`): ``scrape_heavy`` when its thread took over
+``SCRAPE_CPU_SHARE`` of a core (it shares the client's interpreter), ``scrape_truncated`` when
+scrapes hit the size or time cap, ``scrape_capped`` when series were dropped past the series caps.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ TREND_FLOOR_S = 0.05
 TREND_MIN_SLOPE = 0.02  # seconds of added latency per second of run
 RATE_MIN_COMPLETED = 20
 QUEUE_GROWTH = 5.0
+SCRAPE_CPU_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ def judge(f: Facts) -> Verdict:
                                    "(or not counts at all); their token counts are the stream's",
                            evidence={"usage_implausible": f.usage_implausible}))
     out.extend(completeness(f.run, f.scheduled))
+    out.extend(scrape_findings(f.run))
     for notice in f.run.get("notices") or []:  # what the run noticed about itself (client capacity, merges)
         code, sep, rest = str(notice).partition(": ")
         named = bool(sep) and code.replace("_", "").isalnum() and " " not in code
@@ -244,6 +250,38 @@ def trend(points: tuple[tuple[float, float], ...], span_s: float) -> dict[str, f
 
 def _s(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def scrape_findings(run: dict[str, Any]) -> list[Finding]:
+    """Where scraping ``/metrics`` could have slowed the client, or left its server metrics partial."""
+    sm = run.get("server_metrics") if isinstance(run, dict) else None
+    c = sm.get("scrape") if isinstance(sm, dict) else None
+    if not isinstance(sm, dict) or not isinstance(c, dict) or not c.get("count"):
+        return []
+    out: list[Finding] = []
+    share, cpu, size = c.get("cpu_share"), c.get("cpu_ms_mean"), c.get("bytes_max") or 0
+    if isinstance(share, (int, float)) and share > SCRAPE_CPU_SHARE:
+        out.append(Finding(code="scrape_heavy", severity="warning",
+                           message=f"scraping /metrics took {share:.0%} of a core ({cpu:.0f} ms CPU per scrape, up to "
+                                   f"{size / 2**20:.1f} MiB, every {sm.get('interval_s')} s) on a thread of the client's "
+                                   "interpreter; client latencies may include it",
+                           evidence={"cpu_share": share, "cpu_ms_mean": cpu, "bytes_max": size},
+                           fix="raise --scrape-interval, or --no-scrape"))
+    cut, late = int(c.get("truncated") or 0), int(c.get("timed_out") or 0)
+    if cut or late:
+        parts = [f"{cut} stopped at the {int(c.get('max_bytes') or 0) / 2**20:g} MiB cap" if cut else "",
+                 f"{late} dropped after {c.get('timeout_s')} s" if late else ""]
+        out.append(Finding(code="scrape_truncated", severity="warning",
+                           message=f"{cut + late} of {c['count']} /metrics scrapes incomplete "
+                                   f"({', '.join(p for p in parts if p)}); server metrics are partial",
+                           evidence={"truncated": cut, "timed_out": late}, fix="--scrape-max-mb"))
+    if c.get("series_dropped_max"):
+        out.append(Finding(code="scrape_capped", severity="warning",
+                           message=f"the server exposed more series than kept: up to {c['series_dropped_max']} per "
+                                   f"scrape dropped ({c.get('series_kept')} kept; engine metrics first, at most "
+                                   f"{c.get('max_labelsets')} label sets per name)",
+                           evidence={"series_dropped_max": c["series_dropped_max"], "series_kept": c.get("series_kept")}))
+    return out
 
 
 def completeness(run: dict[str, Any], records: int) -> list[Finding]:

@@ -131,6 +131,7 @@ TELEMETRY = _run({
     "hardware": None, "scrape": None,
     "scrape_interval_s": FlagSpec(flag="--scrape-interval", annotation=Optional[str], convert=_duration,
                                   metavar="DURATION", show_default="1s"),
+    "scrape_max_mb": None,
     "gpu": FlagSpec(flag="--gpu-telemetry/--no-gpu-telemetry"), "dcgm_url": None, "history": None,
     "emulator_args": FlagSpec(flag="--emulator", annotation=Optional[str], convert=_emulator, show_default=False,
                               metavar="ARGS"),

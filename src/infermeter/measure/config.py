@@ -114,6 +114,8 @@ class RunConfig(BaseModel):
     label: str | None = Field(None, description="a name for this run")
     scrape: bool = Field(True, description="scrape the server's /metrics during the run")
     scrape_interval_s: float = Field(1.0, gt=0, description="seconds between /metrics scrapes")
+    scrape_max_mb: float = Field(8.0, gt=0, le=1e6, description="stop reading a /metrics body past this many MiB "
+                                                        "(the scrape is kept, marked truncated)")
     emulator_args: tuple[str, ...] = Field((), description='arguments for the embedded emulator, e.g. "--ttft-ms 20"')
     hardware: str | None = Field(None, description="what the server runs on, e.g. 4xa100-80gb:tp4 (for cost)")
     gpu: bool = Field(True, description="sample local GPUs (NVML, extra 'gpu') or --dcgm-url during the run; "

@@ -368,8 +368,9 @@ class Measurement:
             from infermeter.telemetry.scraper import MetricsScraper
         except ImportError:
             return None
-        scraper = MetricsScraper(url, interval_s=self.cfg.scrape_interval_s, now=lambda: self.clock())
-        await scraper.start(session)
+        scraper = MetricsScraper(url, interval_s=self.cfg.scrape_interval_s, now=lambda: self.clock(),
+                                 max_bytes=int(self.cfg.scrape_max_mb * 2**20))
+        await scraper.start()  # on its own thread and session: never on this loop
         return scraper
 
     async def _stop_scraper(self, scraper: MetricsScraper | None, run_dir: Path) -> dict[str, Any] | None:

@@ -211,6 +211,30 @@ ADAPTERS: dict[str, Adapter] = {
 }
 
 METRIC_DIALECTS = tuple(ADAPTERS)  # the engines whose /metrics names telemetry reads
+#: Info series read from the raw scrape elsewhere (``measure.calibrate``: vLLM's KV capacity).
+INFO_NAMES = ("vllm:cache_config_info",)
+
+
+def _term_names(term: Term) -> tuple[str, ...]:
+    if isinstance(term, Src):
+        return (term.name,)
+    if isinstance(term, Ratio):
+        return (term.num.name, term.den.name)
+    return tuple(p.name for p in term.parts)
+
+
+def used_names() -> frozenset[str]:
+    """Every sample name some adapter reads (signals, histogram ``_sum``/``_count``) plus
+    :data:`INFO_NAMES`: the series a scraper keeps first when a server exposes too many."""
+    names: set[str] = set(INFO_NAMES)
+    for ad in ADAPTERS.values():
+        for terms in ad.signals.values():
+            for term in terms:
+                names.update(_term_names(term))
+        for families in ad.histograms.values():
+            for fam in families:
+                names.update((f"{fam}_sum", f"{fam}_count"))
+    return frozenset(names)
 
 
 def detect(exp: Exposition) -> str | None:

@@ -121,6 +121,25 @@ def parse_line(line: str) -> Sample | None:
     return Sample(name, labels, _parse_value(rest[0]))
 
 
+def split_series(line: str) -> tuple[str, str]:
+    """``'name{labels} value [ts]'`` -> ``('name{labels}', ' value [ts]')`` without parsing the labels
+    (the series text up to the last ``}``, or up to the first blank): a cheap key for a series already
+    seen. ``line`` is stripped, not a comment."""
+    if "{" in line:
+        end = line.rfind("}") + 1
+        return line[:end], line[end:]
+    parts = line.split(None, 1)
+    return parts[0], (parts[1] if len(parts) > 1 else "")
+
+
+def parse_value(rest: str) -> float:
+    """The value of a sample from what follows its series (``' 3.0 1712345678'`` -> 3.0)."""
+    parts = rest.split()
+    if not parts:
+        raise ValueError("missing value")
+    return _parse_value(parts[0])
+
+
 def parse_exposition(text: str) -> Exposition:
     """Parse a whole exposition body (see module docstring)."""
     out = Exposition()

@@ -7,10 +7,12 @@ utilization_pct, memory_used_bytes, temperature_c, power_w, sm_clock_mhz,
 clock_event_reasons, energy_j}`` (``None`` = not provided). Without a GPU,
 driver or ``nvidia-ml-py`` the sampler says so in ``summary()``
 (``{"available": False, "reason": ...}``) and the run carries on.
-``write(run_dir)`` stores ``gpu.parquet``.
+``write(run_dir)`` stores ``gpu.parquet``. Sampling runs on the sampler's own
+thread, event loop and (for DCGM) HTTP session, never on the caller's loop; a
+DCGM body is read up to 8 MiB.
 
     gpu = GpuSampler(now=run_clock)                        # or dcgm_url="http://node:9400/metrics"
-    await gpu.start(session)
+    await gpu.start()
     ...
     await gpu.stop()
     summary["gpu"] = gpu.summary(output_tokens=total_output_tokens)
@@ -26,7 +28,6 @@ missing) and energy per output token.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from infermeter.errors import ConfigError
+from infermeter.telemetry._offloop import BackgroundLoop
 from infermeter.telemetry._poller import Poller
 from infermeter.telemetry._series import counter_delta, gauge_max, gauge_mean, hold_weights, rows_to_parquet
 from infermeter.telemetry.gpu_sources import (
@@ -48,6 +50,7 @@ from infermeter.telemetry.gpu_sources import (
 )
 
 GPU_FILE = "gpu.parquet"
+DCGM_MAX_BYTES = 8 << 20
 
 
 def _energy_j(rows: list[dict[str, Any]]) -> tuple[float | None, str | None]:
@@ -155,6 +158,7 @@ class GpuSampler:
         self._session: aiohttp.ClientSession | None = None
         self._rows: list[dict[str, Any]] = []
         self._poller = Poller(self.interval_s, self._sample)
+        self._bg = BackgroundLoop("infermeter-gpu")
 
     @property
     def source(self) -> str:
@@ -162,42 +166,65 @@ class GpuSampler:
 
     async def _read(self) -> list[dict[str, Any]]:
         if isinstance(self._source, DcgmSource):
-            assert self._session is not None
+            if self._session is None:
+                self._session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
             timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s))
             async with self._session.get(self._source.url, timeout=timeout) as resp:
                 if resp.status != 200:
                     raise RuntimeError(f"GET {self._source.url} -> HTTP {resp.status}")
-                return DcgmSource.parse(await resp.text(errors="replace"))
-        return await asyncio.to_thread(self._source.read)
+                chunks: list[bytes] = []
+                n = 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    chunks.append(chunk)
+                    n += len(chunk)
+                    if n > DCGM_MAX_BYTES:  # a runaway body: keep the whole lines of the first 8 MiB
+                        text = b"".join(chunks)[:DCGM_MAX_BYTES].decode("utf-8", "replace")
+                        return DcgmSource.parse(text.rpartition("\n")[0])
+                return DcgmSource.parse(b"".join(chunks).decode("utf-8", "replace"))
+        return self._source.read()  # on the sampler's own thread
 
     async def _sample(self) -> None:
         t = float(self._now())
         for row in await self._read():
             self._rows.append({"t": t, **row})
 
-    async def start(self, session: aiohttp.ClientSession | None = None) -> None:
-        """Open the source (no GPU: note why and do nothing more), then sample in the background."""
-        if isinstance(self._source, DcgmSource):
-            if session is None:
-                raise ConfigError("a DCGM exporter URL needs an aiohttp session: pass start(session)")
-            self._session = session
-        else:
+    async def _open_and_start(self) -> None:
+        if isinstance(self._source, NvmlSource):
             try:
-                await asyncio.to_thread(self._source.open)
+                self._source.open()
             except GpuUnavailable as exc:
                 self.unavailable = str(exc)
                 return
         await self._poller.start()
 
-    async def sample_now(self) -> None:
-        """One extra sample now (errors counted, not raised); no-op without a GPU."""
-        if self.unavailable is None and self._poller.running:
-            await self._poller.tick_now()
-
-    async def stop(self) -> None:
+    async def _stop_and_close(self) -> None:
         await self._poller.stop()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         if isinstance(self._source, NvmlSource):
             self._source.close()
+
+    async def start(self, session: aiohttp.ClientSession | None = None) -> None:
+        """Open the source (no GPU: note why and do nothing more), then sample in the background, on the
+        sampler's own thread (``session`` is accepted for compatibility, not used: DCGM gets its own)."""
+        self._bg.start()
+        await self._bg.call(self._open_and_start())
+        if self.unavailable is not None:
+            self._bg.close()
+
+    async def sample_now(self) -> None:
+        """One extra sample now (errors counted, not raised); no-op without a GPU."""
+        if self.unavailable is None and self._poller.running and self._bg.thread_id is not None:
+            await self._bg.call(self._poller.tick_now())
+
+    async def stop(self) -> None:
+        if self._bg.thread_id is None:
+            return
+        try:
+            await self._bg.call(self._stop_and_close())
+        finally:
+            self._bg.close()
 
     def samples(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self._rows]
