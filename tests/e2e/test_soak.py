@@ -48,3 +48,15 @@ def test_killed_soak_run_resumes_where_it_stopped(tmp_path, cli, infermeter_bin)
     last_end = float(np.nanmax(t.column("ended_at").to_numpy(zero_copy_only=False)))
     assert [w["index"] for w in series] == list(range(int(last_end) + 1))
     assert last_end > 4 + run["segments"][1]["gap_s"] - 0.5
+
+
+def test_a_soak_summary_carries_its_scrape_findings(tmp_path, cli):
+    """The soak's summary is judged before the scraper stops; the scrape findings still reach it
+    (the embedded twin emulator serves /metrics; a 512-byte cap truncates every scrape)."""
+    out = tmp_path / "soak-scrape"
+    p = cli("run", "--rate", "20", "--arrival", "constant", "--duration", "3", "--window", "1s", "--output-tokens", "3",
+            "--scrape-interval", "0.5", "--scrape-max-mb", "0.0005", "--no-calibrate", "--out", str(out), "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert any(w.startswith("scrape_truncated") for w in summary["warnings"]), summary["warnings"]
+    assert "scrape_truncated" in {f["code"] for f in summary.get("findings", [])}

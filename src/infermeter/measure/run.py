@@ -34,6 +34,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.analysis.accumulator import Accumulator, build_summary
+from infermeter.analysis.verdict import scrape_findings
 from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
 from infermeter.client.session import make_session
@@ -209,6 +210,10 @@ class Measurement:
             run["server_metrics"] = server_metrics
         if self.soak:
             summary["server_metrics"] = server_metrics
+            # the soak's summary was judged before the scraper stopped: its scrape findings join it here
+            for finding in scrape_findings(run):
+                summary.setdefault("warnings", []).append(finding.line())
+                summary.setdefault("findings", []).append(finding.model_dump(mode="json"))
         else:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
