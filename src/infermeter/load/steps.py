@@ -113,7 +113,8 @@ class _Driver:
                 self.retried = True
                 entry["retried"] = True
                 return self.step
-            return self._stop(k, why)
+            self._stop(k, why)
+            return None
         self.retried = False
         self.accepted.append(k)
         try:
@@ -140,7 +141,6 @@ class _Driver:
         found["stopped"] = reason
         found["notes"] = [*found.get("notes", []), reason]
         self.findings = found
-        return None
 
     def _remap(self, findings: dict[str, Any]) -> dict[str, Any]:
         out = dict(findings)
