@@ -103,3 +103,47 @@ def test_the_bracket_status_says_what_the_search_established() -> None:
     mid = search_result(run(plan, SLO, lambda r, n: r <= 5.0), plan, SLO)
     assert mid["status"] == "bracketed" and mid["converged"] is None and mid["tolerance"] is None
     assert mid["low"] <= 5.0 < mid["high"]
+
+
+LAG = {"code": "schedule_lag", "severity": "invalid", "message": "p99 schedule lag 50.0 ms > 10 ms (the client fell behind)"}
+
+
+class LaggingTarget:
+    """A fake endpoint whose client lags at the given (step, try) pairs; it never writes requests."""
+
+    source = "measured"
+
+    def __init__(self, lag: set[tuple[int, int]]) -> None:
+        self.lag, self.tries = lag, {}
+
+    def default_concurrency(self) -> int:
+        return 4
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "endpoint"}
+
+    def run_step(self, spec: Any, profile: str, *, out_dir: Any, label: str) -> dict[str, Any]:
+        n = self.tries[spec.k] = self.tries.get(spec.k, 0) + 1
+        out_dir.mkdir(parents=True)
+        lagged = (spec.k, n) in self.lag
+        return {**_summary(), "request_throughput": 1.0, "output_token_throughput": 10.0,
+                "valid": not lagged, "findings": [LAG] if lagged else [],
+                "invalid_reasons": [f"schedule_lag: {LAG['message']}"] if lagged else [],
+                "ttft_from_intended_ms": {"count": 100, "p95": 50.0}}
+
+
+def test_a_client_limited_study_step_is_retried_then_stops_the_cell(tmp_path: Any) -> None:
+    from infermeter.study.cells import run_cell
+    from infermeter.study.config import load_study_text
+
+    study = load_study_text("model: llama-3.1-8b\nconfigurations: [h100-sxm]\nprofiles: [chat]\n"
+                            "slo: {ttft_ms: 500}\n", "s.yaml")
+    target = LaggingTarget({(0, 1), (1, 1), (1, 2)})  # step 0 lags once; step 1 (saturation) twice
+    cell = run_cell(target, study, study.configurations[0], "chat", tmp_path / "cell")
+    assert target.tries == {0: 2, 1: 2}  # nothing ran after the second lagging try
+    assert (tmp_path / "cell" / "steps" / "0-client-limited").is_dir() and len(cell.steps) == 1
+    assert cell.steps[0]["valid"] and "the search stopped at step 1" in cell.notes[0]
+    assert "schedule_lag" in cell.capacity_search["stopped"]
+    # the first step lagging twice leaves a row that says why, not a crash
+    row = run_cell(LaggingTarget({(0, 1), (0, 2)}), study, study.configurations[0], "chat", tmp_path / "cell2")
+    assert row.unavailable and "schedule_lag" in row.unavailable

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from infermeter.analysis.slo import SloJudge
+from infermeter.analysis.sustained import sustained_rate
 from infermeter.analysis.verdict import client_limited
 from infermeter.load.shapes import BaseShape
 
@@ -75,6 +76,7 @@ def step_entry(k: int, step: Step, summary: dict[str, Any], judge: SloJudge) -> 
     entry = {**summary, "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
              "meets_slo": ok, "slo_reasons": reasons, "step_dir": f"steps/{k}"}
     entry.pop("run_dir", None)
+    entry["sustained_rps"], entry["sustained_basis"] = sustained_rate(entry)
     return entry
 
 
@@ -208,6 +210,8 @@ def plan_summary(result: PlanResult, judge: SloJudge, plan: LoadPlan) -> dict[st
         cap["slo"] = judge.describe()
         step = cap.get("step")
         cap["summary"] = None if step is None else {k: v for k, v in entries[step].items() if k != "slo_reasons"}
+        # the sustained capacity (analysis.sustained): the capacity step's sustained rate, in requests/s
+        cap["sustained_rps"] = None if step is None else entries[step].get("sustained_rps")
         out["capacity"] = cap
     for key in ("rates", "notes", "stopped"):
         if key in result.findings:

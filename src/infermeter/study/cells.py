@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from infermeter.analysis.verdict import client_limited
-from infermeter.errors import DataError
 from infermeter.records import store
 from infermeter.study.config import Configuration, LoadPlan, Slo, StudyConfig
 from infermeter.study.saturation import arrival_throughput, steady_throughput
@@ -174,10 +173,10 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
                 shutil.rmtree(first)
             step_dir.rename(first)
             summary = target.run_step(spec, profile, out_dir=step_dir, label=label + " (retried)")
-            why = client_limited(summary)
-            if why:
+            limited = client_limited(summary)
+            if limited:
                 notes.append(f"the search stopped at step {spec.k} ({spec.describe()}): the client could not apply "
-                             f"the load, twice ({'; '.join(why)}); not read as the server's answer")
+                             f"the load, twice ({'; '.join(limited)}); not read as the server's answer")
                 gen.close()
                 break
         tp = None
@@ -201,8 +200,9 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
         info["emulated"] = (store.read_json(first).get("target") or {}).get("emulated")
         if info["emulated"]:
             source = "emulated"  # infermeter's own twin behind an endpoint: not a measurement of hardware
-    if not outcomes:
-        raise DataError(notes[0] if notes else f"{conf.label} × {profile}: no step ran")
+    if not outcomes:  # the client could not apply even the first step: a row that says so
+        return unavailable_cell(conf, profile, target.source, notes[0] if notes else "no step ran",
+                                study.model_for(conf), cell_dir)
     cell = summarize_cell(conf, profile, source, cell_dir, outcomes, info, plan, study.slo, notes)
     write_cell(cell, study, plan.describe(), fingerprint(study, conf, profile))
     return cell

@@ -110,6 +110,8 @@ class StepOutcome:
             "request_throughput": r["requests_per_s"], "input_token_throughput": r["input_tokens_per_s"],
             "output_token_throughput": r["output_tokens_per_s"], "total_token_throughput": r["total_tokens_per_s"],
             "throughput_method": self.throughput.method if self.throughput else "whole run",
+            "sustained_rps": r["requests_per_s"],  # analysis.sustained: the same figure, named once
+            "sustained_basis": self.throughput.method if self.throughput else "whole run",
             "goodput": s.get("goodput"), "error_rate": s.get("error_rate"), "valid": bool(s.get("valid", True)),
             "invalid_reasons": list(s.get("invalid_reasons") or []), "saturated": s.get("saturated"),
             "unfinished": s.get("unfinished"),
