@@ -59,7 +59,10 @@ def test_open_loop_steps_are_sized_by_duration_with_a_floor_for_the_percentile()
     # 0.3 x 10 req/s x 40 E2E of 2 s = 240 < 400 (the p95 floor); 9 req/s x 80 s = 720
     assert [s.requests for s in rate] == [400, 720]
     fixed = run(LoadPlan(rate_fractions=(0.3, 0.9), refine=0, requests=50), SLO, lambda r, n: r <= 5.0)
-    assert [o.spec.requests for o in fixed if o.spec.kind == "rate"] == [50, 50]  # fixed counts: no check either
+    # fixed counts stay fixed; the convergence check doubles them (0.3 x 10 req/s passed: checked at 100)
+    assert [(o.spec.requests, o.spec.stage) for o in fixed if o.spec.kind == "rate"] == [(50, 0), (50, 0), (100, 1)]
+    off = run(LoadPlan(rate_fractions=(0.3, 0.9), refine=0, requests=50, converge=False), SLO, lambda r, n: r <= 5.0)
+    assert [o.spec.requests for o in off if o.spec.kind == "rate"] == [50, 50]
 
 
 def transient(c_inf: float, a: float) -> Callable[[float, int], bool]:
@@ -101,8 +104,14 @@ def test_the_bracket_status_says_what_the_search_established() -> None:
     assert none["status"] == "upper_bound" and none["value"] is None and none["high"] == lowest
     assert "only the one-at-a-time step met it" in none["note"]
     mid = search_result(run(plan, SLO, lambda r, n: r <= 5.0), plan, SLO)
-    assert mid["status"] == "bracketed" and mid["converged"] is None and mid["tolerance"] is None
+    assert mid["status"] == "bracketed" and mid["converged"] is True and mid["tolerance"] == 0.05
     assert mid["low"] <= 5.0 < mid["high"]
+    # fixed 100-request steps at ~5 req/s of 2 s requests last ~20 E2E times, fewer than step_e2e: it says so
+    assert abs(mid["step_e2e_times"] - mid["step_requests"] / mid["low"] / E2E_S) < 1e-9
+    assert mid["step_e2e_times"] < 40 and "fewer than step_e2e" in mid["note"]
+    off = plan.model_copy(update={"converge": False})
+    unchecked = search_result(run(off, SLO, lambda r, n: r <= 5.0), off, SLO)
+    assert unchecked["converged"] is None and unchecked["tolerance"] is None and len(unchecked["stages"]) == 1
 
 
 LAG = {"code": "schedule_lag", "severity": "invalid", "message": "p99 schedule lag 50.0 ms > 10 ms (the client fell behind)"}

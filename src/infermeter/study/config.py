@@ -58,7 +58,7 @@ class LoadPlan(_Frozen):
     Steady state (``study.sweep``): without ``requests`` each open-loop step is sized by duration,
     ``step_e2e`` E2E times of the workload at its rate and at least enough completions for the SLO
     percentile (``20 / (1 - p)``), at most ``max_step_requests``; then the capacity is checked by
-    doubling the step length (``converge``; on by default for duration-sized steps): when it moves
+    doubling the step length (``converge``, on unless false; fixed ``requests`` are doubled too): when it moves
     by more than ``tolerance`` the search is repeated with the longer steps, at most
     ``max_doublings`` times."""
 
@@ -77,8 +77,8 @@ class LoadPlan(_Frozen):
                             "workload (the longest mean E2E of the steps meeting the SLO so far)")
     max_step_requests: int = Field(20_000, ge=2, description="never size an open-loop step above this many requests")
     converge: bool | None = Field(None, description="check the SLO capacity by doubling the step length, and "
-                                  "lengthen and re-search when it moves beyond tolerance (default: on when steps "
-                                  "are sized by duration, off with a fixed requests count)")
+                                  "lengthen and re-search when it moves beyond tolerance (default: on; false "
+                                  "keeps the steps as planned)")
     tolerance: float = Field(0.05, gt=0, lt=1, description="the capacity may move at most this share when the "
                              "step length doubles")
     max_doublings: int = Field(3, ge=0, le=6, description="at most this many step-length doublings")
@@ -124,7 +124,7 @@ class LoadPlan(_Frozen):
     @property
     def converges(self) -> bool:
         """Whether the SLO capacity is checked by doubling the step length."""
-        return self.requests is None if self.converge is None else self.converge
+        return self.converge is not False
 
     def step_size_text(self) -> str:
         if self.requests is not None:

@@ -300,7 +300,8 @@ def search_result(outcomes: Sequence[StepOutcome], plan: LoadPlan, slo: Slo) -> 
       ``upper_bound`` (no open-loop load tried met it: the capacity is below ``high``; ``low`` is the
       one-at-a-time step's rate when that met it), or ``none`` (no SLO to search for);
     - ``low``, ``high`` (offered requests/s), ``precision`` (``high / low - 1``);
-    - ``step_requests``: requests of the capacity step; ``converged``: the capacity moved at most
+    - ``step_requests``: requests of the capacity step, ``step_e2e_times``: how many E2E times it lasted
+      (a note when fewer than ``step_e2e``); ``converged``: the capacity moved at most
       ``tolerance`` when the step length doubled (None when not checked); ``stages``: the capacity found
       at each step length; ``note``: what the search says about itself.
     """
@@ -351,10 +352,20 @@ def search_result(outcomes: Sequence[StepOutcome], plan: LoadPlan, slo: Slo) -> 
                              + (" before the capacity held" if converged else ""))
         else:
             converged = False
+    e2e_times = None
+    if cap is not None and cap.spec.kind == "rate" and cap.spec.rate:
+        size = _Sizer(plan, slo)
+        for o in outcomes:
+            size.see(o)
+        if size.e2e_s > 0:
+            e2e_times = cap.spec.requests / cap.spec.rate / size.e2e_s
+            if e2e_times < plan.step_e2e:
+                notes.append(f"its steps last {e2e_times:.0f} E2E times (fewer than step_e2e {plan.step_e2e:g}): "
+                             "the queue may not have reached steady state; leave requests unset to size steps by duration")
     return {"value": cap.rates()["requests_per_s"] if cap is not None and status != "upper_bound" else None,
             "status": status, "low": lo, "high": hi,
             "precision": (hi / lo - 1) if lo and hi else None,
-            "step_requests": cap.spec.requests if cap is not None else None,
+            "step_requests": cap.spec.requests if cap is not None else None, "step_e2e_times": e2e_times,
             "converged": converged, "tolerance": plan.tolerance if plan.converges else None, "moved": moved,
             "stages": stages, "note": "; ".join(notes) or None}
 
