@@ -112,8 +112,9 @@ def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome], search: dict[
     lo, hi = bracket if bracket else (None, None)
     block.update(knee_low_rps=lo, knee_high_rps=hi,
                  knee_precision=(hi / lo - 1) if lo and hi else None)
-    block.update({k: v for k, v in search.items() if k != "value"})
-    block["value"] = search.get("value") if search.get("value") is not None else block["requests_per_s"]
+    # value: the SLO capacity the search established (None for an upper bound: only the one-at-a-time step met
+    # the SLO, so requests_per_s here is that step's rate, not a capacity under load)
+    block.update(search)
     return block
 
 
