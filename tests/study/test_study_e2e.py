@@ -20,7 +20,8 @@ NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
 GPUS = ["h200", "h100-sxm", "a100-80gb", "a100-40gb"]
 STUDY = {
     "title": "test study", "model": "llama-3.1-8b", "configurations": GPUS, "profiles": ["chat"],
-    "load": {"sync_requests": 2, "saturation_requests": 512, "rate_fractions": [0.5], "requests": 60, "refine": 0},
+    "load": {"sync_requests": 2, "saturation_requests": 512, "rate_fractions": [0.5], "requests": 60, "refine": 0,
+             "converge": False},
     "slo": {"ttft_ms": 5000}, "pricing": {"provider": "aws"},
     "soak": {"duration_s": 120, "rate_per_s": 1.0, "window_s": 60, "configurations": ["h100-sxm"]},
 }

@@ -39,7 +39,8 @@ def drive(plan: LoadPlan, slo: Slo, verdicts: dict[str, bool], sat_rps: float = 
 
 
 def test_sweep_runs_sync_saturation_rates_then_bisects_toward_the_slo_edge() -> None:
-    plan = LoadPlan(sync_requests=4, saturation_requests=500, requests=100, rate_fractions=(0.3, 0.6, 0.9), refine=2)
+    plan = LoadPlan(sync_requests=4, saturation_requests=500, requests=100, rate_fractions=(0.3, 0.6, 0.9), refine=2,
+                    converge=False)
     specs = drive(plan, Slo(ttft_ms=500), {"0.300": True, "0.600": True, "0.900": False, "0.750": True,
                                           "0.825": False})
     assert [(s.k, s.kind, s.concurrency, s.requests) for s in specs[:2]] == [(0, "synchronous", 1, 4),

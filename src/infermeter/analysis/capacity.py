@@ -7,9 +7,11 @@
 
 Rules:
 - A replica is one deployment of the configuration that was measured or planned (e.g. all of
-  ``4xa100-80gb:tp4``). Its capacity is the run's goodput (requests/s meeting the SLO) when the
-  run has one, else its request throughput (a sweep: the chosen step's); a plan's is its
-  predicted saturation throughput.
+  ``4xa100-80gb:tp4``). Its capacity is the run's *sustained capacity*, the one definition in
+  :mod:`infermeter.analysis.sustained` that ``study``, ``cost`` and ``find-max`` use too: a
+  search's (study cell, find-max, sweep) capacity step's sustained rate; one run's sustained
+  goodput with an SLO, else its sustained rate (the load, not the drain after it). A plan's is
+  its predicted saturation throughput.
 - ``replicas = max(1, ceil(peak / (capacity x (1 - headroom))))`` where
   ``peak = requests_per_day / 86400 x peak_factor``. Headroom is applied once, here, as the
   share of each replica's capacity kept free; ``--utilization`` is not applied on top.
@@ -87,6 +89,8 @@ def candidates_from(costs: Sequence[CostResult]) -> list[Candidate]:
         t = c.subject.throughput
         if c.subject.source == "predicted":
             cap, basis = t.requests_per_s, "saturation (predicted)"
+        elif c.subject.capacity_rps is not None:
+            cap, basis = c.subject.capacity_rps, c.subject.capacity_basis or "sustained capacity"
         elif t.good_requests_per_s is not None:
             cap, basis = t.good_requests_per_s, "goodput (SLO)"
         else:

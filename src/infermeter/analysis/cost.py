@@ -16,9 +16,11 @@ utilization U (the share of measured capacity production traffic really uses):
   ``X_tokens_per_usd = rate_X x U x 3600 / H``
 
 Runs (:func:`load_subject`): the throughput comes from ``summary.json``; for a sweep (a
-``steps`` list), from the step with the highest ``output_token_throughput`` among those with
-``meets_slo: true`` (the step's own entry, or ``steps/<k>/summary.json`` when the entry lacks
-the throughputs). Every result says whether it was measured, simulated or predicted.
+``steps`` list), from its capacity step (the step the search names, else the one meeting the SLO
+with the highest sustained rate: :mod:`infermeter.analysis.sustained`; the step's own entry, or
+``steps/<k>/summary.json`` when the entry lacks the throughputs). Rates are the *sustained* ones
+(the load, not the drain after it: ``analysis.sustained``), the same figures ``study`` and
+``capacity`` use. Every result says whether it was measured, simulated or predicted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from infermeter.analysis.prices import Price, PriceCatalog, PriceOptions, resolve_price
+from infermeter.analysis.sustained import capacity_of, capacity_step, sustained_throughput
 from infermeter.errors import ConfigError, DataError
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 
@@ -75,6 +78,9 @@ class Subject:
     basis: str = ""  # e.g. which sweep step was used
     valid: bool = True
     invalid_reasons: tuple[str, ...] = ()
+    # the sustained capacity (analysis.sustained.capacity_of) a replica is sized by; None: use the throughput
+    capacity_rps: float | None = None
+    capacity_basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,46 +214,56 @@ def throughput_of(summary: dict[str, Any], where: str) -> Throughput:
         good_requests_per_s=_rate(summary, "goodput", where, required=False))
 
 
-def pick_sweep_step(run_dir: Path, steps: Sequence[Any]) -> tuple[dict[str, Any], str]:
-    """Among steps with ``meets_slo: true``, the one with the highest output tokens/s."""
-    chosen: list[tuple[float, int, dict[str, Any]]] = []
-    for k, entry in enumerate(steps):
-        if not isinstance(entry, dict) or entry.get("meets_slo") is not True:
-            continue
-        step = entry
-        if "output_token_throughput" not in entry:
-            sub = run_dir / str(entry.get("dir", f"steps/{k}")) / "summary.json"
-            step = {**_read_json(sub, "step summary.json"), **entry}
-        rate = _rate(step, "output_token_throughput", f"{run_dir} step {k}") or 0.0
-        chosen.append((rate, -k, step))
-    if not chosen:
+def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: dict[str, Any] | None = None
+                    ) -> tuple[dict[str, Any], str, int]:
+    """The sweep's capacity step (``analysis.sustained.capacity_step``: the step the search names, else the
+    step meeting the SLO with the highest sustained rate), its summary and the basis text."""
+    k = capacity_step(summary or {}, steps)
+    passing = sum(1 for e in steps if isinstance(e, dict) and e.get("meets_slo") is True)
+    if k is None:
         raise DataError(f"{run_dir}: none of the sweep's {len(steps)} steps met the SLO; nothing to price")
-    _, neg_k, step = max(chosen, key=lambda c: (c[0], c[1]))
+    step = dict(steps[k])
+    if "output_token_throughput" not in step:
+        sub = run_dir / str(step.get("dir", f"steps/{k}")) / "summary.json"
+        step = {**_read_json(sub, "step summary.json"), **step}
+    _rate(step, "output_token_throughput", f"{run_dir} step {k}")
     offered = step.get("offered_rate")
     at = f", offered {offered:g} req/s" if isinstance(offered, (int, float)) else ""
-    return step, f"sweep step {-neg_k}{at}: highest output tokens/s among {len(chosen)} steps meeting the SLO"
+    named = isinstance((summary or {}).get("capacity"), dict) and (summary or {})["capacity"].get("step") == k
+    why = "the search's capacity step" if named else f"highest sustained rate among {passing} steps meeting the SLO"
+    return step, f"sweep step {k}{at}: {why}", k
 
 
 def load_subject(run_dir: Path | str) -> Subject:
-    """A run directory's throughput and labels (see the module docstring for sweeps)."""
+    """A run directory's throughput, sustained capacity and labels (see the module docstring for sweeps)."""
     run_dir = Path(run_dir)
     summary = _read_json(run_dir / "summary.json", "summary.json")
     run = _read_json(run_dir / "run.json", "run.json") if (run_dir / "run.json").exists() else {}
     steps = summary.get("steps")
     basis, measured = "run", summary
     if isinstance(steps, list) and steps:
-        measured, basis = pick_sweep_step(run_dir, steps)
+        measured, basis, k = pick_sweep_step(run_dir, steps, summary)
+        cap = capacity_of(summary, measured, k)
+    else:
+        cap = capacity_of(summary)
     where = f"{run_dir}/summary.json" + (" (chosen step)" if measured is not summary else "")
 
     def meta(key: str) -> Any:
         return summary.get(key) if summary.get(key) is not None else run.get(key)
 
+    tp = throughput_of(measured, where)
+    rates = sustained_throughput(measured)
+    if rates["requests_per_s"] and rates["output_tokens_per_s"]:  # the sustained rates, not the drain's
+        tp = Throughput(output_tokens_per_s=rates["output_tokens_per_s"],
+                        input_tokens_per_s=rates["input_tokens_per_s"] or 0.0, requests_per_s=rates["requests_per_s"],
+                        total_tokens_per_s=rates["total_tokens_per_s"], good_requests_per_s=tp.good_requests_per_s)
     return Subject(
         label=str(meta("label") or run_dir.name), source=str(meta("source") or "measured"),
-        throughput=throughput_of(measured, where), hardware=meta("hardware"), model=meta("model"),
+        throughput=tp, hardware=meta("hardware"), model=meta("model"),
         profile=meta("profile"), run_dir=str(run_dir), basis=basis,
         valid=bool(measured.get("valid", summary.get("valid", True))),
-        invalid_reasons=tuple(str(r) for r in measured.get("invalid_reasons") or summary.get("invalid_reasons") or ()))
+        invalid_reasons=tuple(str(r) for r in measured.get("invalid_reasons") or summary.get("invalid_reasons") or ()),
+        capacity_rps=cap.requests_per_s, capacity_basis=cap.basis)
 
 
 def hardware_for(subject: Subject, flag: str | None) -> HardwareConfig:

@@ -12,8 +12,14 @@ invalid (the numbers do not measure the server under the load that was asked for
 - ``achieved_rate``: open loop, send rate under ``MIN_RATE_RATIO`` of the rate this run's own
   schedule asked for (its intended send times, not the mean rate: a Poisson schedule of N
   requests differs from its mean by about 1/sqrt(N));
-- ``cap_held``: ``--max-concurrency`` held requests back past their send time;
+- ``cap_held``: ``--max-concurrency`` held requests back past their send time (the cap was
+  reached and the request waited for a permit; a client that merely lagged is ``schedule_lag``);
 - ``no_completed``: nothing completed.
+
+``schedule_lag``, ``achieved_rate`` and ``cap_held`` (and the client's own resource limits, e.g. open
+files, ``CLIENT_CODES``) say the *client* did not apply the load that was asked for: such a step
+says nothing about the server, so a search (find-max, sweep, study) retries it once and then stops
+with the reason instead of reading it as an SLO miss (:func:`client_limited`).
 
 saturated (a warning that is never missed; docs/metrics.md "Saturation" says why a saturated
 run stays *valid*: its throughput is the server's capacity, measured correctly, while its
@@ -69,6 +75,33 @@ TREND_MIN_SLOPE = 0.02  # seconds of added latency per second of run
 RATE_MIN_COMPLETED = 20
 QUEUE_GROWTH = 5.0
 SCRAPE_CPU_SHARE = 0.05
+
+
+# Invalid findings that blame the client, not the server (a search must not read them as an SLO miss).
+# ``client_cpu`` counts only together with one of the others (it is a warning on its own).
+CLIENT_CODES = frozenset({"schedule_lag", "achieved_rate", "cap_held", "client_fd_limit", "fd_limit", "emfile",
+                          "client_error", "client_limit", "client_capacity"})
+
+
+def client_limited(summary: dict[str, Any]) -> list[str]:
+    """The reasons a run's numbers describe the client rather than the server: its invalid findings
+    whose code is one of :data:`CLIENT_CODES` (``code: message`` lines); empty when the client kept up.
+
+    Reads a summary as JSON (``findings``, else ``invalid_reasons``)."""
+    out: list[str] = []
+    findings = summary.get("findings")
+    if isinstance(findings, list) and findings:
+        for f in findings:
+            if isinstance(f, dict) and f.get("severity") == "invalid" and f.get("code") in CLIENT_CODES:
+                out.append(f"{f['code']}: {f.get('message', '')}")
+            elif isinstance(f, Finding) and f.severity == "invalid" and f.code in CLIENT_CODES:
+                out.append(f.line())
+        return out
+    for r in summary.get("invalid_reasons") or []:
+        code = str(r).partition(":")[0].strip()
+        if code in CLIENT_CODES:
+            out.append(str(r))
+    return out
 
 
 @dataclass(frozen=True)

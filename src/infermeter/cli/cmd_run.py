@@ -149,10 +149,16 @@ def steps_table(s: dict[str, Any]) -> Group:
                   _num((e.get("ttft_from_intended_ms") or {}).get("p99"), ".1f"),
                   _num((e.get("tpot_ms") or {}).get("p99"), ".1f"), str(e.get("failed", 0)),
                   {True: "yes", False: "no", None: "–"}[e.get("meets_slo")])
-        if e.get("meets_slo") is False:
+        if e.get("client_limited"):
+            again = "retried" if e.get("retried") else "not retried again"
+            why.append(Text(f"  step {k}: the client could not apply the load ({again}; not read as an SLO miss): "
+                            + "; ".join(e["client_limited"]), style="yellow"))
+        elif e.get("meets_slo") is False:
             why.append(Text(f"  step {k} misses the SLO: " + "; ".join(e.get("slo_reasons") or ["no reason recorded"]),
                             style="yellow"))
     parts: list[Any] = [Fit(t), *why]
+    if s.get("stopped"):
+        parts.append(Text(f"search {s['stopped']}", style="bold red"))
     cap = s.get("capacity")
     if cap:
         dim = cap["dimension"]
@@ -162,9 +168,11 @@ def steps_table(s: dict[str, Any]) -> Group:
             unit = " req/s" if dim == "rate" else " streams"
             lo, hi = cap["bracket"]
             within = f", known within [{lo:.4g}, {hi:.4g}]" if hi is not None else f" ({cap.get('note')})"
+            if cap.get("stopped") and hi is None:
+                within = " or more (the search stopped before the SLO broke)"
             parts.append(Text(f"capacity under the SLO: {dim} {cap[dim]:.4g}{unit}{within} "
                               f"(step {cap['step']}, p{cap['slo']['percentile']:g} of {cap['slo']['limits']})",
-                              style="bold green"))
+                              style="bold yellow" if cap.get("stopped") else "bold green"))
     return Group(*parts)
 
 

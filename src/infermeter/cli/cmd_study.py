@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         hardware: Optional[list[str]] = typer.Option(None, "--hardware", "-c", help="A configuration, e.g. 4xa100-80gb:tp4 (repeat)."),
         profile: Optional[list[str]] = typer.Option(None, "--profile", help="Workload profile (repeat; default chat, classification, code)."),
         load: Optional[str] = typer.Option(None, help="sweep (default) | concurrency:N | rate:R."),
-        requests: Optional[int] = typer.Option(None, help="Requests per open-loop step."),
+        requests: Optional[int] = typer.Option(None, help="Requests per open-loop step (default: sized by duration, "
+                                                     "with a convergence check; a number fixes it)."),
         saturation_requests: Optional[int] = typer.Option(None, help="Requests of the saturation step."),
         concurrency: Optional[int] = typer.Option(None, help="Streams of the saturation step."),
         slo: Optional[str] = typer.Option(None, help="Latency limits, e.g. ttft_ms=2000,tpot_ms=80."),

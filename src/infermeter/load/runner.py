@@ -10,6 +10,11 @@ cancellation and live statistics, once, for every shape::
                     limits=Limits(requests=100, warmup=5), clock=clock, on_record=journal.write)
     stats = await runner.run()
 
+``stats.cap_held`` counts measured requests the in-flight cap itself held back more than
+``CAP_HELD_S``: the cap was reached (every permit taken) when the request came to be sent, and
+it waited that long for a permit. A request that starts late because the client's own loop
+lagged is not counted (that is ``schedule_lag``, the client's, not the cap's).
+
 Every request the schedule reached gets exactly one record: ``ok``/``error``
 from the client, ``cancelled`` when the run stopped while it was in flight, or
 ``dropped`` when it never got to be sent. Intended send time is the schedule's
@@ -160,8 +165,10 @@ class Runner:
                             requested_output_tokens=getattr(spec, "max_tokens", None))
         try:
             if self._sem is not None:
+                bound = self._sem.locked()  # every permit taken: the cap, not the client, holds this request
+                before = self.clock()
                 await self._sem.acquire()
-                if self.clock() - intended > CAP_HELD_S and rec.phase == "measure":
+                if bound and self.clock() - before > CAP_HELD_S and rec.phase == "measure":
                     self.stats.cap_held += 1
             try:
                 self._in_flight += 1

@@ -19,6 +19,11 @@ known within, whether it converged, and the step it comes from::
     >>> [s.concurrency for s in _drive(gen, lambda c: c <= 4)]
     [1, 2, 4, 8, 6, 5]
 
+A step the client could not apply (schedule lag, send rate, cap held: ``analysis.verdict``) is
+not an SLO miss: the driver (``load.steps.run_plan``) runs it once more, and when the retry is
+client-limited too the search stops there, with ``capacity.stopped`` saying why (and
+``converged: false``), the bracket being what was established before it.
+
 Monotonicity is assumed (more load never meets an SLO that less load broke);
 noise near the edge can make the answer one resolution step off.
 """
@@ -26,14 +31,24 @@ noise near the edge can make the answer one resolution step off.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
-from infermeter.load.steps import Step, StepGen
+from infermeter.load.steps import ClientLimited, Step, StepGen
 
 MAX_HALVINGS = 4
+
+
+@dataclass
+class _State:
+    """What the search has established so far (kept when it is stopped)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    good: dict[float, int] = field(default_factory=dict)
 
 
 class FindMaxPlan(BaseModel):
@@ -64,10 +79,17 @@ class FindMaxPlan(BaseModel):
         return float((lo + hi) // 2) if self.dimension == "concurrency" else (lo + hi) / 2
 
     def steps(self) -> StepGen:
+        """The search; a :class:`~infermeter.load.steps.ClientLimited` thrown in (a step the client could
+        not apply, twice) ends it with what it established so far and the reason."""
+        st = _State()
+        try:
+            return (yield from self._search(st))
+        except ClientLimited as stop:
+            return self._result(st.lo, st.hi, st.good, None, stopped=str(stop))
+
+    def _search(self, st: _State) -> StepGen:
         n = 0
-        good: dict[float, int] = {}  # value -> step index
-        lo: float | None = None
-        hi: float | None = None
+        good = st.good  # value -> step index
         if self.dimension == "concurrency":
             x = float(max(1, int(self.start or 1)))
         elif self.start is not None:
@@ -86,34 +108,35 @@ class FindMaxPlan(BaseModel):
             res = yield self._step(x, "bracket")
             n += 1
             if res.get("meets_slo"):
-                lo, good[x] = x, n - 1
-                if hi is not None or (self.max_value is not None and x >= self.max_value):
+                st.lo, good[x] = x, n - 1
+                if st.hi is not None or (self.max_value is not None and x >= self.max_value):
                     break
                 nxt = x * 2
                 x = min(nxt, self.max_value) if self.max_value is not None else nxt
             else:
-                hi = x
-                if lo is not None:
+                st.hi = x
+                if st.lo is not None:
                     break
                 halvings += 1
                 if halvings > MAX_HALVINGS or (self.dimension == "concurrency" and x <= 1):
                     break
                 x = float(max(1, int(x // 2))) if self.dimension == "concurrency" else x / 2
-        while lo is not None and hi is not None and n < self.max_steps and not self._narrow(lo, hi):
-            x = self._mid(lo, hi)
-            if x <= lo or x >= hi:
+        while st.lo is not None and st.hi is not None and n < self.max_steps and not self._narrow(st.lo, st.hi):
+            x = self._mid(st.lo, st.hi)
+            if x <= st.lo or x >= st.hi:
                 break
             res = yield self._step(x, "bisect")
             n += 1
             if res.get("meets_slo"):
-                lo, good[x] = x, n - 1
+                st.lo, good[x] = x, n - 1
             else:
-                hi = x
-        return self._result(lo, hi, good, None)
+                st.hi = x
+        return self._result(st.lo, st.hi, good, None)
 
-    def _result(self, lo: float | None, hi: float | None, good: dict[float, int], note: str | None) -> dict[str, Any]:
-        converged = lo is not None and (hi is None and self.max_value is not None and lo >= self.max_value
-                                        or hi is not None and self._narrow(lo, hi))
+    def _result(self, lo: float | None, hi: float | None, good: dict[float, int], note: str | None,
+                stopped: str | None = None) -> dict[str, Any]:
+        converged = stopped is None and lo is not None and (
+            hi is None and self.max_value is not None and lo >= self.max_value or hi is not None and self._narrow(lo, hi))
         def as_value(x: float | None) -> float | int | None:
             return int(x) if x is not None and self.dimension == "concurrency" else x
 
@@ -123,7 +146,10 @@ class FindMaxPlan(BaseModel):
             "resolution": None if lo is None or hi is None else (hi - lo) / lo,
             "step": None if lo is None else good[lo],
         }
-        if lo is None:
+        if stopped is not None:
+            cap["note"] = stopped
+            cap["stopped"] = stopped
+        elif lo is None:
             cap["note"] = note or "no step met the SLO"
         elif hi is None:
             cap["note"] = ("reached --search-max without breaking the SLO" if self.max_value is not None

@@ -22,6 +22,7 @@ target did not expose them), and errors over all steps.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,10 +30,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from infermeter.analysis.verdict import client_limited
 from infermeter.records import store
-from infermeter.study.config import Configuration, StudyConfig
+from infermeter.study.config import Configuration, LoadPlan, Slo, StudyConfig
 from infermeter.study.saturation import arrival_throughput, steady_throughput
-from infermeter.study.sweep import StepOutcome, capacity_step, judge, knee_bracket, plan_steps, saturation_step
+from infermeter.study.sweep import (StepOutcome, capacity_step, judge, knee_bracket, plan_steps, saturation_step,
+                                    search_result)
 from infermeter.study.targets import Target
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -61,6 +64,9 @@ class CellResult:
     tokens: dict[str, float | None]
     target: dict[str, Any] = field(default_factory=dict)
     unavailable: str | None = None  # why the cell has no figures (e.g. "does not fit: ..."); then all blocks are empty
+    # what the SLO-capacity search established (study.sweep.search_result): value, status, low, high, ...
+    capacity_search: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the cell's run says about itself (a search stopped ...)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -97,21 +103,31 @@ def _rates_block(o: StepOutcome) -> dict[str, Any]:
             "window_s": o.throughput.window_s if o.throughput else o.summary.get("duration_s")}
 
 
-def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome]) -> dict[str, Any]:
-    """The capacity step's rates, with the bracket the SLO edge lies in and its relative width."""
+def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome], search: dict[str, Any]) -> dict[str, Any]:
+    """The capacity step's rates, with the bracket the SLO edge lies in and its relative width (``knee_*``,
+    kept for readers of earlier studies) and what the search established (``search_result``'s keys:
+    value, status, low, high, step_requests, converged, tolerance ...)."""
     block = _rates_block(cap)
     bracket = knee_bracket(outcomes)
     lo, hi = bracket if bracket else (None, None)
     block.update(knee_low_rps=lo, knee_high_rps=hi,
                  knee_precision=(hi / lo - 1) if lo and hi else None)
+    # value: the SLO capacity the search established (None for an upper bound: only the one-at-a-time step met
+    # the SLO, so requests_per_s here is that step's rate, not a capacity under load)
+    block.update(search)
     return block
 
 
 def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path, outcomes: list[StepOutcome],
-                   target: dict[str, Any]) -> CellResult:
+                   target: dict[str, Any], plan: LoadPlan | None = None, slo: Slo | None = None,
+                   notes: list[str] | None = None) -> CellResult:
     """The :class:`CellResult` of finished steps (see the module docstring)."""
     sat = saturation_step(outcomes)
     cap = capacity_step(outcomes)
+    search = search_result(outcomes, plan or LoadPlan(), slo or Slo())
+    if notes:
+        search["stopped"] = "; ".join(notes)
+        search["converged"] = False if search.get("converged") is not None else None
     sync = next((o for o in outcomes if o.spec.kind == "synchronous"), None)
     assert sat is not None, "a cell has at least one step"
     latency = {"saturation": _pcts(sat.summary)}
@@ -134,10 +150,10 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
     return CellResult(
         config=conf.label, hardware=conf.config, profile=profile, source=source,
         model=sat.summary.get("model"), run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
-        saturation=_rates_block(sat), capacity=_capacity_block(cap, outcomes) if cap is not None else None,
+        saturation=_rates_block(sat), capacity=_capacity_block(cap, outcomes, search) if cap is not None else None,
         latency=latency, server={k: sm.get(k) for k in SERVER_KEYS}, errors=errors,
         tokens={"mean_input": sat.summary.get("mean_input_tokens"), "mean_output": sat.summary.get("mean_output_tokens")},
-        target=target)
+        target=target, capacity_search=search, notes=list(notes or []))
 
 
 def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: str, cell_dir: Path,
@@ -146,10 +162,24 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
     plan = study.load_for(conf)
     gen = plan_steps(plan, study.slo, target.default_concurrency())
     outcomes: list[StepOutcome] = []
+    notes: list[str] = []
     spec = next(gen)
     while True:
         step_dir = cell_dir / "steps" / str(spec.k)
-        summary = target.run_step(spec, profile, out_dir=step_dir, label=f"{conf.label} · {profile} · step {spec.k}")
+        label = f"{conf.label} · {profile} · step {spec.k}"
+        summary = target.run_step(spec, profile, out_dir=step_dir, label=label)
+        if client_limited(summary):  # the client, not the server: run it once more, aside
+            first = step_dir.with_name(f"{spec.k}-client-limited")
+            if first.exists():
+                shutil.rmtree(first)
+            step_dir.rename(first)
+            summary = target.run_step(spec, profile, out_dir=step_dir, label=label + " (retried)")
+            limited = client_limited(summary)
+            if limited:
+                notes.append(f"the search stopped at step {spec.k} ({spec.describe()}): the client could not apply "
+                             f"the load, twice ({'; '.join(limited)}); not read as the server's answer")
+                gen.close()
+                break
         tp = None
         if spec.kind == "saturation" and spec.concurrency:
             tp = steady_throughput(pq.read_table(step_dir / store.PARQUET, columns=_COLUMNS), spec.concurrency)
@@ -171,7 +201,10 @@ def run_cell(target: Target, study: StudyConfig, conf: Configuration, profile: s
         info["emulated"] = (store.read_json(first).get("target") or {}).get("emulated")
         if info["emulated"]:
             source = "emulated"  # infermeter's own twin behind an endpoint: not a measurement of hardware
-    cell = summarize_cell(conf, profile, source, cell_dir, outcomes, info)
+    if not outcomes:  # the client could not apply even the first step: a row that says so
+        return unavailable_cell(conf, profile, target.source, notes[0] if notes else "no step ran",
+                                study.model_for(conf), cell_dir)
+    cell = summarize_cell(conf, profile, source, cell_dir, outcomes, info, plan, study.slo, notes)
     write_cell(cell, study, plan.describe(), fingerprint(study, conf, profile))
     return cell
 
@@ -198,13 +231,14 @@ def write_cell(cell: CellResult, study: StudyConfig, load_text: str, key: str = 
             "profile": cell.profile, "seed": study.seed, "slo": study.slo.limits or None,
             "load": {"describe": load_text, "kind": "study-sweep"}, "target": cell.target}
     basis = cell.capacity or cell.saturation
-    summary = {"schema_version": SCHEMA_VERSION, "source": cell.source, "label": head["label"], "model": cell.model,
+    summary: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "source": cell.source, "label": head["label"], "model": cell.model,
                "hardware": cell.hardware, "profile": cell.profile, "kind": "sweep", "plan": "study-sweep",
                "load": load_text, "head_step": basis.get("step"),
                "request_throughput": basis.get("requests_per_s"), "input_token_throughput": basis.get("input_tokens_per_s"),
                "output_token_throughput": basis.get("output_tokens_per_s"),
                "total_token_throughput": basis.get("total_tokens_per_s"), "steps": cell.steps,
-               "capacity": cell.capacity, "saturation_point": cell.saturation, "slo": study.slo.limits or None,
+               "capacity": cell.capacity, "capacity_search": cell.capacity_search, "notes": cell.notes,
+               "saturation_point": cell.saturation, "slo": study.slo.limits or None,
                "slo_judge": study.slo.model_dump(),
                "valid": all(s.get("valid", True) for s in cell.steps), "study_cell": cell.to_json(),
                "study_fingerprint": key}

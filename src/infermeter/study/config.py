@@ -41,6 +41,7 @@ from infermeter.twin.spec import TwinSpec
 from infermeter.yamlfile import line_of, loc_text, yaml_mapping
 
 DEFAULT_PROFILES = ("chat", "classification", "code")
+FIXED_RATE_REQUESTS = 240  # kind=rate without requests: one step of this many
 
 
 class _Frozen(BaseModel):
@@ -52,7 +53,14 @@ class LoadPlan(_Frozen):
     ``concurrency`` (saturation), then open-loop Poisson rates at ``rate_fractions`` of the
     saturation request rate, then up to ``refine`` bisection steps until the SLO edge is
     bracketed to within ``precision`` (relative). Open-loop steps realize their target rate
-    (``exact_rate``: the schedule of each step is scaled to its exact mean)."""
+    (``exact_rate``: the schedule of each step is scaled to its exact mean).
+
+    Steady state (``study.sweep``): without ``requests`` each open-loop step is sized by duration,
+    ``step_e2e`` E2E times of the workload at its rate and at least enough completions for the SLO
+    percentile (``20 / (1 - p)``), at most ``max_step_requests``; then the capacity is checked by
+    doubling the step length (``converge``, on unless false; fixed ``requests`` are doubled too): when it moves
+    by more than ``tolerance`` the search is repeated with the longer steps, at most
+    ``max_doublings`` times."""
 
     kind: Literal["sweep", "concurrency", "rate"] = "sweep"
     sync_requests: int = Field(20, ge=1, description="requests of the one-at-a-time step (20 give a p95)")
@@ -62,7 +70,18 @@ class LoadPlan(_Frozen):
                                             "(default: 3 x concurrency)")
     rate_fractions: tuple[float, ...] = Field((0.3, 0.6, 0.9), description="open-loop rates as fractions "
                                               "of the saturation request rate")
-    requests: int = Field(240, ge=1, description="requests per open-loop step")
+    requests: int | None = Field(None, ge=1, description="requests per open-loop step (default: sized by "
+                                 "duration, step_e2e E2E times at the step's rate and enough completions for "
+                                 "the SLO percentile)")
+    step_e2e: float = Field(40.0, gt=0, description="duration-sized open-loop steps last this many E2E times of the "
+                            "workload (the longest mean E2E of the steps meeting the SLO so far)")
+    max_step_requests: int = Field(20_000, ge=2, description="never size an open-loop step above this many requests")
+    converge: bool | None = Field(None, description="check the SLO capacity by doubling the step length, and "
+                                  "lengthen and re-search when it moves beyond tolerance (default: on; false "
+                                  "keeps the steps as planned)")
+    tolerance: float = Field(0.05, gt=0, lt=1, description="the capacity may move at most this share when the "
+                             "step length doubles")
+    max_doublings: int = Field(3, ge=0, le=6, description="at most this many step-length doublings")
     refine: int = Field(6, ge=0, le=12, description="at most this many bisection steps between the last rate "
                         "meeting the SLO and the first missing it")
     precision: float = Field(0.05, gt=0, lt=1, description="stop refining when the SLO edge is bracketed to within "
@@ -90,15 +109,28 @@ class LoadPlan(_Frozen):
 
     def describe(self) -> str:
         if self.kind == "rate":
-            return f"open loop at {self.rate:g} req/s ({self.arrival}), {self.requests} requests"
+            return f"open loop at {self.rate:g} req/s ({self.arrival}), {self.requests or FIXED_RATE_REQUESTS} requests"
         if self.kind == "concurrency":
             return f"closed loop at concurrency {self.concurrency}, {self.saturation_requests or 3 * (self.concurrency or 1)} requests"
         conc = self.concurrency if self.concurrency is not None else "max_num_seqs x engines"
         fr = ", ".join(f"{f:g}" for f in self.rate_fractions)
         return (f"sweep: {self.sync_requests} requests one at a time; closed loop at concurrency {conc} "
                 f"(saturation); open-loop {self.arrival} rates at {fr} x the saturation rate, "
-                f"{self.requests} requests each{' at their exact target mean' if self.exact_rate else ''}; "
-                f"bisection (at most {self.refine} steps) until the SLO edge is bracketed within {self.precision:.0%}")
+                f"{self.step_size_text()} each{' at their exact target mean' if self.exact_rate else ''}; "
+                f"bisection (at most {self.refine} steps) until the SLO edge is bracketed within {self.precision:.0%}"
+                + (f"; capacity checked by doubling the step length (tolerance {self.tolerance:.0%}, at most "
+                   f"{self.max_doublings} doublings)" if self.converges else ""))
+
+    @property
+    def converges(self) -> bool:
+        """Whether the SLO capacity is checked by doubling the step length."""
+        return self.converge is not False
+
+    def step_size_text(self) -> str:
+        if self.requests is not None:
+            return f"{self.requests} requests"
+        return (f"steps of {self.step_e2e:g} E2E times (at least the completions the SLO percentile needs, "
+                f"at most {self.max_step_requests:,} requests)")
 
 
 class Slo(_Frozen):

@@ -18,8 +18,10 @@ tokens/s = requests/s x mean input tokens. With too few requests for a window (`
 sent) it returns ``None`` and the caller uses the whole-run summary.
 
 An open-loop step that keeps up serves what arrives, so :func:`arrival_throughput` gives its
-throughput as the achieved send rate x the share of requests that succeeded (tokens/s = that x
+throughput as the achieved send rate x the share of sent requests that succeeded (tokens/s = that x
 the mean tokens per request) — the whole-run figure would count the drain after the last send.
+This is the sustained rate of :mod:`infermeter.analysis.sustained` (``open_loop_rate``), the one
+definition ``capacity``, ``cost`` and ``find-max`` use too.
 It also returns the schedule's own realized rate (``schedule_rate_per_s``: a Poisson schedule of
 N requests differs from its mean rate by about 1/sqrt(N)).
 """
@@ -33,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from infermeter.analysis.metrics import col
+from infermeter.analysis.sustained import open_loop_rate
 
 METHOD = "steady window"
 ARRIVAL = "arrival rate"
@@ -113,12 +116,12 @@ def arrival_throughput(table: pa.Table) -> Steady | None:
         return None
     outcome = np.asarray(table.column("outcome").to_numpy(zero_copy_only=False), dtype=object)
     ok = outcome == "ok"
-    done = int(ok.sum() + (outcome == "error").sum())
+    n_ok, n_err, n_cancel = int(ok.sum()), int((outcome == "error").sum()), int((outcome == "cancelled").sum())
     n_out = _tokens(table, "completion_tokens", "stream_tokens")[ok]
     n_in = col(table, "prompt_tokens")[ok]
-    if not done or not np.isfinite(n_out).any():
+    if not n_ok + n_err or not np.isfinite(n_out).any():
         return None
-    rps = send * ok.sum() / done
+    rps = open_loop_rate(send, n_ok, n_err, n_cancel)
     mean_out = float(np.nanmean(n_out))
     mean_in = float(np.nanmean(n_in)) if np.isfinite(n_in).any() else 0.0
     t = sent[np.isfinite(sent)]
