@@ -1,28 +1,164 @@
-"""What infermeter writes keeps secrets out: a command line with its secret values masked.
+"""What infermeter writes or prints keeps secrets out: one redaction path for arguments, texts and records.
 
-Promise: :func:`redact_args` returns a copy of a server's or emulator's arguments with the value of
-every secret flag (``SECRET_FLAGS``: API keys and hub tokens, as ``--flag VALUE`` or
-``--flag=VALUE``) replaced by ``***``; nothing else changes. Whatever records arguments
-(``run.json``'s config and ``target.launch``, campaign and study reports) passes them through it::
+Promise: nothing infermeter writes (``run.json``, ``requests.parquet``, ``summary.json``, the history
+database, reports, campaign and study files) or prints carries an API key or token that passed
+through here:
+
+- :func:`redact_text` masks every key shape it knows in a free text (a server's error body, an
+  exception message): ``sk-...`` keys, JWTs (``eyJ...``, also cut short), ``Bearer ...`` and
+  ``Basic ...`` credentials, named values (``Authorization: ...``, ``x-api-key: ...``,
+  ``"api_key": "..."``, ``?api_key=...`` / ``&token=...`` in URLs), and the literal value of every
+  key infermeter was given (:func:`remember_secret`, plus ``OPENAI_API_KEY`` and the other
+  variables in ``SECRET_ENV``), also where only its first 8 characters survive a cut. Call it
+  *before* cutting a text to length: :func:`clip` does both;
+- :func:`redact_args` masks the value of every secret flag of a command line (a flag whose name
+  ends in a word of ``SECRET_WORDS``: ``--api-key``, ``--hf-token``, ``--password``, ``--client-secret``,
+  as ``--flag VALUE`` or ``--flag=VALUE``; not ``--api-key-file`` or ``--max-tokens``) and runs
+  :func:`redact_text` over every argument;
+- :func:`redact_obj` does both over a JSON-like value: a secret-named key's string value becomes
+  ``***``, an ``argv`` list is :func:`redact_args`-ed, every other string :func:`redact_text`-ed.
+
+::
 
     >>> redact_args(["--port", "8000", "--api-key", "sk-1", "--hf-token=hf_2"])
     ['--port', '8000', '--api-key', '***', '--hf-token=***']
+    >>> redact_text('HTTP 401: {"auth": "Bearer abc.def"}')
+    'HTTP 401: {"auth": "Bearer ***"}'
+
+A key shorter than ``MIN_LITERAL`` characters is masked where it appears in a named place
+(``Bearer X``, ``api_key=X``) but not as a bare literal: masking ``"42"`` everywhere would mangle
+every text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
+MASK = "***"
+# the last word of a flag that holds a secret (--api-key, --hf-token, --client-secret; not --api-key-file,
+# --first-token-timeout or --max-tokens)
+SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials",
+                          "auth", "authorization"})
+SECRET_ENV = ("OPENAI_API_KEY", "INFERMETER_EMULATOR_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+MIN_LITERAL = 4  # a remembered key this short or longer is masked wherever it appears
+_PREFIX = 8  # ... and wherever its first 8 characters appear (the rest may have been cut off)
+
+_remembered: set[str] = set()
+
+_V = r"[^\s\"'`,;&}\]\)\\<>]+"  # a credential's characters: up to a quote, separator or closing bracket
+_Q = r"\\?[\"']?"  # an optional (escaped) quote
+_NAMED = re.compile(  # names that always hold a credential: as a header, a JSON key or a query parameter
+    r"(?i)(\b(?:[a-z0-9]+[-_])*(?:authorization|x-api-key|api[-_]?key|(?:secret|private|access|subscription)[-_]?key"
+    r"|(?:access|auth|refresh|id|bearer|session)[-_]?token|client[-_]?secret|password|passwd)"
+    + _Q + r"\s*[:=]\s*" + _Q + r")((?:bearer|basic|token|apikey)\s+)?" + _V)
+_WEAK = re.compile(  # words that hold one only as a query parameter (token=X) or a quoted key ("token": "X")
+    r"(?i)((?:[?&;]|\b)(?:token|secret|key|sig|signature)=|\\?[\"'](?:token|secret|key)\\?[\"']\s*:\s*" + _Q + ")"
+    + _V)
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_NAMED, r"\1\2" + MASK),
+    (_WEAK, r"\1" + MASK),
+    (re.compile(r"(?i)\b(bearer)(\s+)" + _V), r"\1\2" + MASK),
+    (re.compile(r"(?i)\b(basic)(\s+)[A-Za-z0-9+/=]{8,}"), r"\1\2" + MASK),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*){0,2}"), "eyJ" + MASK),  # a JWT, whole or cut
+    (re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{4,}"), r"\1-" + MASK),  # OpenAI-style keys (sk-proj-..., sk-ant-...)
+    (re.compile(r"\b(hf|gh[pousr]|glpat|xox[abprs])([_-])[A-Za-z0-9_-]{8,}"), r"\1\2" + MASK),  # hub/git/chat tokens
+    (re.compile(r"\bAKIA[0-9A-Z]{12,}"), "AKIA" + MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{12,}"), "AIza" + MASK),
+)
 
 
-def redact_args(args: Sequence[str]) -> list[str]:
+def remember_secret(value: str | None) -> None:
+    """Mask ``value`` from every text this process redacts from now on (the configured API key)."""
+    if value and len(value) >= MIN_LITERAL:
+        _remembered.add(value)
+
+
+def _secrets(extra: Iterable[str | None]) -> list[str]:
+    found = set(_remembered)
+    found.update(v for v in (os.environ.get(n) for n in SECRET_ENV) if v and len(v) >= MIN_LITERAL)
+    found.update(v for v in extra if v and len(v) >= MIN_LITERAL)
+    return sorted(found, key=len, reverse=True)
+
+
+def _mask_literal(text: str, secret: str) -> str:
+    """Every occurrence of ``secret``, or of its first ``_PREFIX`` characters and as much more as follows, masked."""
+    head = secret[:_PREFIX]
+    if head not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while (j := text.find(head, i)) >= 0:
+        k = j + len(head)
+        while k < len(text) and k - j < len(secret) and text[k] == secret[k - j]:
+            k += 1
+        out += [text[i:j], MASK]
+        i = k
+    out.append(text[i:])
+    return "".join(out)
+
+
+def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every credential masked (see the module's docstring); ``secrets`` adds literal values."""
+    if not text:
+        return text
+    for s in _secrets(secrets):
+        text = _mask_literal(text, s)
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def clip(text: str, n: int, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` redacted, then cut to ``n`` characters: a key straddling the cut never survives in part."""
+    return redact_text(text, secrets)[:n]
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[-_.]+", name.lstrip("-").lower()) if w]
+
+
+def secret_flag(flag: str) -> bool:
+    """Whether ``--flag`` holds a secret: the last word of its name is in ``SECRET_WORDS``."""
+    words = _words(flag)
+    return flag.startswith("-") and bool(words) and words[-1] in SECRET_WORDS
+
+
+def secret_field(name: str) -> bool:
+    """Whether a JSON field holds a secret: ``api_key``, ``hf_token``, ``password``, but not a bare ``key``."""
+    words = _words(name)
+    return bool(words) and words[-1] in SECRET_WORDS and (words[-1] != "key" or len(words) > 1 and words[-2] in (
+        "api", "secret", "private", "access", "subscription"))
+
+
+def redact_args(args: Sequence[Any]) -> list[str]:
+    """A command line with every secret flag's value masked, and every argument :func:`redact_text`-ed."""
     out = [str(a) for a in args]
     for i, a in enumerate(out):
-        if a in SECRET_FLAGS and i + 1 < len(out):
-            out[i + 1] = "***"
-        else:
-            flag = a.split("=", 1)[0]
-            if "=" in a and flag in SECRET_FLAGS:
-                out[i] = f"{flag}=***"
-    return out
+        flag, eq, _ = a.partition("=")
+        if eq and secret_flag(flag):
+            out[i] = f"{flag}={MASK}"
+        elif secret_flag(a) and i + 1 < len(out) and not out[i + 1].startswith("--"):
+            out[i + 1] = MASK
+    return [a if a == MASK else redact_text(a) for a in out]
+
+
+def redact_obj(obj: Any) -> Any:
+    """A JSON-like value with secrets masked: secret-named keys, ``argv`` lists, and every string."""
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if k == "argv" and isinstance(v, list):
+                out[k] = redact_args(v)
+            elif isinstance(k, str) and isinstance(v, str) and v and v != MASK and secret_field(k):
+                out[k] = MASK
+            else:
+                out[k] = redact_obj(v)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [redact_obj(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
