@@ -1,7 +1,11 @@
-"""Secret argument values never reach what infermeter writes."""
+"""Secrets never reach what infermeter writes or prints: argument values, error texts, the configured key."""
 
+import pytest
+
+from infermeter import redact
+from infermeter.client.errors import RequestFailed, http_detail
 from infermeter.measure.config import RunConfig
-from infermeter.redact import redact_args
+from infermeter.redact import clip, redact_args, redact_obj, redact_text, remember_secret, secret_flag
 
 
 def test_secret_flag_values_are_masked_in_both_spellings_and_nothing_else_changes():
@@ -16,3 +20,95 @@ def test_run_json_config_masks_the_emulators_key():
     cfg = RunConfig(emulator_args=["--api-key", "sk-emu", "--ttft-ms", "5"], api_key="sk-client")
     pub = cfg.public()
     assert pub["api_key"] == "***" and pub["emulator_args"] == ["--api-key", "***", "--ttft-ms", "5"]
+
+
+# --- one redaction path: texts, the configured key, argv, JSON ---------------------------------------------
+
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0" * 12 + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("invalid key sk-proj-AbCdEf0123456789xyz", "sk-proj-AbCdEf0123456789xyz"),
+    ("Authorization: Bearer t0k3n.with.dots rest", "t0k3n.with.dots"),
+    ('{"headers": {"authorization": "Basic dXNlcjpwYXNzd29yZA=="}}', "dXNlcjpwYXNzd29yZA=="),
+    ("x-api-key: 9f8e7d6c5b4a next", "9f8e7d6c5b4a"),
+    ("GET /v1/models?api_key=QWERTY123&x=1", "QWERTY123"),
+    ("https://h/p?token=abc123&key=zzz999", "abc123"),
+    ("https://h/p?token=abc123&key=zzz999", "zzz999"),
+    ('{\\"api_key\\": \\"inner-json-secret\\"}', "inner-json-secret"),
+    ("{'password': 'hunter22'}", "hunter22"),
+    (f"token {JWT}", JWT[:8]),
+    (f"token {JWT[:150]}", JWT[:40]),  # a JWT cut short is still one
+    ("hub says hf_AbCdEfGhIjKlMnOp", "hf_AbCdEfGhIjKlMnOp"),
+])
+def test_every_key_shape_is_masked_in_free_text(text, secret):
+    out = redact_text(text)
+    assert secret not in out and "***" in out
+
+
+@pytest.mark.parametrize("text", [
+    "connection broke after the first token: ServerDisconnectedError",
+    "usage token counts are not non-negative integers: {'prompt_tokens': 1, 'completion_tokens': 2}",
+    "max_tokens=5 first-token-timeout=30 basic usage",
+    "HTTP 404 Not Found: The model llama does not exist",
+])
+def test_ordinary_error_texts_are_left_alone(text):
+    assert redact_text(text) == text
+
+
+def test_a_remembered_key_is_masked_whole_cut_or_with_only_its_first_8_characters_left(monkeypatch):
+    monkeypatch.setattr(redact, "_remembered", set())
+    key = "Zq7v0123456789abcdefXYZ"  # no known shape: only the literal value can find it
+    assert redact_text(f"echo {key}!") == f"echo {key}!"  # not known yet
+    remember_secret(key)
+    assert redact_text(f"echo {key}!") == "echo ***!"
+    assert redact_text(f"cut: {key[:11]}") == "cut: ***"
+    assert redact_text(f"{key[:8]}'") == "***'"
+    assert redact_text("short Zq7v") == "short Zq7v"  # fewer than 8 characters of a long key: not a trace of it
+    remember_secret("abc")  # too short to mask as a bare literal (it would mangle every text)
+    assert redact_text("abc abc") == "abc abc"
+
+
+def test_the_environment_key_is_masked_too(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "EnvKey-0123456789")
+    assert "EnvKey-01" not in redact_text("server said EnvKey-0123456789")
+
+
+def test_redaction_comes_before_the_cut_so_no_part_of_a_straddling_key_survives(monkeypatch):
+    monkeypatch.setattr(redact, "_remembered", set())
+    key = "Zq7v" + "0123456789abcdef" * 3
+    remember_secret(key)
+    body = "x" * 190 + " " + key + " tail"
+    for detail in (http_detail(500, body), RequestFailed("http_5xx", "y" * 280 + " " + key).detail,
+                   clip(body, 200)):
+        assert key[:8] not in detail and key[4:12] not in detail, detail
+    jwt_body = "denied " + JWT
+    d = http_detail(401, jwt_body)
+    assert JWT[:8] not in d and JWT[3:40] not in d and d.startswith("HTTP 401 Unauthorized: denied eyJ***")
+
+
+def test_secret_flags_are_named_by_their_last_word():
+    for flag in ("--api-key", "--hf-token", "--token", "--password", "--client-secret", "--auth-token", "--key"):
+        assert secret_flag(flag), flag
+    for flag in ("--api-key-file", "--max-tokens", "--first-token-timeout", "--port", "api-key"):
+        assert not secret_flag(flag), flag
+    args = ["--password=p4ss", "--client-secret", "cs", "--header", "Authorization: Bearer hdr",
+            "--extra-body", '{"api_key": "eb"}', "--url", "http://h/?key=qk"]
+    assert redact_args(args) == ["--password=***", "--client-secret", "***", "--header", "Authorization: Bearer ***",
+                                 "--extra-body", '{"api_key": "***"}', "--url", "http://h/?key=***"]
+
+
+def test_redact_obj_masks_secret_fields_argv_and_strings_and_keeps_the_rest():
+    run = {"argv": ["run", "--api-key", "k1"], "config": {"api_key": "k2", "hf_token": "k3", "key": "c16",
+           "extra_body": {"secret_key": "k4"}, "requests": 5}, "note": "Bearer k5", "label": "a [b]"}
+    assert redact_obj(run) == {"argv": ["run", "--api-key", "***"], "config": {
+        "api_key": "***", "hf_token": "***", "key": "c16", "extra_body": {"secret_key": "***"}, "requests": 5},
+        "note": "Bearer ***", "label": "a [b]"}
+
+
+def test_run_json_config_masks_keys_in_the_extra_body_and_remembers_the_key(monkeypatch):
+    monkeypatch.setattr(redact, "_remembered", set())
+    cfg = RunConfig(api_key="Zq7v-remembered-key", extra_body={"api_key": "body-key", "top_k": 5})
+    pub = cfg.public()
+    assert pub["extra_body"] == {"api_key": "***", "top_k": 5} and pub["api_key"] == "***"
+    assert redact_text("echo Zq7v-remembered-key") == "echo ***"
