@@ -112,3 +112,19 @@ def test_run_json_config_masks_keys_in_the_extra_body_and_remembers_the_key(monk
     pub = cfg.public()
     assert pub["extra_body"] == {"api_key": "***", "top_k": 5} and pub["api_key"] == "***"
     assert redact_text("echo Zq7v-remembered-key") == "echo ***"
+
+
+def test_a_copied_engine_log_has_the_engines_own_key_masked(tmp_path):
+    from infermeter.engines.target import LiveTarget, Target
+    from infermeter.redact import secret_values
+
+    args = ("--api-key", "Zq7v-engine-key-0001", "--hf-token=hf_secret_value_1", "--max-num-seqs", "4")
+    assert secret_values(args) == ["Zq7v-engine-key-0001", "hf_secret_value_1"]
+    log = tmp_path / "engine.log"
+    log.write_text("old line\nnon-default args: {'api_key': ['Zq7v-engine-key-0001'], 'hf_token': 'hf_secret_value_1'}\n"
+                   "started with --api-key Zq7v-engine-key-0001\n")
+    live = LiveTarget(target=Target(name="t", engine="emulator", args=args), base_url="http://127.0.0.1:1", log_path=log)
+    n = live.copy_log(len("old line\n"), tmp_path / "server.log")
+    text = (tmp_path / "server.log").read_text()
+    assert n == log.stat().st_size - len("old line\n") and "non-default args" in text and "old line" not in text
+    assert "Zq7v-eng" not in text and "hf_secret" not in text

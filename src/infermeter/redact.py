@@ -145,6 +145,19 @@ def redact_args(args: Sequence[Any]) -> list[str]:
     return [a if a == MASK else redact_text(a) for a in out]
 
 
+def secret_values(args: Sequence[Any]) -> list[str]:
+    """The values of the secret flags of a command line (to mask them in what that command writes)."""
+    out = [str(a) for a in args]
+    found = []
+    for i, a in enumerate(out):
+        flag, eq, value = a.partition("=")
+        if eq and secret_flag(flag):
+            found.append(value)
+        elif secret_flag(a) and i + 1 < len(out):
+            found.append(out[i + 1])
+    return found
+
+
 def redact_obj(obj: Any) -> Any:
     """A JSON-like value with secrets masked: secret-named keys, ``argv`` lists, and every string."""
     if isinstance(obj, dict):
