@@ -32,6 +32,7 @@ every text.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -51,23 +52,27 @@ _remembered: set[str] = set()
 _V = r"[^\s\"'`,;&}\]\)\\<>]+"  # a credential's characters: up to a quote, separator or closing bracket
 _Q = r"\\?[\"']?"  # an optional (escaped) quote
 _NAMED = re.compile(  # names that always hold a credential: as a header, a JSON key or a query parameter
-    r"(?i)(\b(?:[a-z0-9]+[-_])*(?:authorization|x-api-key|api[-_]?key|(?:secret|private|access|subscription)[-_]?key"
+    r"(?i)((?:authorization|x-api-key|api[-_]?key|(?:secret|private|access|subscription)[-_]?key"
     r"|(?:access|auth|refresh|id|bearer|session)[-_]?token|client[-_]?secret|password|passwd)"
     + _Q + r"\s*[:=]\s*" + _Q + r")((?:bearer|basic|token|apikey)\s+)?" + _V)
 _WEAK = re.compile(  # words that hold one only as a query parameter (token=X) or a quoted key ("token": "X")
     r"(?i)((?:[?&;]|\b)(?:token|secret|key|sig|signature)=|\\?[\"'](?:token|secret|key)\\?[\"']\s*:\s*" + _Q + ")"
     + _V)
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_NAMED, r"\1\2" + MASK),
-    (_WEAK, r"\1" + MASK),
-    (re.compile(r"(?i)\b(bearer)(\s+)" + _V), r"\1\2" + MASK),
-    (re.compile(r"(?i)\b(basic)(\s+)[A-Za-z0-9+/=]{8,}"), r"\1\2" + MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*){0,2}"), "eyJ" + MASK),  # a JWT, whole or cut
-    (re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{4,}"), r"\1-" + MASK),  # OpenAI-style keys (sk-proj-..., sk-ant-...)
-    (re.compile(r"\b(hf|gh[pousr]|glpat|xox[abprs])([_-])[A-Za-z0-9_-]{8,}"), r"\1\2" + MASK),  # hub/git/chat tokens
-    (re.compile(r"\bAKIA[0-9A-Z]{12,}"), "AKIA" + MASK),
-    (re.compile(r"\bAIza[0-9A-Za-z_-]{12,}"), "AIza" + MASK),
+# (what the lower-cased text must contain for the pattern to be worth running, pattern, replacement): most
+# error texts hold none of these words, and a substring test costs far less than a regex scan
+_PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
+    (("auth", "key", "token", "secret", "passw"), _NAMED, r"\1\2" + MASK),
+    (("token", "secret", "key", "sig"), _WEAK, r"\1" + MASK),
+    (("bearer",), re.compile(r"(?i)\b(bearer)(\s+)" + _V), r"\1\2" + MASK),
+    (("basic",), re.compile(r"(?i)\b(basic)(\s+)[A-Za-z0-9+/=]{8,}"), r"\1\2" + MASK),
+    (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*){0,2}"), "eyJ" + MASK),  # a JWT, whole or cut
+    (("sk-", "rk-", "pk-"), re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{4,}"), r"\1-" + MASK),  # sk-proj-..., sk-ant-...
+    (("hf", "gh", "glpat", "xox"), re.compile(r"\b(hf|gh[pousr]|glpat|xox[abprs])([_-])[A-Za-z0-9_-]{8,}"),
+     r"\1\2" + MASK),  # hub, git and chat tokens
+    (("akia",), re.compile(r"\bAKIA[0-9A-Z]{12,}"), "AKIA" + MASK),
+    (("aiza",), re.compile(r"\bAIza[0-9A-Za-z_-]{12,}"), "AIza" + MASK),
 )
+_TRIGGERS = tuple(sorted({w for words, _, _ in _PATTERNS for w in words}))
 
 
 def remember_secret(value: str | None) -> None:
@@ -77,10 +82,10 @@ def remember_secret(value: str | None) -> None:
 
 
 def _secrets(extra: Iterable[str | None]) -> list[str]:
-    found = set(_remembered)
-    found.update(v for v in (os.environ.get(n) for n in SECRET_ENV) if v and len(v) >= MIN_LITERAL)
+    env = os.environ
+    found = _remembered.union(v for v in (env.get(n) for n in SECRET_ENV) if v and len(v) >= MIN_LITERAL)
     found.update(v for v in extra if v and len(v) >= MIN_LITERAL)
-    return sorted(found, key=len, reverse=True)
+    return sorted(found, key=len, reverse=True) if len(found) > 1 else list(found)
 
 
 def _mask_literal(text: str, secret: str) -> str:
@@ -104,16 +109,37 @@ def redact_text(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` with every credential masked (see the module's docstring); ``secrets`` adds literal values."""
     if not text:
         return text
-    for s in _secrets(secrets):
+    keys = tuple(_secrets(secrets))
+    return _redact_cached(text, keys) if len(text) <= 4096 else _redact(text, keys)
+
+
+def _redact(text: str, keys: tuple[str, ...]) -> str:
+    for s in keys:
         text = _mask_literal(text, s)
-    for pattern, repl in _PATTERNS:
-        text = pattern.sub(repl, text)
+    low = text.lower()
+    if not any(w in low for w in _TRIGGERS):
+        return text
+    for words, pattern, repl in _PATTERNS:
+        if any(w in low for w in words):
+            text = pattern.sub(repl, text)
     return text
 
 
+_redact_cached = functools.lru_cache(maxsize=2048)(_redact)  # a failing run repeats its few messages
+
+
 def clip(text: str, n: int, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` redacted, then cut to ``n`` characters: a key straddling the cut never survives in part."""
-    return redact_text(text, secrets)[:n]
+    """``text`` redacted, then cut to ``n`` characters: a key straddling the cut never survives in part.
+
+    Only a window past ``n`` is redacted (every pattern recognises a credential from its start, and a
+    literal key from its first 8 characters), widened when masking shortened the text into it."""
+    secrets = tuple(secrets)
+    window = n + 256
+    while True:
+        out = redact_text(text[:window], secrets)
+        if len(text) <= window or len(out) >= n + 64:
+            return out[:n]
+        window *= 4
 
 
 def _words(name: str) -> list[str]:
