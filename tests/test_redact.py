@@ -56,7 +56,7 @@ def test_ordinary_error_texts_are_left_alone(text):
     assert redact_text(text) == text
 
 
-def test_a_remembered_key_is_masked_whole_cut_or_with_only_its_first_8_characters_left(monkeypatch):
+def test_a_remembered_key_is_masked_whole_cut_or_with_only_its_first_characters_left(monkeypatch):
     monkeypatch.setattr(redact, "_remembered", set())
     key = "Zq7v0123456789abcdefXYZ"  # no known shape: only the literal value can find it
     assert redact_text(f"echo {key}!") == f"echo {key}!"  # not known yet
@@ -64,7 +64,9 @@ def test_a_remembered_key_is_masked_whole_cut_or_with_only_its_first_8_character
     assert redact_text(f"echo {key}!") == "echo ***!"
     assert redact_text(f"cut: {key[:11]}") == "cut: ***"
     assert redact_text(f"{key[:8]}'") == "***'"
-    assert redact_text("short Zq7v") == "short Zq7v"  # fewer than 8 characters of a long key: not a trace of it
+    assert redact_text("Zq7v elsewhere") == "Zq7v elsewhere"  # 4 characters inside a text: not a trace of it
+    assert redact_text(f"cut at {key[:6]}") == "cut at ***"  # ... but where a cut ended the text, they are
+    assert redact_text(f"repr {key[:5]!r}") == "repr '***'"
     remember_secret("abc")  # too short to mask as a bare literal (it would mangle every text)
     assert redact_text("abc abc") == "abc abc"
 

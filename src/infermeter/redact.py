@@ -89,18 +89,24 @@ def _secrets(extra: Iterable[str | None]) -> list[str]:
 
 
 def _mask_literal(text: str, secret: str) -> str:
-    """Every occurrence of ``secret``, or of its first ``_PREFIX`` characters and as much more as follows, masked."""
-    head = secret[:_PREFIX]
+    """Every occurrence of ``secret``, or of its first ``_PREFIX`` characters and as much more as follows,
+    masked; and a shorter start of it (``MIN_LITERAL`` characters or more) where a cut ended the text, or
+    the quote of a ``repr`` of a cut text follows it."""
+    head = secret[:MIN_LITERAL]
     if head not in text:
         return text
+    full = min(_PREFIX, len(secret))
     out: list[str] = []
     i = 0
-    while (j := text.find(head, i)) >= 0:
+    start = 0
+    while (j := text.find(head, start)) >= 0:
         k = j + len(head)
         while k < len(text) and k - j < len(secret) and text[k] == secret[k - j]:
             k += 1
-        out += [text[i:j], MASK]
-        i = k
+        if k - j >= full or k == len(text) or text[k] in "'\"":
+            out += [text[i:j], MASK]
+            i = k
+        start = k
     out.append(text[i:])
     return "".join(out)
 

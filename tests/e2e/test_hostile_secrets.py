@@ -126,8 +126,10 @@ def _db_leak(db: Path, key: str) -> list[str]:
     return _leaks(json.dumps(rows, default=str), key)
 
 
-@pytest.mark.parametrize("shape", sorted(KEY_SHAPES))
-def test_an_echoed_key_reaches_no_file_database_report_or_console(hostile, shape, cli, tmp_path):
+@pytest.mark.parametrize("shape,extra", [(s, []) for s in sorted(KEY_SHAPES)] + [("plain", ["--workers", "2"])],
+                         ids=[*sorted(KEY_SHAPES), "plain-workers"])
+def test_an_echoed_key_reaches_no_file_database_report_or_console(hostile, shape, extra, cli, tmp_path):
+    """Worker processes redact too (they learn the key from their client's config, not this process)."""
     url, state = hostile
     key = KEY_SHAPES[shape]()
     db = tmp_path / "history.duckdb"
@@ -135,13 +137,14 @@ def test_an_echoed_key_reaches_no_file_database_report_or_console(hostile, shape
     state.update(models="ok", chat="mixed")
     out = tmp_path / "run"
     p = cli("run", "--url", url, "--api-key", key, "--requests", "12", "--concurrency", "3", "--output-tokens", "2",
-            "--out", str(out), env=env)
+            "--out", str(out), *extra, env=env)
     assert (out / "summary.json").exists(), p.stderr
     s = json.loads((out / "summary.json").read_text())
     assert s["completed"] >= 1 and s["failed"] >= 2  # both kinds of echoing error were recorded
     run = json.loads((out / "run.json").read_text())
     i = run["argv"].index("--api-key")
     assert run["argv"][i + 1] == "***" and run["config"]["api_key"] == "***"
+    assert run["load"]["backend"] == ("processes" if extra else "local")
     details = [d for d in pq.read_table(out / "requests.parquet").column("error_detail").to_pylist() if d]
     assert any(d.startswith("HTTP 500") for d in details) and any("server error in stream" in d for d in details)
     assert not _leaks(p.stdout + p.stderr, key)
