@@ -9,8 +9,8 @@ through here:
   ``Basic ...`` credentials, named values (``Authorization: ...``, ``x-api-key: ...``,
   ``"api_key": "..."``, ``?api_key=...`` / ``&token=...`` in URLs), and the literal value of every
   key infermeter was given (:func:`remember_secret`, plus ``OPENAI_API_KEY`` and the other
-  variables in ``SECRET_ENV``), also where only its first 8 characters survive a cut. Call it
-  *before* cutting a text to length: :func:`clip` does both;
+  variables in ``SECRET_ENV``), also where only its first 8 characters survive, or its first 4
+  where a cut ended the text. Call it *before* cutting a text to length: :func:`clip` does both;
 - :func:`redact_args` masks the value of every secret flag of a command line (a flag whose name
   ends in a word of ``SECRET_WORDS``: ``--api-key``, ``--hf-token``, ``--password``, ``--client-secret``,
   as ``--flag VALUE`` or ``--flag=VALUE``; not ``--api-key-file`` or ``--max-tokens``) and runs
@@ -28,6 +28,13 @@ through here:
 A key shorter than ``MIN_LITERAL`` characters is masked where it appears in a named place
 (``Bearer X``, ``api_key=X``) but not as a bare literal: masking ``"42"`` everywhere would mangle
 every text.
+
+The writers that pass through here: a request's error detail (``client.errors.http_detail`` and
+``RequestFailed`` clip, ``OpenAIClient._fail`` redacts with the client's key), ``run.json``'s header,
+config and ``argv`` (``measure.header``, ``RunConfig.public``), the history database
+(``report.history``), an engine's log copied into a run (``engines.target``), engine launch records
+(``engines``), and everything the console prints (``terminal.SafeConsole``). Redacting a detail costs
+tens of microseconds (``benchmarks/redact_cost.py``); repeated messages are cached.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ _PREFIX = 8  # ... and wherever its first 8 characters appear (the rest may have
 
 _remembered: set[str] = set()
 
-_V = r"[^\s\"'`,;&}\]\)\\<>]+"  # a credential's characters: up to a quote, separator or closing bracket
+_V = r"[^\s\"'`,;&}\[\]\)\\<>]+"  # a credential's characters: up to a quote, separator or closing bracket
 _Q = r"\\?[\"']?"  # an optional (escaped) quote
 _NAMED = re.compile(  # names that always hold a credential: as a header, a JSON key or a query parameter
     r"(?i)((?:authorization|x-api-key|api[-_]?key|(?:secret|private|access|subscription)[-_]?key"
