@@ -130,3 +130,24 @@ def test_a_copied_engine_log_has_the_engines_own_key_masked(tmp_path):
     text = (tmp_path / "server.log").read_text()
     assert n == log.stat().st_size - len("old line\n") and "non-default args" in text and "old line" not in text
     assert "Zq7v-eng" not in text and "hf_secret" not in text
+
+
+def test_a_summary_of_records_that_hold_a_key_does_not_repeat_it(tmp_path):
+    """Records written before redaction (or by hand) with a key in a detail: summarize masks it."""
+    import pyarrow as pa
+
+    from infermeter.analysis.accumulator import Accumulator
+    from infermeter.records.record import ARROW_SCHEMA
+
+    n = 3
+    cols = {f.name: pa.nulls(n, f.type) for f in ARROW_SCHEMA}
+    cols.update(request_id=pa.array(range(n), pa.int64()), phase=pa.array(["measure"] * n),
+                intended_at=pa.array([0.0, 0.1, 0.2]), sent_at=pa.array([0.0, 0.1, 0.2]),
+                ended_at=pa.array([0.5, 0.6, 0.7]), outcome=pa.array(["error"] * n),
+                error_class=pa.array(["http_4xx"] * n),
+                error_detail=pa.array(["HTTP 401 Unauthorized: bad Authorization: Bearer Zq7v-old-leaked-key"] * n))
+    table = pa.table({f.name: cols[f.name].cast(f.type) for f in ARROW_SCHEMA}, schema=ARROW_SCHEMA)
+    acc = Accumulator()
+    acc.add(table)
+    msg = acc.summary().error_messages["http_4xx"]
+    assert "Zq7v-old" not in msg and msg.startswith("HTTP 401 Unauthorized: bad Authorization: ")
