@@ -151,3 +151,17 @@ def test_a_summary_of_records_that_hold_a_key_does_not_repeat_it(tmp_path):
     acc.add(table)
     msg = acc.summary().error_messages["http_4xx"]
     assert "Zq7v-old" not in msg and msg.startswith("HTTP 401 Unauthorized: bad Authorization: ")
+
+
+def test_messages_that_speak_of_keys_are_left_alone():
+    for text in ("--profile-set 'x': expected KEY=VALUE, e.g. --profile-set turns=3",
+                 "column 'settings' item 'a': use key=value with key one of kv_dtype"):
+        assert redact_text(text) == text
+    assert redact_text("GET /m?key=abc&sig=def") == "GET /m?key=***&sig=***"
+
+
+def test_basic_credentials_are_masked_but_not_basic_prose():
+    assert redact_text("Authorization failed for Basic dXNlcjpwYXNzd29yZA==").endswith("Basic ***")
+    assert redact_text("{'auth': 'Basic dXNlcjpwYXNz'}") == "{'auth': 'Basic ***'}"
+    for text in ("the basic workload runs", "Basic Settings apply"):
+        assert redact_text(text) == text

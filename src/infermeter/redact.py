@@ -62,16 +62,23 @@ _NAMED = re.compile(  # names that always hold a credential: as a header, a JSON
     r"(?i)((?:authorization|x-api-key|api[-_]?key|(?:secret|private|access|subscription)[-_]?key"
     r"|(?:access|auth|refresh|id|bearer|session)[-_]?token|client[-_]?secret|password|passwd)"
     + _Q + r"\s*[:=]\s*" + _Q + r")((?:bearer|basic|token|apikey)\s+)?" + _V)
-_WEAK = re.compile(  # words that hold one only as a query parameter (token=X) or a quoted key ("token": "X")
-    r"(?i)((?:[?&;]|\b)(?:token|secret|key|sig|signature)=|\\?[\"'](?:token|secret|key)\\?[\"']\s*:\s*" + _Q + ")"
+_WEAK = re.compile(  # words that hold one as a query parameter (?key=X), token=X, or a quoted key ("token": "X")
+    r"(?i)([?&;](?:key|sig|signature)=|\b(?:token|secret)=|\\?[\"'](?:token|secret|key)\\?[\"']\s*:\s*" + _Q + ")"
     + _V)
+def _basic(m: re.Match[str]) -> str:
+    """``Basic <base64>`` masked, but not ``Basic Settings``: the value has a digit, ``+/=`` or a capital inside."""
+    v = m.group(3)
+    looks = any(c.isdigit() or c in "+/=" for c in v) or any(c.isupper() for c in v[1:])
+    return m.group(1) + m.group(2) + MASK if looks else m.group(0)
+
+
 # (what the lower-cased text must contain for the pattern to be worth running, pattern, replacement): most
 # error texts hold none of these words, and a substring test costs far less than a regex scan
-_PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
+_PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], Any], ...] = (
     (("auth", "key", "token", "secret", "passw"), _NAMED, r"\1\2" + MASK),
     (("token", "secret", "key", "sig"), _WEAK, r"\1" + MASK),
     (("bearer",), re.compile(r"(?i)\b(bearer)(\s+)" + _V), r"\1\2" + MASK),
-    (("basic",), re.compile(r"(?i)\b(basic)(\s+)[A-Za-z0-9+/=]{8,}"), r"\1\2" + MASK),
+    (("basic",), re.compile(r"\b(Basic|BASIC)(\s+)([A-Za-z0-9+/]{6,}={0,2})"), _basic),
     (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*){0,2}"), "eyJ" + MASK),  # a JWT, whole or cut
     (("sk-", "rk-", "pk-"), re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{4,}"), r"\1-" + MASK),  # sk-proj-..., sk-ant-...
     (("hf", "gh", "glpat", "xox"), re.compile(r"\b(hf|gh[pousr]|glpat|xox[abprs])([_-])[A-Za-z0-9_-]{8,}"),
