@@ -39,7 +39,8 @@ JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0" * 
     ("{'password': 'hunter22'}", "hunter22"),
     (f"token {JWT}", JWT[:8]),
     (f"token {JWT[:150]}", JWT[:40]),  # a JWT cut short is still one
-    ("hub says hf_AbCdEfGhIjKlMnOp", "hf_AbCdEfGhIjKlMnOp"),
+    ("hub says hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "AbCdEfGhIjKlMnOp"),
+    ("git: ghp_0123456789abcdefABCDEF0123", "0123456789abcdef"),
 ])
 def test_every_key_shape_is_masked_in_free_text(text, secret):
     out = redact_text(text)
@@ -51,6 +52,7 @@ def test_every_key_shape_is_masked_in_free_text(text, secret):
     "usage token counts are not non-negative integers: {'prompt_tokens': 1, 'completion_tokens': 2}",
     "max_tokens=5 first-token-timeout=30 basic usage",
     "HTTP 404 Not Found: The model llama does not exist",
+    "model hf-internal-testing/tiny-random-LlamaForCausalLM on task-12345678",
 ])
 def test_ordinary_error_texts_are_left_alone(text):
     assert redact_text(text) == text

@@ -80,9 +80,10 @@ _PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], Any], ...] = (
     (("bearer",), re.compile(r"(?i)\b(bearer)(\s+)" + _V), r"\1\2" + MASK),
     (("basic",), re.compile(r"\b(Basic|BASIC)(\s+)([A-Za-z0-9+/]{6,}={0,2})"), _basic),
     (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*){0,2}"), "eyJ" + MASK),  # a JWT, whole or cut
-    (("sk-", "rk-", "pk-"), re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{4,}"), r"\1-" + MASK),  # sk-proj-..., sk-ant-...
-    (("hf", "gh", "glpat", "xox"), re.compile(r"\b(hf|gh[pousr]|glpat|xox[abprs])([_-])[A-Za-z0-9_-]{8,}"),
-     r"\1\2" + MASK),  # hub, git and chat tokens
+    (("sk-", "rk-", "pk-"), re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_-]{6,}"), r"\1-" + MASK),  # sk-proj-..., sk-ant-...
+    (("hf_", "gh", "glpat", "xox"),  # hub, git and chat tokens (not a model id like hf-internal-testing/...)
+     re.compile(r"\b(hf_|gh[pousr]_|glpat-|xox[abprs]-)[A-Za-z0-9_-]{20,}"),
+     r"\1" + MASK),
     (("akia",), re.compile(r"\bAKIA[0-9A-Z]{12,}"), "AKIA" + MASK),
     (("aiza",), re.compile(r"\bAIza[0-9A-Za-z_-]{12,}"), "AIza" + MASK),
 )
