@@ -9,6 +9,12 @@ A parse error names the file and the line and column as its author counts them; 
 is not a mapping says what was expected; :func:`field_error` turns a pydantic validation error
 into one line naming the file, the line of the field and the field (``s.yaml, line 3:
 configurations[0].config: ...``). All raise :class:`~infermeter.errors.ConfigError`.
+
+Every YAML file infermeter reads goes through :func:`safe_load` (``yaml.safe_load`` with a bound):
+aliases may add at most ``MAX_ALIAS_NODES`` nodes to what the file spells out, and none may refer
+to itself, so a few hundred bytes of nested ``&a``/``*a`` (a "billion laughs") is refused with
+:class:`AliasBomb`, a ``yaml.YAMLError`` that every reader reports as one line naming the file,
+before anything walks the expanded tree.
 """
 
 from __future__ import annotations
@@ -20,6 +26,62 @@ import yaml
 from pydantic import ValidationError
 
 from infermeter.errors import ConfigError
+
+MAX_ALIAS_NODES = 10_000  # nodes aliases may add to a file's own (a shared block reused a few hundred times)
+
+
+class AliasBomb(yaml.YAMLError):
+    """A YAML document whose aliases expand beyond ``MAX_ALIAS_NODES`` or refer to themselves."""
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for kv in node.value for n in kv]
+    return []
+
+
+def check_aliases(root: yaml.Node, limit: int = MAX_ALIAS_NODES) -> None:
+    """Raise :class:`AliasBomb` when expanding ``root``'s aliases adds more than ``limit`` nodes.
+
+    Counts without expanding (each distinct node once, its expanded size from its children's) and
+    without recursion (a deeply nested file cannot overflow the stack)."""
+    size: dict[int, int] = {}
+    started: set[int] = set()  # nodes whose subtree is being counted: an alias to one is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            started.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            continue
+        if key in size:
+            continue
+        started.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in started:
+                raise AliasBomb("an alias refers to the node that contains it (a recursive alias); refused")
+            if id(child) not in size:
+                stack.append((child, False))
+    added = size[id(root)] - len(size)
+    if added > limit:
+        raise AliasBomb(f"its aliases expand to {added:,} more nodes than the file holds (at most {limit:,}: an "
+                        "alias bomb?); refused")
+
+
+class _BoundedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    def construct_document(self, node: yaml.Node) -> Any:
+        check_aliases(node)
+        return super().construct_document(node)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load(text)`` that refuses alias bombs (:class:`AliasBomb`, a ``yaml.YAMLError``)."""
+    return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader
+
 
 
 def yaml_problem(exc: Exception) -> str:
@@ -34,7 +96,7 @@ def yaml_problem(exc: Exception) -> str:
 def yaml_mapping(text: str, where: str, expected: str) -> dict[str, Any]:
     """Parse ``text`` as a YAML mapping; ConfigError naming ``where`` otherwise."""
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML ({yaml_problem(exc)})") from None
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp that is not a date

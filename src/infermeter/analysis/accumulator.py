@@ -42,6 +42,7 @@ from infermeter.analysis.metrics import RequestMetrics, col, itl_samples, not_st
 from infermeter.analysis.results import MIN_SAMPLES, SCHEMA_VERSION, Distribution, Summary, Window, Windows
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.analysis.verdict import TREND_BLOCKS, Facts, judge
+from infermeter.redact import clip
 
 MS = 1000.0
 EXACT_LIMIT = 2_000_000  # samples per metric kept exactly
@@ -381,8 +382,10 @@ class Accumulator:
             c = str(cls)
             self.errors[c] += 1
             msgs = self.messages.setdefault(c, Counter())
-            if detail is not None and (str(detail)[:160] in msgs or len(msgs) < _MAX_MESSAGES):
-                msgs[str(detail)[:160]] += 1
+            if detail is not None:
+                d = clip(str(detail), 160)  # records of an older version may hold an echoed key: never summarised
+                if d in msgs or len(msgs) < _MAX_MESSAGES:
+                    msgs[d] += 1
 
     def _add_itl(self, okt: pa.Table, m: RequestMetrics) -> None:
         self.dists["itl"].add(*itl_samples(okt))

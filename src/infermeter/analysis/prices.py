@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from infermeter.errors import ConfigError, DataError
 from infermeter.perfmodel.configspec import HardwareConfig
-from infermeter.yamlfile import line_of, yaml_problem
+from infermeter.yamlfile import line_of, safe_load, yaml_problem
 
 STALE_AFTER_DAYS = 180
 
@@ -291,7 +291,7 @@ def load_catalog(path: Path | None = None, overrides: Path | None = None) -> Pri
     """The packaged catalog (or ``path``), with ``overrides`` (``--prices FILE``) merged on top."""
     if path is None:
         text = resources.files("infermeter").joinpath("data/prices.yaml").read_text(encoding="utf-8")
-        catalog = parse_catalog(yaml.safe_load(text), "data/prices.yaml")
+        catalog = parse_catalog(safe_load(text), "data/prices.yaml")
     else:
         catalog = _read(path)
     return catalog.merged(_read(overrides)) if overrides is not None else catalog
@@ -300,7 +300,7 @@ def load_catalog(path: Path | None = None, overrides: Path | None = None) -> Pri
 def _read(path: Path) -> PriceCatalog:
     try:
         text = Path(path).read_text(encoding="utf-8")
-        raw = yaml.safe_load(text)
+        raw = safe_load(text)
     except OSError as exc:
         raise DataError(f"--prices {path}: cannot read ({exc.strerror})") from None
     except yaml.YAMLError as exc:

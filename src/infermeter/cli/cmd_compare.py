@@ -19,11 +19,10 @@ from typing import Annotated, Any, Optional
 
 import numpy as np
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
+from infermeter.terminal import SafeConsole, escape, safe_text
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
                   "better, within threshold": "cyan", "negligible": "dim", "no significant change": "", "no data": "dim"}
@@ -124,7 +123,7 @@ def register(app: typer.Typer) -> None:
                              "n_baseline": c.n_baseline, "n_candidate": c.n_candidate} for c in result.changes],
             }, indent=2))
         else:
-            console = Console()
+            console = SafeConsole()
             b_name, c_name = run_names(base_run, cand_run)
             table = make_table(f"{escape(c_name)} vs {escape(b_name)} (threshold {thr:.1%}, errors {err_thr * 100:g} pp, "
                                f"min effect {min_eff:.1%}, {confidence:.0%} CI)",
@@ -132,13 +131,13 @@ def register(app: typer.Typer) -> None:
                                 (f"{confidence:.0%} CI", "num"), ("verdict", "text")])
             for c in result.changes:
                 ci = "–" if c.ci_low is None else f"[{_pct(c.ci_low, c.relative)}, {_pct(c.ci_high, c.relative)}]"
-                table.add_row(f"{c.spec.label} ({c.spec.unit})", _val(c.baseline), _val(c.candidate),
+                table.add_row(safe_text(f"{c.spec.label} ({c.spec.unit})"), _val(c.baseline), _val(c.candidate),
                               _pct(c.change, c.relative), ci, f"[{_VERDICT_STYLE[c.verdict]}]{c.verdict}[/]" if
                               _VERDICT_STYLE[c.verdict] else c.verdict)
             console.print(Fit(table))
             for w in warnings:
                 console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
             names_bad = ", ".join(c.spec.label for c in result.regressions)
-            console.print(f"[bold red]REGRESSION[/]: {names_bad}" if result.regressed else "[green]OK[/]: no metric regressed beyond the threshold")
+            console.print(f"[bold red]REGRESSION[/]: {escape(names_bad)}" if result.regressed else "[green]OK[/]: no metric regressed beyond the threshold")
         if result.regressed:
             raise typer.Exit(1)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from infermeter.analysis.cost import cost_runs
 from infermeter.analysis.prices import PriceOptions, staleness_warnings
@@ -33,6 +32,7 @@ from infermeter.cli.costview import (
     rate_table,
     with_price_flags,
 )
+from infermeter.terminal import SafeConsole
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
             dump({"schema_version": 1, "runs": [r.to_json() for r in results],
                   "stale_price_warnings": staleness_warnings([r.price for r in results], today)})
             return
-        console = Console()
+        console = SafeConsole()
         console.print(cost_table(results))
         console.print(rate_table(results))
         print_prices(console, [r.price for r in results], overhead, today, utilization)

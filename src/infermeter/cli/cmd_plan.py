@@ -21,6 +21,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from infermeter.errors import ConfigError
+from infermeter.terminal import clean
 
 Fmt = Callable[[Any], str]  # formats one value of a plan's JSON
 
@@ -69,10 +70,11 @@ def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -
 
 
 def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    from infermeter.terminal import SafeConsole, escape
+
+    con = SafeConsole()
     con.print(title, highlight=False)
     table = Table()
     table.add_column("", style="bold")
@@ -90,9 +92,9 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
     for p in plans:
         c = p.get("cost")
         if c and "price" in c:
-            con.print(f"[cyan]price[/] {c['price']} (applied to the predicted saturation throughput)", highlight=False)
+            con.print(f"[cyan]price[/] {escape(c['price'])} (applied to the predicted saturation throughput)", highlight=False)
         elif c and "error" in c:
-            con.print(f"[yellow]{p['config']}: no price[/]: {c['error']}", highlight=False)
+            con.print(f"[yellow]{escape(p['config'])}: no price[/]: {escape(c['error'])}", highlight=False)
     if any(p.get("calibration") for p in plans):
         con.print("[cyan]simulated[/] with the calibrated twin: brackets give the 80% interval where the calibration "
                   "covers the load (--json has the basis); none where the batch goes beyond it.", highlight=False)
@@ -102,9 +104,9 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
                   highlight=False)
     for p in plans:
         if not p["fits"]:
-            con.print(f"[bold red]{p['config']}: does not fit[/]: {p['why_not']}", highlight=False)
+            con.print(f"[bold red]{escape(p['config'])}: does not fit[/]: {escape(p['why_not'])}", highlight=False)
         for note in p["notes"]:
-            con.print(f"[yellow]{p['config']}: note[/]: {note}", highlight=False)
+            con.print(f"[yellow]{escape(p['config'])}: note[/]: {escape(note)}", highlight=False)
 
 
 _METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
@@ -154,13 +156,14 @@ def _r4(v: float | None) -> float | None:
 
 
 def _print_validation(report: Any, path: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
-    con = Console(width=max(con.width, 120))  # the per-row table has up to 7 columns: keep it unwrapped when piped
+    from infermeter.terminal import SafeConsole, escape
+
+    con = SafeConsole()
+    con = SafeConsole(width=max(con.width, 120))  # the per-row table has up to 7 columns: keep it unwrapped when piped
     kinds = report.kinds
-    con.print(f"validation against {path}: {len(report.results)} published measurements\n(err = predicted / measured - 1; "
+    con.print(f"validation against {escape(path)}: {len(report.results)} published measurements\n(err = predicted / measured - 1; "
               "LOO = predicted by a fit without the row, LOPO = by a fit without the row's publication, both from the priors)",
               highlight=False)
     table = Table(box=None, pad_edge=False, header_style="bold underline")
@@ -330,7 +333,7 @@ def register(app: typer.Typer) -> None:
                                    "reason": v.reason or None} for c, v in zip(configs, verdicts)], indent=2))
             else:
                 for c, v in zip(configs, verdicts):
-                    print(f"{model} on {c} ({dtype}): {v.sentence()}")
+                    print(clean(f"{model} on {c} ({dtype}): {v.sentence()}"))
             return
         from infermeter.perfmodel.planner import plan
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
+from infermeter.terminal import SafeConsole
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(rows, indent=2))
             return
-        console = Console()
+        console = SafeConsole()
         for row in rows:
             flags = {v: k for k, v in FLAG_FIELDS[row["profile"]].items()}
             table = make_table(f"{row['profile']}: {row['summary']}",

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 
 from infermeter.cli.costview import with_price_flags
 from infermeter.errors import ConfigError
+from infermeter.terminal import SafeConsole
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +37,6 @@ def register(app: typer.Typer) -> None:
         if api_price is not None and not api_price > 0:
             raise ConfigError(f"--api-price {api_price}: must be a positive USD amount per 1M tokens")
         files = build_report(run_dirs, out, ReportOptions(title=title, price_options=price_options, api_usd_per_1m=api_price))
-        console = Console()
+        console = SafeConsole()
         for f in (files.html, files.markdown, files.csv):
             console.print(f"wrote {f}", highlight=False, markup=False, soft_wrap=True)

@@ -35,6 +35,7 @@ from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError, UserError
+from infermeter.terminal import SafeConsole, escape
 
 if TYPE_CHECKING:  # annotations only: the command imports measure.run when it runs
     from infermeter.measure.run import Measurement, RunResult
@@ -67,12 +68,12 @@ def register(app: typer.Typer) -> None:
         """Measure an OpenAI-compatible server under a precise load and write summary.json, requests.parquet, run.json."""
         from infermeter.measure import Measurement, RunConfig
 
-        console = Console(stderr=True)
-        out_console = Console()
+        console = SafeConsole(stderr=True)
+        out_console = SafeConsole()
         every = 0.0 if progress_every.strip() in ("0", "0s") else (parse_duration(progress_every, "--progress-every") or 0.0)
 
         def notify(msg: str) -> None:
-            console.print(f"[yellow]{msg}[/]", highlight=False)
+            console.print(f"[yellow]{escape(msg)}[/]", highlight=False)
 
         if calibrate_twin is not None:
             from infermeter.records.outputs import output_file
@@ -105,11 +106,11 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
         emu = target.get("emulated")
         if emu:
             what = "embedded emulator" if target.get("embedded") else f"infermeter emulator at {target.get('url')}"
-            out_console.print(f"[cyan]target: {what}[/] — {target_line(emu)}", highlight=False)
+            out_console.print(f"[cyan]target: {escape(what)}[/] — {escape(target_line(emu))}", highlight=False)
         if s.get("steps"):
             out_console.print(steps_table(s))
         out_console.print(summary_table(s, None))
-        out_console.print(f"results: {result.run_dir}")
+        out_console.print(f"results: {escape(result.run_dir)}")
     if measurement is not None and measurement.stopped:
         interrupted(console or out_console, f"the summary covers the requests that finished; results in {result.run_dir}",
                     getattr(measurement, "signal", None))
@@ -132,7 +133,7 @@ def _calibrate_to(run_dir: Path, path: Path, console: Console) -> None:
     except UserError as exc:
         raise type(exc)(f"--calibrate-twin: {exc} (for `infermeter calibrate {run_dir}`; the run's results are "
                         f"kept there)") from None
-    console.print(f"[bold]calibrating the twin to {run_dir}[/]", highlight=False)
+    console.print(f"[bold]calibrating the twin to {escape(run_dir)}[/]", highlight=False)
     show_calibration(cal, cal.write(path), console)
 
 

@@ -52,16 +52,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate a continuous-batching engine (vLLM-like) on the chosen hardware, in virtual time."""
         from pydantic import ValidationError
-        from rich.console import Console
+
+        from infermeter.terminal import SafeConsole, escape
 
         if token_times not in ("auto", "on", "off"):
             raise ConfigError(f"--token-times {token_times!r}: use auto, on or off")
-        err = Console(stderr=True)
+        err = SafeConsole(stderr=True)
         if resume is not None:
             plan, state = SimPlan.resume(resume)
-            err.print(f"[cyan]resuming[/] {resume} at {state['now'] / 3600:.2f} h simulated "
+            err.print(f"[cyan]resuming[/] {escape(resume)} at {state['now'] / 3600:.2f} h simulated "
                       f"({state['seen']:,} requests done)", highlight=False)
-            _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False)), resume=state), as_json)
+            _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False)), resume=state), as_json)
             return
         twin_fields = set(TwinSpec.model_fields)
         try:
@@ -74,23 +75,22 @@ def register(app: typer.Typer) -> None:
         twin = plan.twin
         fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")
         where = (f"; on Ray ({cfg.ray})" if cfg.ray else f"; {cfg.workers} worker processes" if plan.fleet else "")
-        err.print(f"[cyan]simulating[/] {twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
-                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}", highlight=False)
-        _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False))), as_json)
+        err.print("[cyan]simulating[/] " + escape(f"{twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
+                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}"), highlight=False)
+        _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False))), as_json)
 
 
 def _show(res: Any, as_json: bool) -> None:
-    from rich.console import Console
-
     from infermeter.cli.view import summary_table
+    from infermeter.terminal import SafeConsole, escape
 
     s = res.summary
     if as_json:
         print(json.dumps(s, indent=2))
         return
-    out_console = Console()
+    out_console = SafeConsole()
     out_console.print(summary_table(s, None))
-    out_console.print(f"results: {res.run_dir}  (simulated {res.records} requests, "
+    out_console.print(f"results: {escape(res.run_dir)}  (simulated {res.records} requests, "
                       f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
 
 

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
+from infermeter.terminal import SafeConsole, escape
 
 FORMATS = ("table", "csv", "json")
 
@@ -61,4 +60,4 @@ def register(app: typer.Typer) -> None:
                            caption=f"{len(rows)} row(s)" + (f", first {max_rows} shown" if len(rows) > max_rows else ""))
             for r in rows[:max_rows]:
                 t.add_row(*(escape("NULL" if v is None else str(_plain(v))) for v in r))
-            Console().print(Fit(t))
+            SafeConsole().print(Fit(t))

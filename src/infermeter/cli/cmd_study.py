@@ -57,13 +57,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print findings, best value and files as JSON."),
     ) -> None:
         """Compare hardware configurations over workload profiles: measured where a target exists, else simulated."""
-        from rich.console import Console
 
         from infermeter.measure import default_out_dir
         from infermeter.study.config import dump_study
         from infermeter.study.flags import study_from
         from infermeter.study.runner import run_study
         from infermeter.study.view import print_result, study_progress
+        from infermeter.terminal import SafeConsole, escape
 
         # `--example NAME`: the flag takes no value, so the name arrives as the positional argument
         name = (str(study_file) if study_file is not None else "default") if example else None
@@ -74,12 +74,12 @@ def register(app: typer.Typer) -> None:
                      target=target, engine=engine, soak=soak, rate=rate, soak_window=soak_window, seed=seed,
                      title=title)
         study = study_from(None if example else study_file, name, flags)
-        console, err = Console(), Console(stderr=True)
+        console, err = SafeConsole(), SafeConsole(stderr=True)
         if dry_run:
             console.print(dump_study(study), highlight=False, markup=False)
             return
         folder = out or default_out_dir(f"study-{name}" if name and name != "default" else "study-example" if example else "study")
-        err.print(f"[cyan]study[/] {study.describe_title()} -> {folder}", highlight=False)
+        err.print(f"[cyan]study[/] {escape(study.describe_title())} -> {escape(folder)}", highlight=False)
         with study_progress(err) as (lines, events):
             result = run_study(study, folder, resume=resume, progress=lines, events=events)
         if as_json:

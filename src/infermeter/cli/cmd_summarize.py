@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from infermeter.cli.view import summary_table
+from infermeter.terminal import SafeConsole
 
 
 def register(app: typer.Typer) -> None:
@@ -22,4 +22,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(s, indent=2))
         else:
-            Console().print(summary_table(s))
+            SafeConsole().print(summary_table(s))

@@ -21,6 +21,7 @@ from rich.console import Console
 from infermeter.analysis.cost import HOURS_PER_MONTH, CostResult, best_by_group, profile_of
 from infermeter.analysis.prices import Price, PriceOptions, staleness_warnings
 from infermeter.cli.fit import Fit, make_table
+from infermeter.terminal import escape, safe_text
 
 Provider = Annotated[Optional[str], typer.Option("--provider", help="Price at this provider (aws, azure, gcp, lambda, runpod, vastai, vultr, coreweave, ...).")]
 Instance = Annotated[Optional[str], typer.Option("--instance", help="Price this catalog offer (instance name).")]
@@ -87,7 +88,7 @@ def print_prices(console: Console, prices: Sequence[Price], overhead: float, tod
     console.print(f"Inputs: {inputs}; month = {HOURS_PER_MONTH:g} h; $/hour and all figures include the overhead",
                   highlight=False)
     for w in staleness_warnings(list(prices), today):
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
 
 
 def source_tag(source: str) -> str:
@@ -101,7 +102,7 @@ def cost_table(results: Sequence[CostResult]) -> Fit:
                     ("run", "source", "config", "profile", "$/1K out", "$/1M out", "$/1M in", "$/1M total", "$/1M req")])
     for r in results:
         s = r.subject
-        t.add_row(s.label, source_tag(s.source), r.hardware, s.profile or "–", money(r.usd_per_1k_output_tokens),
+        t.add_row(safe_text(s.label), source_tag(s.source), safe_text(r.hardware), safe_text(s.profile or "–"), money(r.usd_per_1k_output_tokens),
                   money(r.usd_per_1m_output_tokens), money(r.usd_per_1m_input_tokens),
                   money(r.usd_per_1m_total_tokens), money(r.usd_per_1m_requests))
     return Fit(t)
@@ -113,8 +114,8 @@ def rate_table(results: Sequence[CostResult]) -> Fit:
                                              "total tok/$", "basis")])
     for r in results:
         tp = r.subject.throughput
-        t.add_row(r.subject.label, count(tp.output_tokens_per_s), count(tp.requests_per_s), money(r.usd_per_hour),
-                  money(r.usd_per_month), count(r.output_tokens_per_usd), count(r.total_tokens_per_usd), r.subject.basis)
+        t.add_row(safe_text(r.subject.label), count(tp.output_tokens_per_s), count(tp.requests_per_s), money(r.usd_per_hour),
+                  money(r.usd_per_month), count(r.output_tokens_per_usd), count(r.total_tokens_per_usd), safe_text(r.subject.basis))
     return Fit(t)
 
 
@@ -135,7 +136,7 @@ def print_run_warnings(console: Console, results: Sequence[CostResult]) -> None:
     for r in results:
         if not r.subject.valid:
             reasons = "; ".join(r.subject.invalid_reasons) or "no reason given"
-            console.print(f"[yellow]warning:[/] {r.subject.label} is marked invalid ({reasons})", highlight=False)
+            console.print(f"[yellow]warning:[/] {escape(r.subject.label)} is marked invalid ({escape(reasons)})", highlight=False)
 
 
 def dump(obj: Any) -> None:

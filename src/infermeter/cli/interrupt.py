@@ -16,6 +16,8 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
+from infermeter.terminal import escape
+
 EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal number, as shells report it
 announced = False  # a command said "interrupted" already (main does not say it twice)
 
@@ -29,6 +31,6 @@ def interrupted(console: Console, what: str, signum: int | None = None) -> NoRet
     """Say the command was interrupted and what was kept, then exit 130 (SIGINT) or 143 (SIGTERM)."""
     global announced
     name = signal.Signals(signum).name if signum else "SIGINT"
-    console.print(f"[yellow]interrupted ({name}):[/] {what}", highlight=False, soft_wrap=True)
+    console.print(f"[yellow]interrupted ({name}):[/] {escape(what)}", highlight=False, soft_wrap=True)
     announced = True
     raise typer.Exit(exit_code(signum))

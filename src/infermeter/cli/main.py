@@ -17,13 +17,12 @@ import pkgutil
 import sys
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from infermeter import __version__
 from infermeter.cli import interrupt
 from infermeter.cli.help import App
 from infermeter.errors import WRITE_FAILED_EXIT, ResultsWriteError, UserError
+from infermeter.terminal import SafeConsole, escape
 
 app = App(
     name="infermeter",
@@ -61,11 +60,11 @@ _load_commands()
 
 def main() -> None:
     """Run the command; a UserError is one line and exit 2, Ctrl-C says "interrupted" and exits 130."""
-    err = Console(stderr=True)
+    err = SafeConsole(stderr=True)
     try:
         app(standalone_mode=True)  # typer turns a KeyboardInterrupt into exit code 130
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(exc)}", highlight=False, soft_wrap=True)  # redacted by the console
         sys.exit(2)
     except ResultsWriteError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

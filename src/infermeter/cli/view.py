@@ -15,6 +15,7 @@ from rich.text import Text
 from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
 from infermeter.cli.fit import Fit, make_table
 from infermeter.client.errors import status_of
+from infermeter.terminal import safe_text
 
 
 def _f(v: Any, fmt: str = ".1f") -> str:
@@ -40,9 +41,9 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     head.add_column(overflow="fold")
     head.add_column(overflow="fold")
     src = s.get("source", "measured")
-    head.add_row(Text("run", style="bold"), str(s.get("label")), Text(src, style="cyan"))
+    head.add_row(Text("run", style="bold"), safe_text(s.get("label")), safe_text(src, "cyan"))  # verbatim, never markup
     if s.get("load"):
-        head.add_row(Text("load", style="bold"), str(s["load"]), "")
+        head.add_row(Text("load", style="bold"), safe_text(s["load"]), "")
     counts = [f"{s['completed']} ok", f"{s['failed']} failed"]
     counts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
     scheduled = s.get("scheduled")
@@ -125,7 +126,7 @@ def error_table(s: dict[str, Any]) -> Fit:
     for cls, n in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1]):
         msg = str(msgs.get(cls) or "")
         status = status_of(msg)
-        t.add_row(Text(cls, style="red"), str(n), "–" if status is None else str(status), Text(msg))
+        t.add_row(safe_text(cls, "red"), str(n), "–" if status is None else str(status), safe_text(msg))
     return Fit(t)
 
 

@@ -24,16 +24,20 @@ from __future__ import annotations
 import re
 from http import HTTPStatus
 
+from infermeter.redact import clip
+
 AUTH_STATUSES = (401, 403)  # the server wants a (different) API key
 
 
 def http_detail(status: int, body: str) -> str:
-    """The detail of a failed HTTP response: ``HTTP 401 Unauthorized: {body}`` (status first, always)."""
+    """The detail of a failed HTTP response: ``HTTP 401 Unauthorized: {body}`` (status first, always).
+
+    The body is redacted (``infermeter.redact``: servers echo keys and headers back) before it is cut."""
     try:
         phrase = " " + HTTPStatus(status).phrase
     except ValueError:
         phrase = ""
-    body = " ".join(body.split())[:200]
+    body = clip(" ".join(body.split()), 200)
     return f"HTTP {status}{phrase}" + (f": {body}" if body else "")
 
 
@@ -66,5 +70,5 @@ class RequestFailed(Exception):
     def __init__(self, error_class: str, detail: str, status: int | None = None) -> None:
         super().__init__(detail)
         self.error_class = error_class
-        self.detail = detail[:300]
+        self.detail = clip(detail, 300)  # redacted before the cut: a key straddling it never survives in part
         self.status = status

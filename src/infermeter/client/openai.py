@@ -47,6 +47,7 @@ from infermeter.client.errors import RequestFailed, http_detail, http_error_clas
 from infermeter.client.session import FdLimitError
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
+from infermeter.redact import redact_text
 
 try:  # optional speed-up
     import orjson
@@ -415,7 +416,7 @@ class OpenAIClient:
                 err = obj["error"]
                 msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
                 raise RequestFailed("stream_cut" if rec.first_token_at is not None else "http_5xx",
-                                    f"server error in stream: {msg}"[:300])
+                                    f"server error in stream: {msg}")  # RequestFailed redacts, then cuts
             done = 0
         usage = obj.get("usage")
         if usage:
@@ -470,8 +471,7 @@ class OpenAIClient:
     def _fail(self, rec: RequestRecord, error_class: str, detail: str) -> None:
         rec.outcome = ERROR
         rec.error_class = error_class
-        key = self.config.api_key
-        rec.error_detail = detail.replace(key, "***") if key else detail  # servers may echo the key
+        rec.error_detail = redact_text(detail, (self.config.api_key,))  # servers may echo the key
         rec.ended_at = self.clock()
 
     @staticmethod

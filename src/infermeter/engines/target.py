@@ -43,7 +43,7 @@ from infermeter.engines.emulator import EmulatorProcess
 from infermeter.engines.process import http_ok
 from infermeter.engines.vllm_cpu import VllmCpuEngine
 from infermeter.errors import ConfigError, UserError
-from infermeter.redact import redact_args
+from infermeter.redact import redact_args, redact_text, secret_values
 
 RESET_PATH = "/reset_prefix_cache"
 # the engines infermeter can start on 127.0.0.1: the one list of their names
@@ -110,13 +110,15 @@ class LiveTarget:
             return 0
 
     def copy_log(self, start: int, dest: Path) -> int:
-        """Copy the server log written since ``start`` to ``dest``; bytes copied."""
+        """Copy the server log written since ``start`` to ``dest``, redacted (an engine logs its own arguments,
+        ``--api-key`` included); bytes read."""
         if self.log_path is None or not self.log_path.exists():
             return 0
         with self.log_path.open("rb") as fh:
             fh.seek(start)
             data = fh.read()
-        dest.write_bytes(data)
+        text = redact_text(data.decode("utf-8", "replace"), secret_values(self.target.args))
+        dest.write_text(text, encoding="utf-8")
         return len(data)
 
 

@@ -35,7 +35,7 @@ from infermeter.load.shapes import (
 )
 from infermeter.load.sweep import SweepPlan
 from infermeter.records import store
-from infermeter.redact import redact_args
+from infermeter.redact import redact_args, redact_obj, remember_secret
 
 THROUGHPUT_CONCURRENCY = 256
 
@@ -133,6 +133,12 @@ class RunConfig(BaseModel):
             data = {k: v for k, v in data.items() if k != "arrival"}
         return data
 
+    @field_validator("api_key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        remember_secret(v)  # masked from every text this process redacts (errors, console, files)
+        return v
+
     @field_validator("url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
@@ -162,10 +168,12 @@ class RunConfig(BaseModel):
         return float(v)
 
     def public(self) -> dict[str, Any]:
-        """The config as run.json records it: no secret (the API key, an emulator's --api-key) is written."""
+        """The config as run.json records it: no secret (the API key, an emulator's --api-key, a key in
+        --extra-body or a URL) is written (``infermeter.redact``)."""
         d = self.model_dump(mode="json")
-        d["api_key"] = "***" if self.api_key else None
         d["emulator_args"] = redact_args(d.get("emulator_args") or [])
+        d = dict(redact_obj(d))
+        d["api_key"] = "***" if self.api_key else None
         return d
 
 

@@ -38,6 +38,7 @@ from infermeter.measure.capacity import calibrate, capacity_warning, worth_calib
 from infermeter.measure.config import RunConfig, requested_rate
 from infermeter.records.header import RunHeader
 from infermeter.records.tags import load_tag, workload_tag
+from infermeter.redact import redact_args, redact_obj
 
 
 def default_label(model: str, url: str, embedded: bool, load: Any, workload_info: dict[str, Any]) -> str:
@@ -138,7 +139,8 @@ def build_header(cfg: RunConfig, shape: BaseShape, workload_info: dict[str, Any]
                        started_at=datetime.now(timezone.utc).isoformat(), seed=cfg.seed, model=model,
                        hardware=hardware, profile=(workload_info or {}).get("profile"), target=target, load=load,
                        workload=workload_info, host=host_info(), slo=cfg.slo, config=config)
-    return header.to_json() | {"argv": sys.argv[1:]}
+    # --api-key KEY and the like masked, and any credential in a URL or a launch argument (infermeter.redact)
+    return dict(redact_obj(header.to_json())) | {"argv": redact_args(sys.argv[1:])}
 
 
 def run_header(m: Any, url: str, embedded: bool, model: str, label: str, emulated: dict[str, Any] | None,

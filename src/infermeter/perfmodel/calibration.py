@@ -203,12 +203,12 @@ def parse_calibration(data: dict[str, Any], origin: str, mark: str = "") -> Cali
 def _read(p: Path) -> dict[str, Any]:
     import yaml
 
-    from infermeter.yamlfile import yaml_problem
+    from infermeter.yamlfile import safe_load, yaml_problem
 
     if not p.is_file():
         raise ConfigError(f"calibration file {str(p)!r}: no such file")
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML ({yaml_problem(exc)})") from None
     return data or {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
-from infermeter.yamlfile import yaml_problem
+from infermeter.yamlfile import safe_load, yaml_problem
 
 _GPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "tflops", "interconnect", "tdp_w", "source", "date")
 _CPU_REQUIRED = ("name", "family", "memory_gb", "memory_bandwidth_gbs", "cores", "clock_ghz", "vector_width_bits", "tdp_w", "source", "date")
@@ -165,7 +165,7 @@ def _load_yaml(text: str, origin: str) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{origin}: not valid YAML ({yaml_problem(exc)})") from None
     if data is None:

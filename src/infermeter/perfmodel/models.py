@@ -135,9 +135,9 @@ def _spec(name: str, fields: dict[str, Any], origin: str) -> ModelSpec:
 
 @functools.lru_cache(maxsize=1)
 def _catalog() -> tuple[dict[str, ModelSpec], dict[str, str], dict[str, int]]:
-    import yaml
+    from infermeter.yamlfile import safe_load
 
-    raw = yaml.load((DATA_DIR / "models.yaml").read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    raw = safe_load((DATA_DIR / "models.yaml").read_text(encoding="utf-8"))
     specs, aliases, published = {}, {}, {}
     for name, fields in raw.items():
         specs[name] = _spec(name, fields, "models.yaml")

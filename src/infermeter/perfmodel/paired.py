@@ -30,6 +30,7 @@ from infermeter.errors import ConfigError
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.perfmodel.hardware import DATA_DIR, get_hardware
 from infermeter.perfmodel.uncertainty import COVERAGE, records_of, t90
+from infermeter.yamlfile import safe_load
 
 PAIRED_FILE = DATA_DIR / "paired-errors.yaml"
 
@@ -72,7 +73,7 @@ def table_from_report(report: Any, source: str = "") -> dict[str, Any]:  # noqa:
 
 @lru_cache(maxsize=1)
 def load() -> dict[str, Any]:
-    data = yaml.safe_load(PAIRED_FILE.read_text(encoding="utf-8"))
+    data = safe_load(PAIRED_FILE.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "same_family" not in data or "cross_family" not in data:
         raise ConfigError(f"{PAIRED_FILE}: expected same_family and cross_family blocks")
     return data

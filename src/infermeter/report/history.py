@@ -34,6 +34,7 @@ from typing import Any
 
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.records.tags import load_tag, workload_tag
+from infermeter.redact import redact_obj
 from infermeter.report.rundir import RunDir, load_run_dir
 
 ENV_DB = "INFERMETER_HISTORY_DB"
@@ -116,8 +117,8 @@ def _row(r: RunDir, now: dt.datetime) -> dict[str, Any]:
         row[c] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
     for c, (block, p) in PERCENTILE_COLUMNS.items():
         row[c] = (s.get(block) or {}).get(p)
-    row["summary"] = json.dumps(s)
-    row["run"] = json.dumps(r.run)
+    row["summary"] = json.dumps(redact_obj(s))  # a run written before redaction, or edited, brings no secret in
+    row["run"] = json.dumps(redact_obj(r.run))
     return row
 
 

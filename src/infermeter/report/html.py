@@ -27,12 +27,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from html import escape
 from importlib import resources
 from typing import Any
 
 from infermeter.report.content import Card, ReportContent, Section
 from infermeter.report.table import Cell, Table
+from infermeter.terminal import html_escape as escape  # html.escape of the text without control characters
 
 
 def asset(name: str) -> str:

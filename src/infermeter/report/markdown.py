@@ -6,7 +6,7 @@ Markdown table with the very cells the HTML shows; a best value is
 ``**value** ★``; cards are a heading, a bold headline and bullets. Text from
 result files is escaped (``|``, ``<``, backslashes, line breaks, a leading
 ``>`` or ``#``) so it cannot break a table or inject markup, and ``>`` prints as
-``>``.
+``>``; control characters (``ESC[2J``, ``ESC]0;title``) are removed.
 :func:`summary_rows` flattens each run's ``summary.json`` (and its price) into
 raw, unformatted CSV columns::
 
@@ -26,6 +26,7 @@ from infermeter.report.content import Card, ReportContent
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
 from infermeter.report.table import Cell, Table
+from infermeter.terminal import clean
 
 CSV_DISTRIBUTIONS = ("ttft_ms", "ttft_from_intended_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")
 CSV_STATS = ("count", "mean", "stdev", "min", "max", "p50", "p90", "p95", "p99", "p999")
@@ -35,9 +36,10 @@ CSV_SCALARS = ("completed", "failed", "dropped", "duration_s", "request_throughp
 
 
 def md_escape(text: str) -> str:
-    """Text safe in a Markdown line or table cell: ``|`` and ``<`` backslash-escaped (so no HTML tag can open),
-    line breaks joined, a leading ``>``/``#`` escaped so it starts no quote or heading; ``>`` is left as is."""
-    out = text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
+    """Text safe in a Markdown line or table cell: control characters removed (no ``ESC[2J`` reaches a terminal
+    that shows the file), ``|`` and ``<`` backslash-escaped (so no HTML tag can open), line breaks joined, a
+    leading ``>``/``#`` escaped so it starts no quote or heading; ``>`` is left as is."""
+    out = clean(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
     out = " ".join(out.splitlines()).strip()
     if out[:1] in (">", "#"):
         out = "\\" + out
@@ -82,7 +84,7 @@ def render_markdown(content: ReportContent) -> str:
         for t in s.tables:
             out += [render_md_table(t), ""]
         out += [f"- {md_escape(n)}" for n in s.notes] + ([""] if s.notes else [])
-    return "\n".join(out).rstrip() + "\n"
+    return clean("\n".join(out)).rstrip() + "\n"  # what did not pass md_escape (dates, the version) too
 
 
 def summary_rows(leaves: list[RunDir], costs: list[RunCost]) -> list[dict[str, Any]]:

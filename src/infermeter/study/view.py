@@ -38,7 +38,7 @@ def study_progress(err: Any) -> Iterator[tuple[Any, Any]]:
         yield line, None
         return
     bar = Progress(TextColumn("cells"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}"), console=err,
+                   TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.description}", markup=False), console=err,
                    transient=True)
     task = bar.add_task("", total=None)
 
@@ -84,4 +84,4 @@ def print_result(console: Any, result: Any) -> None:
         console.print(f"{i}. {f.text}", highlight=False, markup=False, soft_wrap=True)
     files = result.files
     console.print(f"report: {files['html']}  (also {files['markdown'].name}, {files['json'].name}, "
-                  f"{files['csv'].name}); {len(result.cells)} cells in {result.wall_s:.1f} s", highlight=False)
+                  f"{files['csv'].name}); {len(result.cells)} cells in {result.wall_s:.1f} s", highlight=False, markup=False)
