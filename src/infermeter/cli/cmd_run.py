@@ -201,7 +201,7 @@ def _measure(measurement: Measurement, console: Console, every: float, as_json: 
             if as_json:
                 print(json.dumps(exc.summary, indent=2))
             else:
-                Console().print(summary_table(exc.summary, None))
+                SafeConsole().print(summary_table(exc.summary, None))
         raise
 
 
