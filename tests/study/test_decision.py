@@ -58,7 +58,11 @@ def test_the_report_opens_with_the_decision(result: Any) -> None:
     assert sections[:2] == ["## Decision", "## Findings"]
     d = result.decisions["code"]
     card = md.split("## Decision", 1)[1].split("## Findings", 1)[0]
-    assert f"**rent {d.best.cell.config} — " in card and f"{d.runner_up.cell.config} costs {d.margin:.1%} more" in card
+    from infermeter.study.decision import times_text
+
+    ratio = times_text(1 + d.margin)  # "27.0% more" below 2x, "2.6x as much" above: never "159.6% more"
+    assert f"**rent {d.best.cell.config} — " in card and f"{d.runner_up.cell.config} costs {ratio}" in card
+    assert "% more" not in ratio or d.margin < 1
     html = result.files["html"].read_text()
     assert html.index('id="decision"') < html.index('id="findings"') < html.index("<details>")
     assert html.count('<div class="card ') == 1  # one card per profile
