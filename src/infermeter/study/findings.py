@@ -14,8 +14,11 @@ decision); the list comes back heaviest first::
     ('m_usd_1m_req', 'h200', 'chat')
 
 Rules: ties (figures that print the same at 3 significant figures) are stated as ties, never as
-"0 % more"; causal words only where the numbers carry them — "the KV cache limited X" needs
-preemptions > 0 or fewer running requests than the closed loop offered; no finding counts
+"0 % more"; causal words only where the numbers carry them and survive the counterfactual they
+imply (:func:`limit_of`) — "the KV cache limited X" needs a nearly full cache and preemptions, or
+fewer running than offered that neither max_num_seqs nor the prefill budget explains and that no
+peer with room in its cache matches; the prefill budget or max_num_seqs is named when the running
+count sits at what it admits; no finding counts
 something the decision does not use (e.g. how often the break-even lead changes). Only
 comparable cells (serving the study's model) are ranked. Topics, heaviest first: best value and
 its margin, what would change it, configurations left out, SLO capacity, KV cache limits,
@@ -225,7 +228,12 @@ def _change(w: _Writer, profile: str) -> None:
     rp = Ref("prices", r.cell.config, "$/h", price.usd_per_hour, fmt_usd(price.usd_per_hour))
     w.add("change", f"{profile}: {r.cell.config} would match {d.best.cell.config} at "
           f"{fmt_usd(price.usd_per_hour * ratio)}/h instead of {fmt_usd(price.usd_per_hour)}/h ({1 - ratio:.1%} "
-          f"cheaper), or with {1 / ratio - 1:.1%} more capacity at its cost basis.", [rp])
+          f"cheaper), or with {_more_capacity(1 / ratio)} capacity at its cost basis.", [rp])
+
+
+def _more_capacity(x: float) -> str:
+    """``"27.0% more"`` below 2x, ``"65x the"`` from there."""
+    return f"{x - 1:.1%} more" if x < 2 else (f"{x:.1f}x the" if x < 10 else f"{x:,.0f}x the")
 
 
 def _bandwidth(c: CellResult) -> float:
@@ -251,30 +259,83 @@ def _device(c: CellResult) -> str:
         return "gpu"
 
 
-def _kv_limited(c: CellResult) -> str | None:
-    """The evidence that the KV cache limited a cell's saturation step: "preemptions", "running" (fewer requests
-    running than the closed loop offered, within the engine's max_num_seqs), or None (no evidence)."""
-    if (c.server.get("num_preemptions") or 0) > 0:
-        return "preemptions"
-    running = c.server.get("num_requests_running_max")
+def prefill_bound(c: CellResult) -> float | None:
+    """How many requests the prefill budget lets run at once: with ``B = max_num_batched_tokens`` per step, each
+    step admits about ``(B - running) / mean input`` new prompts and each stays ``mean output`` steps, so at
+    steady state ``running = B x out / (in + out)`` (None without the figures)."""
+    b = (c.target or {}).get("max_num_batched_tokens")
+    mi, mo = c.tokens.get("mean_input"), c.tokens.get("mean_output")
+    if not b or not mi or not mo:
+        return None
+    return float(b) * mo / (mi + mo)
+
+
+def limit_of(c: CellResult, peers: list[CellResult] | None = None) -> tuple[str, str] | None:
+    """What limited a cell's saturation batch, only where the evidence supports it, as ``(kind, evidence)``:
+
+    - ``max_num_seqs``: the running requests reached the engine's max_num_seqs (within 5 %), below the offered;
+    - ``prefill``: fewer ran than offered and max_num_seqs, and about as many as the prefill budget admits
+      (:func:`prefill_bound`, within 25 %);
+    - ``kv``: the KV cache was nearly full (>= 95 %) and there were preemptions, or fewer ran than offered with
+      neither of the above explaining it and no peer of the same profile whose cache stayed below 80 % held to
+      about the same number (within 10 %) below its own offered load (then something else sets the cap).
+    None: no evidence."""
+    sv, t = c.server, c.target or {}
+    running = sv.get("num_requests_running_max")
     offered = c.saturation.get("concurrency")
-    mns = (c.target or {}).get("max_num_seqs")
-    lanes = (c.target or {}).get("replicas") or 1
-    bounds = [x for x in (offered, mns * lanes if mns else None) if x]
-    if running is not None and bounds and running < min(bounds):
-        return "running"
-    return None
+    mns = t.get("max_num_seqs")
+    lanes = t.get("replicas") or 1
+    full = (sv.get("kv_cache_usage_max") or 0.0) >= KV_FULL
+    if full and (sv.get("num_preemptions") or 0) > 0:
+        return "kv", "preemptions"
+    if running is None or not offered or running >= offered:
+        return None
+    if mns and running >= 0.95 * mns * lanes and mns * lanes < offered:
+        return "max_num_seqs", f"at most {running:,.0f} running: max_num_seqs {mns}"
+    bound = prefill_bound(c)
+    if bound and abs(running / (bound * lanes) - 1) <= 0.25 and bound * lanes < min(offered, (mns or offered) * lanes):
+        b = t.get("max_num_batched_tokens")
+        return "prefill", (f"max_num_batched_tokens {b:,} over prompts of about {c.tokens.get('mean_input') or 0:,.0f} "
+                           f"tokens admits about {bound * lanes:,.0f} running requests; at most {running:,.0f} ran of "
+                           f"{offered} offered")
+    if not full:
+        return None
+
+    def capped_alike(p: CellResult) -> bool:  # room in its cache, yet held to about the same number below its offered
+        pr, po = p.server.get("num_requests_running_max"), p.saturation.get("concurrency")
+        if pr is None or not po or not running:
+            return False
+        return (p.server.get("kv_cache_usage_max") or 1.0) < 0.8 and pr < float(po) and abs(pr / running - 1) <= 0.1
+
+    if any(capped_alike(p) for p in (peers or []) if p is not c):
+        return None  # the counterfactual: without a full cache the same cap appears, so the cache did not set it
+    return "kv", "running"
+
+
+def _kv_limited(c: CellResult, peers: list[CellResult] | None = None) -> str | None:
+    """The evidence that the KV cache limited a cell (see :func:`limit_of`): "preemptions", "running", or None."""
+    lim = limit_of(c, peers)
+    return lim[1] if lim is not None and lim[0] == "kv" else None
 
 
 def _kv(w: _Writer) -> None:
-    """Only where the numbers show the KV cache limited the batch: preemptions, or fewer running than offered."""
+    """What limited each cell's batch, only where the evidence supports it (:func:`limit_of`)."""
     for profile in w.study.profiles:
         cs = w.comparable(profile, "kv_max")
-        limited = [c for c in cs if w.v("kv_max", c) >= KV_FULL and _kv_limited(c)]
+        everyone = [c for c in w.cells if c.profile == profile and not c.unavailable]
+        limits = {c.config: limit_of(c, everyone) for c in cs}
+        limited = [c for c in cs if (limits[c.config] or ("",))[0] == "kv"]
         room = [c for c in cs if c not in limited]
+        for c in cs:
+            lim = limits[c.config]
+            if lim is not None and lim[0] != "kv":
+                rr = w.r("running_max", c)
+                what = "the prefill budget" if lim[0] == "prefill" else "max_num_seqs"
+                w.add("kv", f"{profile}: {what} limited {c.config} at saturation, not its KV cache (max "
+                      f"{shown(w.r('kv_max', c))} used): {lim[1]}.", [w.r("kv_max", c), rr])
         for c in limited:
             rk, rp, rr = (w.r(k, c) for k in ("kv_max", "preempt", "running_max"))
-            if _kv_limited(c) == "preemptions":
+            if _kv_limited(c, everyone) == "preemptions":
                 evidence, refs = f"{shown(rp)} preemptions", [rk, rp]
             else:
                 evidence = f"at most {shown(rr)} requests running of {c.saturation.get('concurrency')} offered"
