@@ -34,6 +34,7 @@ from typing import Any
 
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.report.table import fmt_num, fmt_pct, fmt_usd
+from infermeter.study.capstatus import closest_text, status_of
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
 from infermeter.study.decision import Decision, same_shown, short_reason
@@ -154,9 +155,11 @@ def _capacity(w: _Writer, profile: str) -> None:
         lead, more_refs = _lead(w, "cap_rps", a, cs[1])
         text += ", " + lead
         refs.append(more_refs[1])
-    prec = (a.capacity or {}).get("knee_precision")
-    if prec is not None:
-        text += f"; its SLO edge lies less than {prec:.1%} above that (the next rate tried missed the SLO)"
+    st = status_of(a, w.study)
+    if st.precision is not None:
+        text += f"; its SLO edge lies less than {st.precision:.1%} above that (the next rate tried missed the SLO)"
+    elif st.status == "lower_bound":
+        text += "; it met the SLO at the highest load tried, so that is a lower bound"
     w.add("slo", text + ".", refs)
 
 
@@ -167,11 +170,13 @@ def _excluded(w: _Writer, profile: str) -> None:
         cc = w.prices.cost[c.key]
         if c.unavailable:
             parts.append(f"{c.config} ({c.unavailable})")
-        elif cc.comparable and w.study.slo.limits and c.capacity is None:
+        elif cc.comparable and w.study.slo.limits and not status_of(c, w.study).ranked:
+            st = status_of(c, w.study)
             sync = next((s for s in c.steps if s.get("kind") == "synchronous"), None)
             why = "; ".join((sync or {}).get("slo_failures") or [])
-            parts.append(f"{c.config} (no tested load met the SLO" + (f"; even one request at a time: {why}"
-                                                                       if sync and why else "") + ")")
+            head = f"fails the SLO at this workload: {closest_text(st)}" if st.status == "upper_bound" \
+                else "no tested load met the SLO"
+            parts.append(f"{c.config} ({head}" + (f"; even one request at a time: {why}" if sync and why else "") + ")")
             refs.append(w.r("cap_rps", c))
         elif cc.comparable and cc.result is None and cc.reason:
             parts.append(f"{c.config} ({short_reason(cc.reason)})")
@@ -418,6 +423,23 @@ def _tp_pp(w: _Writer) -> None:
                 if parts:
                     w.add("parallelism", f"{profile}: E2E p99 of {tp_side} (more tensor parallel) vs {pp_side} "
                           f"(more pipeline parallel) was " + "; ".join(parts) + ".", refs)
+                    continue
+                # too few requests for a p99 (20 one at a time, or a saturation step that mostly failed): the
+                # percentiles both cells do have
+                for key, what in (("unl_ttft_p50", "TTFT p50 one request at a time"),
+                                  ("unl_tpot_p50", "TPOT p50 one request at a time"),
+                                  ("sat_ttft_p95", "TTFT p95 at saturation")):
+                    va, vb = value(key, a, w.prices), value(key, b, w.prices)
+                    if va is None or vb is None or vb <= 0:
+                        continue
+                    ra, rb = w.r(key, a), w.r(key, b)
+                    verb = "lower" if va < vb else "higher"
+                    parts.append(f"{what} {abs(1 - va / vb):.0%} {verb} ({shown(ra)} vs {shown(rb)} ms)")
+                    refs += [ra, rb]
+                if parts:
+                    w.add("parallelism", f"{profile}: {tp_side} (more tensor parallel) vs {pp_side} (more pipeline "
+                          "parallel), the same GPUs: E2E p99 has too few requests to compare; " + "; ".join(parts)
+                          + ".", refs)
 
 
 def _cpu(w: _Writer) -> None:
