@@ -215,7 +215,7 @@ def test_a_cell_starved_by_its_own_configuration_names_the_fix(kit: Any) -> None
                     tokens={"mean_input": 2254.0, "mean_output": 760.0})
     d = decide(study, [starved, roomy], price_study(study, [starved, roomy], TODAY))["chat"]
     assert len(d.starved) == 1 and d.starved[0].startswith(
-        "2xh100-sxm:tp2: starved by its own configuration: its KV cache holds 25,760 tokens ≈ 9 sequences")
+        "2xh100-sxm:tp2: starved by its own configuration: its KV cache holds 25,760 tokens ≈ 14 sequences of 1,887 tokens after its 50% prefix-cache hits")
     assert "fp8 KV cache" in d.starved[0] and "twice the tensor parallel" in d.starved[0]
 
 
@@ -227,3 +227,36 @@ def test_the_card_says_what_a_request_is_and_whether_the_workload_drives_the_cal
     assert ds["chat"].best.cell.config == "a100-80gb" and ds["code"].best.cell.config == "h100-sxm"
     assert ds["chat"].request_text.startswith("one chat request = 200 input + 100 output tokens on average")
     assert ds["chat"].workload_text == "the workload drives this call: for code the recommendation is h100-sxm"
+
+
+def test_cost_claims_are_checked_against_the_cost_floor(kit: Any) -> None:
+    from infermeter.study.claims import check_claims
+    from infermeter.study.config import example_text, load_study_text
+
+    study = load_study_text(example_text("seed-002"), "seed-002")
+    (c,) = [x for x in check_claims(study, []) if x.claim.canonical_metric == "usd_per_1m_requests"]
+    # $16.28/h over the ceiling's requests/s: the floor is far above $0.019 per 1M requests
+    assert c.verdict == "impossible" and c.ceiling is not None and c.ceiling > 100 * c.claim.value
+    assert c.sentence.startswith("IMPOSSIBLE: claimed $0.019 per 1M requests is ")
+    assert c.predicted is not None and c.predicted > c.ceiling  # the calibrated model is slower than physics
+    # a lenient claim is possible; an unpriced configuration is not checked
+    study = kit.study_of([_conf("h100-sxm", 4.0), "h200"], ["chat"], pricing={"provider": "vultr"},
+                         claims=[{"text": "cheap", "configuration": "h100-sxm", "metric": "usd_per_1m_output_tokens",
+                                  "value": 1000.0},
+                                 {"text": "unpriced", "configuration": "h200", "metric": "usd_per_1m_requests",
+                                  "value": 1.0}])
+    got = {x.claim.text: x for x in check_claims(study, [])}
+    assert got["cheap"].verdict == "possible"
+    assert got["unpriced"].verdict == "not checked" and "has no price" in got["unpriced"].sentence
+
+
+def test_seed_examples_reproduce_their_studies_workloads_and_questions() -> None:
+    from infermeter.study.config import example_text, load_study_text
+
+    s2 = load_study_text(example_text("seed-002"), "seed-002")
+    hw = {c.config for c in s2.configurations}
+    assert {"8xa10g:tp8", "8xa10g:tp4,pp2"} <= hw  # a pair that differs only in parallelism
+    fp8 = [c for c in s2.configurations if s2.sim_for(c).dtype == "fp8"]
+    assert fp8 and fp8[0].config == "2xh100-sxm:tp2" and s2.sim_for(fp8[0]).kv_dtype == "fp8"
+    s3 = load_study_text(example_text("seed-003"), "seed-003")
+    assert s3.profiles[0] == "fixed" and s3.profile_overrides["fixed"] == {"input_tokens": "200", "output_tokens": "512"}

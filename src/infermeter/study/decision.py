@@ -551,15 +551,17 @@ def workload_text(study: StudyConfig, decisions: dict[str, Decision], d: Decisio
 
 
 def starved_text(study: StudyConfig, c: CellResult) -> str:
-    """A cell starved by its own configuration: its KV cache holds fewer whole sequences of this workload than a
-    small batch (16) or a tenth of max_num_seqs, with the fix named (fp8 KV cache, fp8 weights, more tensor
+    """A cell starved by its own configuration: its KV cache holds fewer whole sequences of this workload (input
+    tokens net of the cell's prefix-cache hits, plus output) than a small batch (16) or a tenth of max_num_seqs,
+    with the fix named (fp8 KV cache, fp8 weights, more tensor
     parallel) and, where the performance model can place it, the KV tokens each fix gives."""
     t = c.target or {}
     kv = t.get("kv_capacity_tokens")
     mi, mo = c.tokens.get("mean_input"), c.tokens.get("mean_output")
     if c.unavailable or not kv or not mi or c.source != "simulated":
         return ""
-    per = (mi or 0.0) + (mo or 0.0)
+    hit = min(max(float(c.server.get("prefix_cache_hit_rate") or 0.0), 0.0), 0.99)
+    per = (mi or 0.0) * (1 - hit) + (mo or 0.0)  # a shared prefix (a document, a conversation's history) is held once
     seqs = kv / per
     mns = t.get("max_num_seqs") or 256
     if seqs >= min(16.0, mns / 10):
@@ -572,8 +574,9 @@ def starved_text(study: StudyConfig, c: CellResult) -> str:
                                       ("twice the tensor parallel", sim.dtype, sim.kv_dtype, "double")):
         tokens = _kv_tokens(study, conf, c.hardware, dtype, kv_dtype, tp)
         fixes.append(what + (f": {tokens:,.0f} KV tokens ≈ {tokens / per:,.0f} sequences" if tokens else ""))
+    shared = f" after its {hit:.0%} prefix-cache hits" if hit >= 0.005 else ""
     return (f"starved by its own configuration: its KV cache holds {kv:,.0f} tokens ≈ {seqs:.0f} sequences of "
-            f"{per:,.0f} tokens (of max_num_seqs {mns}); fix: " + "; ".join(fixes))
+            f"{per:,.0f} tokens{shared} (of max_num_seqs {mns}); fix: " + "; ".join(fixes))
 
 
 def _kv_tokens(study: StudyConfig, conf: Any, hardware: str, dtype: str, kv_dtype: str | None,
@@ -640,7 +643,10 @@ def decision_line(d: Decision, unit: str | None = None) -> str:
         if sv is not None and sv.value_at_holding is not None:
             text += f"; at the rate its soak holds it costs {fmt_sig_usd(sv.value_at_holding)}"
             if r is not None and sv.value_at_holding > r.value:
-                text += f", more than {r.cell.config} ({fmt_sig_usd(r.value)}, not soaked)"
+                rs = next((v for v in d.other_soaks if v.config == r.cell.config), None)
+                text += (f", more than {r.cell.config} ({fmt_sig_usd(r.value)}, "
+                         + ("not soaked" if rs is None else "whose soak held" if rs.held else "whose soak failed too")
+                         + ")")
         return text + "."
     if r is None:
         return text + "; the only configuration that qualifies."
