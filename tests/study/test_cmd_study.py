@@ -56,7 +56,7 @@ def test_examples_by_name_are_the_seed_studies_written_down() -> None:
     confs = {c.get("name"): c for c in s["configurations"]}
     assert confs["h100 (lambda)"]["provider"] == "lambda" and confs["h100 (vultr)"]["provider"] == "vultr"
     assert confs["rtx-4090 8b (vast.ai)"]["model"] == "llama-3-8b" and confs["rtx-4090 8b (vast.ai)"]["dtype"] == "fp16"
-    assert [c["metric"] for c in s["claims"]] == ["decode_tokens_per_s"] * 4
+    assert [c["metric"] for c in s["claims"]] == ["decode_tokens_per_s"] * 4 + ["usd_per_1m_output_tokens"] * 3
     for name in ("seed-000", "seed-002"):
         assert invoke("--example", name, "--dry-run").exit_code == 0
 
