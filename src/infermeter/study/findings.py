@@ -511,8 +511,13 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
                 f"({b['objective']:.3%} objective)")
         if b["exhausted_at_s"] is not None:
             text += f", exhausted by {b['exhausted_at_s'] / 3600:.3g} h"
-        text += f"; {len(s.alerts)} alert(s) fired."
-        w.add("soak", text, [rl, rh])
+        text += f"; {len(s.alerts)} alert(s) fired"
+        from infermeter.study.soak import held, slo_misses
+
+        misses = slo_misses(s.windows, w.study.slo)
+        text += ("; it held" if held(b, misses) else "; it FAILED" + (
+            f" ({len(misses)} of {len(s.windows)} windows missed the SLO)" if misses else " its error budget"))
+        w.add("soak", text + ".", [rl, rh])
 
 
 def write_findings(study: StudyConfig, cells: list[CellResult], prices: StudyPrices,
