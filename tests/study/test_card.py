@@ -202,6 +202,14 @@ def test_price_terms_and_utilisation_are_on_the_card(kit: Any) -> None:
     assert d.assumptions.startswith("utilisation 60% of the cost basis capacity")
     card = decision_cards(study, {"chat": d}, prices)[0]
     assert any(k == "price terms" and "3yr-savings-plan" in v for k, v in card.rows)
+    from infermeter.study.tables import price_terms_table
+
+    t = price_terms_table(study, prices, cells)
+    (row,) = t.rows
+    cols = {c: row[i] for i, c in enumerate(t.columns)}
+    assert cols["3-yr $ per 1M requests"].value == pytest.approx(terms["3yr-savings-plan"])
+    assert cols["on demand $ per 1M requests"].value == pytest.approx(terms["on demand"])
+    assert cols["spot $/h"].value is None  # no spot prices in the catalog: shown as missing, not invented
 
 
 def test_a_cell_starved_by_its_own_configuration_names_the_fix(kit: Any) -> None:
