@@ -268,3 +268,14 @@ def test_seed_examples_reproduce_their_studies_workloads_and_questions() -> None
     assert fp8 and fp8[0].config == "2xh100-sxm:tp2" and s2.sim_for(fp8[0]).kv_dtype == "fp8"
     s3 = load_study_text(example_text("seed-003"), "seed-003")
     assert s3.profiles[0] == "fixed" and s3.profile_overrides["fixed"] == {"input_tokens": "200", "output_tokens": "512"}
+
+
+def test_the_closest_load_is_an_open_loop_rate_judged_on_its_latency(kit: Any) -> None:
+    c = _failing_cell(kit, "cpu")
+    # a rate whose completed requests look fast but most did not finish: not "close"
+    unfinished = {"k": 9, "kind": "rate", "meets_slo": False, "offered_rate": 0.5, "request_throughput": 0.1,
+                  "ttft_ms_p95": 2100.0, "slo_failures": ["failed or unfinished 70% of 60 scheduled > 1.0%"]}
+    sat = {**c.steps[1], "ttft_ms_p95": 2050.0}  # the closed loop: not a load at a rate
+    c = replace(c, steps=[c.steps[0], sat, *c.steps[2:], unfinished])
+    st = capacity_status(c, {"ttft_ms": 2000}, "p95")
+    assert st.closest is not None and st.closest["offered_rate"] == 0.075 and st.high == 0.075

@@ -78,7 +78,10 @@ def closest_text(st: CapacityStatus) -> str:
 
 
 def _miss_ratio(step: dict[str, Any], limits: dict[str, float], pct: str) -> float:
-    """How far a step is from the SLO: its worst observed / limit (inf when unknown)."""
+    """How far a step is from the SLO: its worst observed / limit (inf when unknown, or when it missed for more
+    than a latency limit: failed or unfinished requests, saturation)."""
+    if any(not any(str(w).startswith(k) for k in limits) for w in step.get("slo_failures") or []):
+        return float("inf")
     worst = 0.0
     for k, lim in limits.items():
         v = step.get(f"{k}_{pct}")
@@ -103,11 +106,12 @@ def capacity_status(cell: CellResult, limits: dict[str, float] | None = None, pe
     loads = [s for s in getattr(cell, "steps", []) if s.get("kind") in ("rate", "saturation")]
     if not loads:
         return CapacityStatus("none")
-    rates = [s.get("offered_rate") or s.get("request_throughput") for s in loads]
+    opened = [s for s in loads if s.get("kind") == "rate"] or loads  # a closed loop is not a load at a rate
+    rates = [s.get("offered_rate") or s.get("request_throughput") for s in opened]
     lowest = min((float(r) for r in rates if r), default=None)
     pct = percentile.removeprefix("p")
     pct_key = f"p{pct}" if pct in ("50", "95", "99") else "p95"
-    closest = min(loads, key=lambda s: (_miss_ratio(s, limits or {}, pct_key),
+    closest = min(opened, key=lambda s: (_miss_ratio(s, limits or {}, pct_key),
                                         s.get("offered_rate") or s.get("request_throughput") or 0.0))
     return CapacityStatus("upper_bound", None, lowest, closest)
 
