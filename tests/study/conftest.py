@@ -18,8 +18,10 @@ def make_cell(config: str, profile: str, out_tps: float, *, hardware: str | None
               cap_rps: float | None = None, kv_max: float | None = 0.5, preempt: int | None = 0,
               waiting_max: int | None = 10, running_max: int | None = 256, prefix: float | None = 0.5,
               e2e_p99: tuple[float, float] = (1000.0, 5000.0), ttft_p95: float = 100.0,
-              unl: tuple[float, float] = (20.0, 8.0)) -> CellResult:
-    """A cell whose figures are given directly: output tokens/s at saturation, capacity, server state."""
+              unl: tuple[float, float] = (20.0, 8.0), bracket: float | None = 0.0) -> CellResult:
+    """A cell whose figures are given directly: output tokens/s at saturation, capacity, server state. ``bracket``:
+    how far above the capacity the next rate tried missed the SLO (0: exactly there; None: nothing above it missed,
+    the capacity is a lower bound)."""
     rps = rps if rps is not None else out_tps / 100.0
 
     def lat(ttft95: float, e2e99: float, ttft50: float = 10.0, tpot50: float = 10.0) -> dict[str, dict[str, float]]:
@@ -33,7 +35,9 @@ def make_cell(config: str, profile: str, out_tps: float, *, hardware: str | None
     cap = None
     if cap_rps is not None:
         cap = {**sat, "requests_per_s": cap_rps, "output_tokens_per_s": cap_rps * 100,
-               "input_tokens_per_s": cap_rps * 200, "total_tokens_per_s": cap_rps * 300, "step": 2, "kind": "rate"}
+               "input_tokens_per_s": cap_rps * 200, "total_tokens_per_s": cap_rps * 300, "step": 2, "kind": "rate",
+               "knee_low_rps": cap_rps, "knee_high_rps": None if bracket is None else cap_rps * (1 + bracket),
+               "knee_precision": bracket}
     latency = {"saturation": lat(ttft_p95, e2e_p99[1]), "unloaded": lat(unl[0], e2e_p99[0], unl[0], unl[1])}
     if cap is not None:
         latency["capacity"] = lat(ttft_p95 / 2, e2e_p99[1] / 2)

@@ -56,7 +56,7 @@ def test_examples_by_name_are_the_seed_studies_written_down() -> None:
     confs = {c.get("name"): c for c in s["configurations"]}
     assert confs["h100 (lambda)"]["provider"] == "lambda" and confs["h100 (vultr)"]["provider"] == "vultr"
     assert confs["rtx-4090 8b (vast.ai)"]["model"] == "llama-3-8b" and confs["rtx-4090 8b (vast.ai)"]["dtype"] == "fp16"
-    assert [c["metric"] for c in s["claims"]] == ["decode_tokens_per_s"] * 4
+    assert [c["metric"] for c in s["claims"]] == ["decode_tokens_per_s"] * 4 + ["usd_per_1m_output_tokens"] * 3
     for name in ("seed-000", "seed-002"):
         assert invoke("--example", name, "--dry-run").exit_code == 0
 
@@ -86,3 +86,18 @@ def test_a_small_study_runs_from_the_command_line(tmp_path: Path) -> None:
     assert Path(out["files"]["html"]).is_file() and out["best_value"].keys() == {"code"}
     assert out["findings"][0].startswith("code: best value is ")  # the decision's finding comes first
     assert out["decisions"]["code"]["best"]["config"] == out["best_value"]["code"]
+
+
+def test_a_point_volume_from_the_flag_or_the_file(tmp_path: Path) -> None:
+    res = invoke("--hardware", "h100-sxm", "--volume", "2M", "--dry-run")
+    assert res.exit_code == 0, res.output
+    v = yaml.safe_load(res.output)["volume"]
+    assert (v["daily"], v["low"], v["high"]) == (2e6, 2e5, 2e7)
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama-3.1-8b\nconfigurations: [h100-sxm]\nvolume: 2000000\n")
+    res = invoke(str(f), "--headroom", "0.3", "--dry-run")
+    assert res.exit_code == 0, res.output
+    v = yaml.safe_load(res.output)["volume"]
+    assert (v["daily"], v["headroom"]) == (2e6, 0.3)
+    res = invoke("--hardware", "h100-sxm", "--volume", "lots", "--dry-run")
+    assert isinstance(res.exception, UserError) and "--volume 'lots'" in str(res.exception)

@@ -109,6 +109,21 @@ def test_soak_runs_the_sized_fleet_in_windows(result: Any) -> None:
     assert any(f.topic == "soak" and f.text.startswith("Soak on h100-sxm") for f in result.findings)
 
 
+def test_the_soak_verdict_is_on_the_decision(result: Any) -> None:
+    from infermeter.study.soak import held, slo_misses
+
+    (soak,) = result.soaks
+    d = result.decisions[soak.profile]
+    (v,) = [x for x in ([d.soak] if d.soak else []) + d.other_soaks if x.config == soak.config]
+    assert v.held == held(soak.budget, slo_misses(soak.windows, result.study.slo))
+    assert v.text.startswith("held: " if v.held else "FAILED: ")
+    assert d.demoted == (d.soak is not None and not v.held)
+    card = result.files["markdown"].read_text().split("## Findings", 1)[0]
+    assert v.text.split(";")[0] in card
+    if not v.held:  # a failed soak is followed by probes of the rate at which it holds
+        assert soak.probes and all(p["replicas"] == 1 for p in soak.probes)
+
+
 def test_resume_keeps_finished_cells(result: Any) -> None:
     lines: list[str] = []
     again = run_study(build_study({**STUDY, "soak": None}, "test"), result.out_dir, resume=True, today=TODAY,

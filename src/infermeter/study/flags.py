@@ -43,6 +43,16 @@ def _load_flag(text: str) -> dict[str, Any]:
     raise ConfigError(f"--load {text!r}: use sweep, concurrency:N or rate:R")
 
 
+def _requests_per_day(text: str) -> float:
+    """``--volume``: ``2000000``, ``2,000,000``, ``500K``, ``2M`` or ``1.5e6`` requests/day."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9][0-9_,]*\.?[0-9]*(?:e[0-9]+)?)\s*([kmb]?)\s*", text.lower())
+    if not m:
+        raise ConfigError(f"--volume {text!r}: expected requests/day like 2000000, 500K or 2M")
+    return float(m.group(1).replace(",", "").replace("_", "")) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}[m.group(2)]
+
+
 def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
     """A copy of the study's ``key`` mapping for flags to merge into (ConfigError when it is not one)."""
     value = data.get(key)
@@ -123,10 +133,14 @@ def merge_flags(data: dict[str, Any], f: dict[str, Any]) -> dict[str, Any]:
         pricing["prices_file"] = str(f["prices"])
     if pricing:
         data["pricing"] = pricing
+    if isinstance(data.get("volume"), (int, float)) and not isinstance(data.get("volume"), bool):
+        data["volume"] = {"daily": data["volume"]}  # a point volume in the file: flags merge into it
     volume = _section(data, "volume")
     for key in ("peak_factor", "headroom"):
         if f.get(key) is not None:
             volume[key] = f[key]
+    if f.get("volume") is not None:
+        volume["daily"] = _requests_per_day(str(f["volume"]))
     if volume:
         data["volume"] = volume
     _attach(data, "--target", _pairs(f.get("target") or [], "--target"), "target")

@@ -3,7 +3,10 @@
 The contract: every configuration gets one dated :class:`~infermeter.analysis.prices.Price` (its own
 ``price_per_hour`` from the study file, else the catalog under the study's pricing options) or a
 reason it has none; every cell is priced at its *basis* throughput — the highest load meeting the
-SLO when the study has latency limits, else saturation — and also at saturation::
+SLO when the study has latency limits (only where a load of the workload met it:
+:func:`infermeter.study.capstatus.capacity_status` ``ranked``; a cell failing the SLO at every
+load is not priced, its reason says where it came closest), else saturation — and also at
+saturation::
 
     priced = price_study(study, cells)
     priced.cost[("h100-sxm", "chat")].result.usd_per_1m_requests
@@ -27,6 +30,7 @@ from infermeter.analysis.cost import CostResult, Pick, Subject, Throughput, best
 from infermeter.analysis.prices import Price, PriceOptions, load_catalog, resolve_price, staleness_warnings
 from infermeter.errors import UserError
 from infermeter.perfmodel.configspec import parse_config
+from infermeter.study.capstatus import status_of
 from infermeter.study.cells import CellResult
 from infermeter.study.config import Configuration, StudyConfig
 
@@ -111,7 +115,9 @@ def _throughput(block: dict[str, Any] | None) -> Throughput | None:
 
 def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> CellCost:
     has_slo = bool(study.slo.limits)
-    basis, block = ("SLO capacity", cell.capacity) if has_slo else ("saturation", cell.saturation)
+    status = status_of(cell, study)
+    basis, block = ("SLO capacity", cell.capacity if status.ranked else None) if has_slo \
+        else ("saturation", cell.saturation)
     if cell.unavailable:
         return CellCost(cell, basis, None, None, False, cell.unavailable)
     comparable = same_model(cell.model, study.model)
@@ -135,7 +141,7 @@ def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> Cell
 
     result = cost(block, basis)
     if result is None and has_slo:
-        why_not = why_not or "no tested load met the SLO"
+        why_not = why_not or (status.text() if status.status == "upper_bound" else "no tested load met the SLO")
     return CellCost(cell, basis, result, cost(cell.saturation, "saturation"), comparable, why_not)
 
 
@@ -159,3 +165,39 @@ def price_study(study: StudyConfig, cells: list[CellResult], today: dt.date | No
     real = [p for p in prices.values() if isinstance(p, Price)]
     notes = staleness_warnings(real, today)
     return StudyPrices(prices, costs, picks, bands, by_profile, notes)
+
+
+def price_terms(study: StudyConfig, label: str, price: Price) -> list[tuple[str, float | None, str]]:
+    """``(term, $/h or None, where from)`` for one configuration: on demand (the catalog's list price), each
+    commitment its provider offers in the catalog, and spot; a price from the study file is one term as given."""
+    if price.billing == "override":
+        return [("as given", price.usd_per_hour, price.source)]
+    out: list[tuple[str, float | None, str]] = [("on demand", price.list_usd_per_hour, f"{price.provider} list price")]
+    conf = study.configuration(label)
+    options = options_of(study, conf)
+    try:
+        catalog = load_catalog(overrides=options.prices_file)
+    except UserError:
+        return out
+    prov = catalog.providers.get(price.provider)
+    for name, c in sorted((prov.commitments if prov else {}).items()):
+        out.append((name, price.list_usd_per_hour * (1 - c.discount), f"-{c.discount:.0%}, {c.source}, "
+                    f"{c.date or 'undated'}"))
+    out.append(("spot", None, f"no {price.provider} spot price in the catalog"))
+    return out
+
+
+def unit_cost_per_usd_hour(cc: CellCost, metric: str, study: StudyConfig) -> float | None:
+    """The cell's ``metric`` at $1/h (its cost basis throughput, the study's overhead and utilisation): a price
+    P gives P x this; for an unpriced cell, the price at which it would cost ``v`` is ``v`` / this."""
+    cell = cc.cell
+    block = cell.capacity if (study.slo.limits and status_of(cell, study).ranked) else \
+        (cell.saturation if not study.slo.limits else None)
+    tp = _throughput(block)
+    if tp is None:
+        return None
+    dummy = Price(config=cell.hardware, usd_per_hour=1.0, list_usd_per_hour=1.0, usd_per_gpu_hour=1.0,
+                  provider="flip", instance="flip", billing="override", source="$1/h", date=None)
+    r = compute_cost(dummy, tp, overhead=study.pricing.overhead, utilization=study.pricing.utilization)
+    v = getattr(r, metric)
+    return float(v) if v is not None else None

@@ -86,7 +86,8 @@ def study_content(result: Any) -> ReportContent:
         Section("value", "Best value and cost", f"Best value = lowest {s.pricing.value_metric} at the cost basis.",
                 [T.best_value_table(s, prices), *mt((vkey,)),
                  *mt(tuple(k for k in ("usd_1m_req", "usd_1m_out", "usd_1m_total") if k != vkey)),
-                 T.prices_table(s, prices, cells), T.cost_table(cells, prices)], has_charts=True,
+                 T.prices_table(s, prices, cells), T.price_terms_table(s, prices, cells), T.cost_table(cells, prices)],
+                has_charts=True,
                 notes=prices.notes, collapsed=True),
         Section("break-even", "Break-even over daily volume", "Cheapest fleet (replicas of one configuration) for "
                 "each daily request volume, per profile: at most five bands, then the monthly cost at round volumes.",

@@ -183,7 +183,7 @@ def summarize(study: StudyConfig, out_dir: Path, cells: list[CellResult], target
               pending: list[str] | None = None) -> StudyResult:
     """Price, decide, check claims and write the findings for the cells so far (no running)."""
     prices = price_study(study, cells, today)
-    decisions = decide(study, cells, prices)
+    decisions = decide(study, cells, prices, soaks)
     findings = write_findings(study, cells, prices, soaks, decisions)
     return StudyResult(study, out_dir, cells, targets, prices, soaks, findings, wall_s,
                        now or dt.datetime.now(dt.timezone.utc), decisions=decisions,

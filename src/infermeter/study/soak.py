@@ -24,6 +24,13 @@ Error budget: ``allowed = (1 - objective) x requests``; ``bad = failed + SLO mis
 budget is exhausted in the first window where cumulative bad passes allowed-so-far's total.
 Alerts (:func:`infermeter.analysis.alerts.evaluate_alerts`): the study's rules, else one per SLO
 limit at the SLO percentile plus ``error_rate > 1 - objective``.
+
+A soak **holds** when its bad requests stay within the budget and no window misses the study's SLO
+at its percentile (:func:`held`, :func:`slo_misses`). One that fails is
+followed by probes (:func:`probe_holding_rate`): a fleet of at most 4 replicas of the same
+configuration and router, at most ``soak.probes`` runs of ``min(duration, 1 h)``, bisecting the
+per-replica rate at which the budget holds (from half the soak's per-replica rate; within 10 %),
+so the decision card can say by how much the capacity it was sized from must shrink.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from infermeter.analysis.metrics import col
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.records import store
+from infermeter.study.capstatus import capacity_status
 from infermeter.study.cells import CellResult
 from infermeter.study.config import Configuration, Slo, StudyConfig
 
@@ -70,6 +78,7 @@ class SoakResult:
     notes: list[str] = field(default_factory=list)
     router: str = "round-robin"
     workers: int = 1
+    probes: list[dict[str, Any]] = field(default_factory=list)  # after a failed soak: probe_holding_rate's runs
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,11 +192,12 @@ def soak_fleet(conf: Configuration, cell: CellResult | None, rate: float, replic
     """(fleet configuration label, replicas, why that many)."""
     hw = parse_config(conf.config)
     if replicas == "auto":
-        block = (cell.capacity or cell.saturation) if cell else None
+        ranked = cell is not None and cell.capacity is not None and capacity_status(cell).ranked
+        block = (cell.capacity if ranked else cell.saturation) if cell else None
         cap = (block or {}).get("requests_per_s")
         if cap and cap > 0:
             n = replicas_needed(rate * 86400.0, cap, 1.0, headroom)
-            basis = "SLO capacity" if cell and cell.capacity else "saturation"
+            basis = "SLO capacity" if ranked else "saturation"
             why = f"{rate:g} req/s over {cap:.3g} req/s per replica ({basis}) at {headroom:.0%} headroom"
         else:
             n, why = 1, "no capacity figure for this configuration: one replica"
@@ -197,17 +207,124 @@ def soak_fleet(conf: Configuration, cell: CellResult | None, rate: float, replic
     return fleet.label, n, why
 
 
-def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
-              progress: Callable[[str], None] | None = None) -> list[SoakResult]:
-    """One simulated soak per configuration (see the module docstring)."""
+def _simulate(study: StudyConfig, conf: Configuration, fleet: str, rate: float, duration_s: float, run_dir: Path,
+              profile: str, n: int, say: Callable[[str], None], router: str | None = None) -> tuple[Any, list[dict[str, Any]], dict[str, Any],
+                                                                         list[dict[str, Any]], int]:
+    """One simulated fleet run: (run result, windows, error budget, alerts, workers)."""
     from infermeter.measure import RunConfig
     from infermeter.measure.simplan import SimPlan
 
     soak = study.soak
     assert soak is not None
+    rules = [parse_alert(a) for a in (soak.alerts or default_alerts(study.slo, soak.objective))]
+    sim = study.sim_for(conf)
+    workers = soak_workers(soak.workers, n, soak.ray)
+    cfg = RunConfig(model=study.model, rate=rate, duration_s=duration_s, seed=study.seed,
+                    profile=profile, slo=study.slo.limits, out=str(run_dir), label=f"soak {conf.label}",
+                    profile_overrides=study.profile_overrides.get(profile) or {}, workers=workers, ray=soak.ray)
+    spec = sim.spec(study.model, fleet).model_copy(update={"router": router or soak.router})
+    plan = SimPlan(cfg, spec, token_times="off")
+    res = plan.run(progress=plan.eta(say))
+    windows = soak_windows(run_dir / store.PARQUET, min(soak.window_s, duration_s), duration_s, study.slo,
+                           soak.objective, soak.timeout_s)
+    whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
+    return res, windows, error_budget(windows, soak.objective), evaluate_alerts(rules, whole, windows), \
+        int(res.run["runtime"].get("workers") or 1)
+
+
+def held(budget: dict[str, Any], misses: list[str] | None = None) -> bool:
+    """Whether a run held: its bad requests (failed + SLO misses) within the error budget, (1 - objective) x
+    requests, and (when given) no window missing the SLO at its percentile (:func:`slo_misses`)."""
+    return bool(budget["requests"]) and budget["bad"] <= budget["allowed_bad"] and not misses
+
+
+def slo_misses(windows: list[dict[str, Any]], slo: Slo) -> list[str]:
+    """The windows that missed the study's SLO as the load steps judge it — each latency limit at the SLO's
+    percentile, the error rate within ``max_error_rate`` — as ``"0–10 min: ttft_ms p95 1,450 > 500"`` (windows
+    with too few requests for the percentile are not judged)."""
+    out = []
+    for w in windows:
+        why = []
+        for k, lim in slo.limits.items():
+            v = (w.get(k) or {}).get(slo.percentile)
+            if v is not None and v > lim:
+                why.append(f"{k} {slo.percentile} {v:,.0f} > {lim:g}")
+        if (w.get("error_rate") or 0.0) > slo.max_error_rate:
+            why.append(f"error rate {w['error_rate']:.2%} > {slo.max_error_rate:.2%}")
+        if why:
+            out.append(f"{window_label(w)}: " + "; ".join(why))
+    return out
+
+
+PROBE_REPLICAS = 4
+PROBE_MAX_S = 3600.0
+PROBE_TOLERANCE = 0.1
+
+
+def probe_holding_rate(study: StudyConfig, conf: Configuration, s: SoakResult, soak_dir: Path,
+                       say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """After a failed soak: probe runs of a fleet of a few replicas (at most :data:`PROBE_REPLICAS`), for
+    ``min(duration, 1 h)`` each, at most ``soak.probes`` runs. With the round-robin router the first probe is the
+    counterfactual: the soak's per-replica rate with session routing (every turn of a conversation on one replica,
+    so its history stays in that replica's prefix cache); when that holds, the router broke the soak and the probes
+    stop. Otherwise they bisect (with whichever router did better) the per-replica rate at which it holds, from half the soak's
+    per-replica rate, until the bracket is within 10 %."""
+    soak = study.soak
+    assert soak is not None
+    hw = parse_config(conf.config)
+    m = min(s.replicas, PROBE_REPLICAS)
+    fleet = parse_config(f"{hw.count * m}x{hw.hardware}:tp{hw.tp},pp{hw.pp}").label
+    duration = min(soak.duration_s, PROBE_MAX_S)
+    lo, hi = 0.0, s.rate_per_s / s.replicas  # per replica: hi failed (the soak itself)
+    out: list[dict[str, Any]] = []
+
+    def probe(i: int, x: float, router: str) -> dict[str, Any]:
+        run_dir = soak_dir / f"probe-{i + 1}"
+        say(f"    probe {i + 1}: {m} replica(s) at {x:.3g} req/s each, router {router}, for {duration / 3600:g} h "
+            "(simulated)")
+        res, windows, budget, alerts, _ = _simulate(study, conf, fleet, x * m, duration, run_dir, s.profile, m,
+                                                    lambda _line: None, router)
+        misses = slo_misses(windows, study.slo)
+        ok = held(budget, misses)
+        sm = res.summary.get("server_metrics") if isinstance(res.summary.get("server_metrics"), dict) else {}
+        say(f"    -> {'held' if ok else 'failed'}: {budget['bad']:,} of {budget['requests']:,} bad")
+        return {"per_replica_rps": x, "replicas": m, "rate_per_s": x * m, "duration_s": duration, "held": ok,
+                "router": router, "prefix_cache_hit_rate": (sm or {}).get("prefix_cache_hit_rate"),
+                "requests": budget["requests"], "bad": budget["bad"], "consumed": budget["consumed"],
+                "ttft_ms_p99": (res.summary.get("ttft_ms") or {}).get("p99"), "alerts": len(alerts),
+                "windows_missing_slo": len(misses), "windows": len(windows),
+                "mean_input_tokens": res.summary.get("mean_input_tokens"),
+                "run_dir": str(run_dir)}
+
+    k, router = 0, soak.router
+    if soak.router == "round-robin" and m > 1:  # the counterfactual first: the same rate with each session kept whole
+        out.append(probe(k, hi, "session"))
+        k += 1
+        if out[-1]["held"]:
+            return out
+        s_bad = out[-1]["bad"] / max(1, out[-1]["requests"])
+        if s_bad < s.budget["bad"] / max(1, s.budget["requests"]):
+            router = "session"  # it did better: bisect with it
+    for i in range(k, soak.probes):
+        x = (lo + hi) / 2 if lo > 0 else hi / 2
+        out.append(probe(i, x, router))
+        if out[-1]["held"]:
+            lo = x
+        else:
+            hi = x
+        if lo > 0 and hi / lo - 1 <= PROBE_TOLERANCE:
+            break
+    return out
+
+
+def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
+              progress: Callable[[str], None] | None = None) -> list[SoakResult]:
+    """One simulated soak per configuration (see the module docstring); a soak that fails its objective is
+    followed by :func:`probe_holding_rate`."""
+    soak = study.soak
+    assert soak is not None
     say = progress or (lambda _line: None)
     profile = soak.profile or study.profiles[0]
-    rules = [parse_alert(a) for a in (soak.alerts or default_alerts(study.slo, soak.objective))]
     out = []
     for conf in study.configurations:
         if soak.configurations and conf.label not in soak.configurations:
@@ -219,27 +336,20 @@ def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
         run_dir = soak_dir / slug(conf.label)
         say(f"soak {conf.label}: {n} replica(s) ({fleet}), {soak.rate_per_s:g} req/s {profile} for "
             f"{soak.duration_s / 3600:g} h (simulated)")
-        sim = study.sim_for(conf)
-        workers = soak_workers(soak.workers, n, soak.ray)
-        cfg = RunConfig(model=study.model, rate=soak.rate_per_s, duration_s=soak.duration_s, seed=study.seed,
-                        profile=profile, slo=study.slo.limits, out=str(run_dir), label=f"soak {conf.label}",
-                        profile_overrides=study.profile_overrides.get(profile) or {}, workers=workers, ray=soak.ray)
-        spec = sim.spec(study.model, fleet).model_copy(update={"router": soak.router})
-        plan = SimPlan(cfg, spec, token_times="off")
         if n > 1:
             say(f"    router {soak.router}; " + (f"Ray actors ({soak.ray})" if soak.ray else
-                                                 f"{workers} worker process(es)"))
-        res = plan.run(progress=plan.eta(say))
-        windows = soak_windows(run_dir / store.PARQUET, soak.window_s, soak.duration_s, study.slo, soak.objective,
-                               soak.timeout_s)
-        whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
-        alerts = evaluate_alerts(rules, whole, windows)
-        budget = error_budget(windows, soak.objective)
-        out.append(SoakResult(conf.label, fleet, n, why, profile, soak.rate_per_s, soak.duration_s, soak.window_s,
-                              str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s,
-                              router=soak.router, workers=int(res.run["runtime"].get("workers") or 1)))
+                                                 f"{soak_workers(soak.workers, n, soak.ray)} worker process(es)"))
+        res, windows, budget, alerts, workers = _simulate(study, conf, fleet, soak.rate_per_s, soak.duration_s,
+                                                          run_dir, profile, n, say)
+        result = SoakResult(conf.label, fleet, n, why, profile, soak.rate_per_s, soak.duration_s, soak.window_s,
+                            str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s,
+                            router=soak.router, workers=workers)
         say(f"    -> {res.records:,} requests in {res.wall_s:.1f} s; budget consumed "
             f"{(budget['consumed'] or 0):.1%}; {len(alerts)} alert(s)")
+        if not held(budget, slo_misses(windows, study.slo)) and soak.probes:
+            say(f"    the soak failed its {soak.objective:.3%} objective: probing the rate at which it holds")
+            result.probes = probe_holding_rate(study, conf, result, soak_dir / (slug(conf.label) + "-probes"), say)
+        out.append(result)
     return out
 
 
@@ -255,7 +365,7 @@ def soak_workers(workers: int | str, replicas: int, ray: str | None) -> int:
 
 def _brief(s: dict[str, Any]) -> dict[str, Any]:
     keys = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "error_rate",
-            "errors", "summary_method", "server_metrics")
+            "errors", "summary_method", "server_metrics", "mean_input_tokens", "mean_output_tokens")
     return {**{k: s.get(k) for k in keys}, **{f"{d}_ms": s.get(f"{d}_ms") for d in ("ttft", "tpot", "e2e")}}
 
 

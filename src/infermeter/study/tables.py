@@ -346,3 +346,48 @@ def workloads_table(study: StudyConfig, cells: list[CellResult]) -> Table:
     return Table("workloads", "Workloads", ["profile", "parameters", "mean input tokens (at saturation)",
                                             "mean output tokens", "content hash"], rows, section="methodology",
                  note="Every configuration received the same request stream per profile (same seed).")
+
+
+def _term_column(term: str) -> str:
+    """A commitment's column: on demand, 1-yr, 3-yr, spot, or other (a prepaid plan of no stated length)."""
+    if term in ("on demand", "as given", "spot"):
+        return "on demand" if term == "as given" else term
+    return "1-yr" if term.startswith("1yr") else "3-yr" if term.startswith("3yr") else "other"
+
+
+def price_terms_table(study: StudyConfig, prices: StudyPrices, cells: list[CellResult]) -> Table:
+    """Per priced configuration: $/h and the value metric on demand, on 1- and 3-year commitments and spot, side by
+    side, where the catalog has them (the best of a provider's plans of that length; – where it has none)."""
+    from infermeter.study.pricing import price_terms
+
+    vkey = VALUE_METRIC[study.pricing.value_metric]
+    cols_t = ("on demand", "1-yr", "3-yr", "other", "spot")
+    rows = []
+    for conf in study.configurations:
+        p = prices.prices.get(conf.label)
+        if p is None or isinstance(p, str):
+            continue
+        # the value metric at the cost basis of the first profile that has one, scaled by each term's price
+        cc = next((prices.cost[c.key] for c in cells if c.config == conf.label and c.key in prices.cost
+                   and prices.cost[c.key].result is not None), None)
+        v = METRIC[vkey].value(cc.cell, cc) if cc is not None else None
+        best: dict[str, tuple[float | None, str]] = {}
+        for term, usd, why in price_terms(study, conf.label, p):
+            col = _term_column(term)
+            if col not in best or (usd is not None and (best[col][0] is None or usd < (best[col][0] or 0.0))):
+                best[col] = (usd, term if usd is not None else why)
+        row = [Cell.text(conf.label), Cell.text(p.provider), Cell.text(cc.cell.profile if cc else None)]
+        for col in cols_t:
+            usd, name = best.get(col, (None, ""))
+            row.append(Cell(f"{fmt_usd(usd)}/h" + (f" ({name})" if col in ("1-yr", "3-yr", "other") else ""), usd)
+                       if usd is not None else Cell.text(None))
+            row.append(Cell.usd(v * usd / p.usd_per_hour if v is not None and usd is not None and p.usd_per_hour
+                                else None))
+        rows.append(row)
+    cols = ["configuration", "provider", "profile"]
+    for col in cols_t:
+        cols += [f"{col} $/h", f"{col} {UNIT[vkey]}"]
+    return Table("price_terms", "Prices by commitment", cols, rows, section="value",
+                 note="On-demand list price, each provider's catalogued commitments (1- and 3-year plans; 'other' = a "
+                      "prepaid plan of no stated length) and spot; – = the catalog has none (no spot prices are "
+                      "catalogued). The value metric is the first profile's at its cost basis, scaled by each price.")

@@ -67,14 +67,26 @@ def print_result(console: Any, result: Any) -> None:
             continue
         console.print(decision_line(d), highlight=False, markup=False, soft_wrap=True)
         b = d.best
+        lines = []
         if b is not None:
-            iv = b.interval
-            console.print("    interval: " + (f"${iv.lo:,.3g}–${iv.hi:,.3g} ({iv.basis})" if iv else "not available")
-                          + ("" if b.model else "; model " + b.model_note), highlight=False, markup=False, soft_wrap=True)
+            from infermeter.study.decisionview import _interval_text
+
+            lines.append("interval: " + _interval_text(b))
+        if d.soak is not None:
+            lines.append(f"its soak {d.soak.text}")
+        lines += [f"soak of {v.config} {v.text}" for v in d.other_soaks]
+        if d.request_text:
+            lines.append(d.request_text)
+        if d.workload_text:
+            lines.append(d.workload_text)
+        if d.at_volume_text:
+            lines.append(d.at_volume_text)
         if d.holds_text:
-            console.print(f"    holds {d.holds_text}", highlight=False, markup=False, soft_wrap=True)
-        for x in d.excluded:
-            console.print(f"    left out: {x}", highlight=False, markup=False, soft_wrap=True)
+            lines.append(f"holds {d.holds_text}")
+        lines += [f"fails the SLO: {x}" for x in d.failing] + [f"starved: {x}" for x in d.starved]
+        lines += [f"unpriced: {x}" for x in d.flips] + [f"left out: {x}" for x in d.excluded]
+        for line in lines:
+            console.print("    " + line, highlight=False, markup=False, soft_wrap=True)
     if result.claims:
         console.print("[bold]Claims[/]")
         for c in result.claims:
