@@ -103,3 +103,17 @@ def test_same_seed_same_run_other_seed_other_draws():
     c, _, _ = _run("ngram:k=3,acceptance=0.6,seed=2", keep=False)
     assert ea == eb and a.spec_accepted_per_pos == b.spec_accepted_per_pos
     assert c.spec_accepted_per_pos != a.spec_accepted_per_pos
+
+
+@pytest.mark.parametrize("k,rate", [(1, 0.3), (3, 0.6), (5, 0.9), (4, 0.0), (2, 1.0)])
+def test_rate_gives_the_per_position_acceptance_whose_vllm_rate_it_is(k, rate):
+    from infermeter.twin.speculative import acceptance_rate_of
+
+    a = parse_speculative(f"ngram:k={k},rate={rate}").acceptance
+    assert acceptance_rate_of(k, a) == pytest.approx(rate, abs=1e-9)
+    assert a >= rate - 1e-9  # the conditional probability is never below the rate
+
+
+def test_acceptance_and_rate_together_are_refused():
+    with pytest.raises(ConfigError):
+        parse_speculative("ngram:k=3,acceptance=0.6,rate=0.6")

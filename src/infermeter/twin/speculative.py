@@ -18,6 +18,14 @@ target's own token after the last accepted draft: the *bonus* token).
 ``E[L + 1] = (1 - a^(k+1)) / (1 - a)`` (:func:`expected_tokens_per_step`; ``k + 1`` at ``a = 1``).
 :func:`draw_accepted` draws ``L`` with the caller's ``random.Random`` (seeded: runs repeat).
 
+``acceptance=a`` is that conditional probability. vLLM's reported acceptance rate (accepted /
+drafted tokens) is smaller, ``E[L] / k = (a + a^2 + ... + a^k) / k`` (:func:`acceptance_rate_of`):
+0.392 for ``k=3, a=0.6``. To emulate a server whose vLLM acceptance rate was measured, give
+``rate=R`` instead of ``acceptance``: ``a`` is then solved from ``R`` (:func:`conditional_from_rate`)::
+
+    >>> round(parse_speculative("ngram:k=3,rate=0.6").acceptance, 4)
+    0.7655
+
 Step cost (:meth:`SpecDecode.step_extra`): the target verifies ``k + 1`` tokens per decoding
 sequence (``k`` more new tokens and attention pairs than a plain decode), plus the draft's cost:
 ``k`` decode steps of the draft model's own deployment (``draft:MODEL``, the performance model
@@ -42,7 +50,26 @@ def expected_tokens_per_step(k: int, a: float) -> float:
     """Expected tokens one sequence emits per verify step: ``(1 - a^(k+1)) / (1 - a)``."""
     if a >= 1.0:
         return float(k + 1)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
+    return float(sum(a**i for i in range(k + 1)))  # the sum, not the ratio: exact near a = 1
+
+
+def acceptance_rate_of(k: int, a: float) -> float:
+    """vLLM's acceptance rate (accepted / drafted tokens) under the model: ``(a + ... + a^k) / k``."""
+    return (expected_tokens_per_step(k, a) - 1.0) / k
+
+
+def conditional_from_rate(k: int, rate: float) -> float:
+    """The ``a`` whose :func:`acceptance_rate_of` is ``rate`` (bisection; increasing in ``a``)."""
+    if rate >= 1.0 or rate <= 0.0:
+        return min(max(rate, 0.0), 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if acceptance_rate_of(k, mid) < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def draw_accepted(rng: random.Random, k: int, a: float) -> int:
@@ -115,14 +142,15 @@ def parse_speculative(text: str, where: str = "--speculative") -> SpecDecode:
     for p in parts:
         key, eq, val = p.partition("=")
         key = key.strip().lower()
-        if not eq or key not in ("k", "acceptance", "draft_cost", "seed"):
-            raise ConfigError(f"{where} {text!r}: {p!r} is not one of k=K, acceptance=A, draft_cost=F, seed=S")
+        if not eq or key not in ("k", "acceptance", "rate", "draft_cost", "seed"):
+            raise ConfigError(f"{where} {text!r}: {p!r} is not one of k=K, acceptance=A, rate=R, draft_cost=F, seed=S")
         opts[key] = val.strip()
-    if "k" not in opts or "acceptance" not in opts:
-        raise ConfigError(f"{where} {text!r}: give both k=K (drafted tokens per step) and acceptance=A (0..1)")
+    if "k" not in opts or ("acceptance" in opts) == ("rate" in opts):
+        raise ConfigError(f"{where} {text!r}: give k=K (drafted tokens per step) and one of acceptance=A (0..1, "
+                          f"per position) or rate=R (vLLM's accepted / drafted tokens)")
     try:
         k = int(opts["k"])
-        a = float(opts["acceptance"])
+        a = float(opts.get("acceptance", opts.get("rate", "")))
         cost = float(opts["draft_cost"]) if "draft_cost" in opts else None
         seed = int(opts.get("seed", "0"))
     except ValueError:
@@ -130,10 +158,14 @@ def parse_speculative(text: str, where: str = "--speculative") -> SpecDecode:
     if not 1 <= k <= MAX_K:
         raise ConfigError(f"{where} {text!r}: k must be 1..{MAX_K}, got {k}")
     if not 0.0 <= a <= 1.0:
-        raise ConfigError(f"{where} {text!r}: acceptance must be in [0, 1], got {a:g}")
+        raise ConfigError(f"{where} {text!r}: {'acceptance' if 'acceptance' in opts else 'rate'} must be in [0, 1], "
+                          f"got {a:g}")
+    if "rate" in opts:
+        a = conditional_from_rate(k, a)
     if cost is not None and not 0.0 <= cost < 1e3:
         raise ConfigError(f"{where} {text!r}: draft_cost must be >= 0 (a fraction of a target decode step)")
     return SpecDecode(method=method, k=k, acceptance=a, draft_model=model, draft_cost=cost, seed=seed)
 
 
-__all__ = ["METHODS", "SpecDecode", "draw_accepted", "expected_tokens_per_step", "parse_speculative"]
+__all__ = ["METHODS", "SpecDecode", "acceptance_rate_of", "conditional_from_rate", "draw_accepted",
+           "expected_tokens_per_step", "parse_speculative"]
