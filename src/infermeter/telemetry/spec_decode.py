@@ -74,8 +74,9 @@ def spec_decode_summary(rows: Sequence[dict[str, float | None]]) -> dict[str, An
     def col(key: str) -> list[float | None]:
         return [r.get(key) for r in rows]
 
-    block = spec_decode_block(*(counter_delta(col(k)) for k in SPEC_COUNTERS),
-                              per_position=[counter_delta(col(POS_KEY.format(i))) for i in range(MAX_POSITIONS)])
+    drafts, draft_tokens, accepted = (counter_delta(col(k)) for k in SPEC_COUNTERS)
+    block = spec_decode_block(drafts, draft_tokens, accepted,
+                              [counter_delta(col(POS_KEY.format(i))) for i in range(MAX_POSITIONS)])
     if block is not None:
         return block
     rate, length = gauge_mean(col("spec_accept_rate")), gauge_mean(col("spec_accept_length"))
