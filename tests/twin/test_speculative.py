@@ -117,3 +117,14 @@ def test_rate_gives_the_per_position_acceptance_whose_vllm_rate_it_is(k, rate):
 def test_acceptance_and_rate_together_are_refused():
     with pytest.raises(ConfigError):
         parse_speculative("ngram:k=3,acceptance=0.6,rate=0.6")
+
+
+def test_simulated_server_metrics_carry_the_block_only_with_speculation():
+    from infermeter.measure.simulate import _spec_decode, engine_stats
+
+    spec, _, _ = _run("mtp:k=2,acceptance=0.7", keep=False)
+    plain, _, _ = _run(None, keep=False)
+    block = _spec_decode([engine_stats(spec), engine_stats(spec)])["spec_decode"]
+    assert block["drafts"] == 2 * spec.spec_drafts and block["num_speculative_tokens"] == 2
+    assert block["acceptance_rate"] == pytest.approx(spec.spec_accepted / spec.spec_draft_tokens)
+    assert _spec_decode([engine_stats(plain)]) == {}
