@@ -153,4 +153,5 @@ TWIN = model_flags(TwinSpec, {
                                    metavar="DURATION"),
     "router": FlagSpec(annotation=str, metavar="POLICY"),
     "calibration": FlagSpec(metavar="FILE"),
+    "speculative": FlagSpec(metavar="METHOD:k=K,acceptance=A"),
 }, "Deployment (the digital twin)")

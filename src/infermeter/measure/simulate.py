@@ -46,6 +46,7 @@ from infermeter.measure import recorder
 from infermeter.measure.intervals import prediction_intervals
 from infermeter.measure.recorder import RecordWriter, WindowSink
 from infermeter.records import store
+from infermeter.telemetry.spec_decode import spec_decode_block
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.hashing import KEY_SCHEME
@@ -272,13 +273,31 @@ def server_metrics(stats: Sequence[dict[str, Any]], loop: LoopStats, waiting: tu
         "engine_steps": total("steps"),
         "busy_fraction": None if span is None else total("busy_s") / (span * lanes),
         "in_system_mean": mean(in_system),
+        **_spec_decode(stats),
     }
 
 
-def engine_stats(e: Engine) -> dict[str, float | int]:
+def _spec_decode(stats: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """``spec_decode`` from the engines' speculative-decoding counters (none: no key)."""
+    spec = [s for s in stats if "spec_drafts" in s]
+    if not spec:
+        return {}
+    width = max(len(s["spec_accepted_per_pos"]) for s in spec)
+    per_pos = [float(sum(s["spec_accepted_per_pos"][i] for s in spec if i < len(s["spec_accepted_per_pos"])))
+               for i in range(width)]
+    block = spec_decode_block(float(sum(s["spec_drafts"] for s in spec)),
+                              float(sum(s["spec_draft_tokens"] for s in spec)),
+                              float(sum(s["spec_accepted"] for s in spec)), per_pos)
+    return {"spec_decode": block}
+
+
+def engine_stats(e: Engine) -> dict[str, Any]:
     """An engine's counters and integrals as plain numbers (what a run's ``server_metrics`` sums)."""
     return {"usage_integral": e.usage_integral, "max_usage": e.max_usage, "running_integral": e.running_integral,
             "max_running": e.max_running, "max_waiting": e.max_waiting, "prefix_queries": e.prefix_queries,
             "prefix_hits": e.prefix_hits, "num_preemptions": e.num_preemptions,
             "prompt_tokens_total": e.prompt_tokens_total, "generation_tokens_total": e.generation_tokens_total,
-            "steps": e.steps, "busy_s": e.busy_s, "in_system_integral": e.in_system_integral}
+            "steps": e.steps, "busy_s": e.busy_s, "in_system_integral": e.in_system_integral,
+            **({"spec_drafts": e.spec_drafts, "spec_draft_tokens": e.spec_draft_tokens,
+                "spec_accepted": e.spec_accepted, "spec_accepted_per_pos": list(e.spec_accepted_per_pos)}
+               if e.spec is not None else {})}

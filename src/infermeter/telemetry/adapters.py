@@ -18,6 +18,14 @@ Aggregation: vLLM series are summed over ``engine`` (data-parallel engines);
 SGLang scheduler gauges take ``tp_rank``/``pp_rank`` 0 (every rank repeats the
 same batch). Histograms yield ``<signal>_sum`` and ``<signal>_count`` so
 window means are Δsum/Δcount.
+
+Speculative decoding (:data:`~infermeter.telemetry.spec_decode.SPEC_SIGNALS`, outside
+:data:`SIGNALS`: extracted only for the engines that name them, summarised by
+:mod:`infermeter.telemetry.spec_decode`): vLLM V1's counters
+``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
+``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position}``
+(one signal per position), SGLang's gauges ``sglang:spec_accept_rate`` and
+``sglang:spec_accept_length``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infermeter.telemetry.exposition import Exposition, select
+from infermeter.telemetry.spec_decode import MAX_POSITIONS, POS_KEY
 
 #: Gauges: state at the scrape instant.
 GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage", "prefix_cache_hit_rate")
@@ -96,6 +105,20 @@ def _s(*names: str, rank0: tuple[str, ...] = (), **where: str) -> tuple[Term, ..
 
 _SGL_RANKS = ("tp_rank", "pp_rank")
 
+_VLLM_SPEC: dict[str, tuple[Term, ...]] = {
+    "spec_decode_drafts": _s("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts"),
+    "spec_decode_draft_tokens": _s("vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens"),
+    "spec_decode_accepted_tokens": _s("vllm:spec_decode_num_accepted_tokens_total",
+                                      "vllm:spec_decode_num_accepted_tokens"),
+    **{POS_KEY.format(i): _s("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                             "vllm:spec_decode_num_accepted_tokens_per_pos", position=str(i))
+       for i in range(MAX_POSITIONS)},
+}
+_SGL_SPEC: dict[str, tuple[Term, ...]] = {
+    "spec_accept_rate": _s("sglang:spec_accept_rate", rank0=_SGL_RANKS + ("dp_rank",)),
+    "spec_accept_length": _s("sglang:spec_accept_length", rank0=_SGL_RANKS + ("dp_rank",)),
+}
+
 ADAPTERS: dict[str, Adapter] = {
     "vllm": Adapter(
         "vllm", "vllm:", "/metrics",
@@ -109,6 +132,7 @@ ADAPTERS: dict[str, Adapter] = {
             "num_preemptions": _s("vllm:num_preemptions_total"),
             "prompt_tokens": _s("vllm:prompt_tokens_total"),
             "generation_tokens": _s("vllm:generation_tokens_total"),
+            **_VLLM_SPEC,
         },
         histograms={
             "ttft_seconds": ("vllm:time_to_first_token_seconds",),
@@ -129,6 +153,7 @@ ADAPTERS: dict[str, Adapter] = {
             "num_preemptions": _s("sglang:num_retracted_requests_total", rank0=_SGL_RANKS),
             "prompt_tokens": _s("sglang:prompt_tokens_total"),
             "generation_tokens": _s("sglang:generation_tokens_total"),
+            **_SGL_SPEC,
         },
         histograms={
             "ttft_seconds": ("sglang:time_to_first_token_seconds",),

@@ -78,6 +78,7 @@ from infermeter.telemetry.exposition import (
     parse_value,
     split_series,
 )
+from infermeter.telemetry.spec_decode import spec_decode_summary
 
 SERIES_FILE = "server_metrics.parquet"
 RAW_FILE = "server_metrics_raw.parquet"
@@ -449,6 +450,9 @@ class MetricsScraper:
             base = h.removesuffix("_seconds")
             out[f"server_{base}_mean_ms"] = None if mean_s is None else mean_s * 1000.0
             out[f"server_{base}_count"] = n
+        spec = spec_decode_summary(rows)  # speculative decoding, only when the server exposes it
+        if spec is not None:
+            out["spec_decode"] = spec
         return out
 
     def summary(self) -> dict[str, Any]:

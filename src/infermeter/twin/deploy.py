@@ -18,7 +18,10 @@ KV blocks = ``kv_capacity_tokens // block_size`` per replica (``EngineConfig.blo
 else the deployment's (both clamped to what one engine's blocks hold). The API server in
 front of each replica: ``frontend_overhead_s`` (the option, else the performance model's
 per-request overhead) and ``frontend_service_s`` (see ``EngineConfig``). ``router`` names the
-gateway's policy across replicas (:mod:`infermeter.twin.router`).
+gateway's policy across replicas (:mod:`infermeter.twin.router`). ``speculative``
+(:mod:`infermeter.twin.speculative`) makes every engine a speculative-decoding one, engine ``i``
+drawing acceptances from ``random.Random(seed + i)``; ``draft:MODEL`` times the draft on the
+performance model's deployment of MODEL on the same hardware.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from infermeter.twin.config import EngineConfig
 from infermeter.twin.engine import Engine
 from infermeter.twin.predictor import LinearStepTime, StepTimePredictor
 from infermeter.twin.router import Router
+from infermeter.twin.speculative import SpecDecode, parse_speculative
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Twin:
     details: dict[str, Any] = field(default_factory=dict)
     pp: int = 1  # engines per replica
     router: str = "round-robin"
+    speculative: SpecDecode | None = None
 
     @property
     def replicas(self) -> int:
@@ -71,10 +76,13 @@ class Twin:
 
         # a Deployment hands over its bare arithmetic (perfmodel.steptime: compiled in the fast build)
         step: StepTimePredictor = self.predictor.step_cost if isinstance(self.predictor, Deployment) else self.predictor
+        spec = self.speculative
+        if spec is not None and isinstance(spec.draft_predictor, Deployment):
+            spec = spec.with_draft(spec.draft_predictor.step_cost)
         return [
             Engine(step, self.config, self.num_blocks, keep_token_times=keep_token_times,
-                   max_span_steps=max_span_steps)
-            for _ in range(n)
+                   max_span_steps=max_span_steps, speculative=spec, seed=(spec.seed + i) if spec else 0)
+            for i in range(n)
         ]
 
     def make_router(self, name: str | None = None) -> Router:
@@ -97,6 +105,7 @@ class Twin:
             "frontend_overhead_s": o,
             "frontend_service_s": s,
             "router": self.router,
+            **({"speculative": self.speculative.describe()} if self.speculative is not None else {}),
             **self.details,
         }
 
@@ -111,6 +120,7 @@ def build_twin(
     gpu_memory_utilization: float = 0.9,
     served_model_name: str | None = None,
     router: str = "round-robin",
+    speculative: str | SpecDecode | None = None,
 ) -> Twin:
     """The performance model's deployment as a twin; ConfigError names a bad model/hardware/dtype."""
     from infermeter.perfmodel import build_deployment
@@ -133,6 +143,11 @@ def build_twin(
     cfg = cfg.model_copy(update={"max_model_len": min(mml, per_lane * bs)})
     Router(router, d.config.replicas)  # a bad name is a ConfigError now
     spec = d.spec
+    sd = parse_speculative(speculative) if isinstance(speculative, str) else speculative
+    if sd is not None and sd.draft_model and sd.draft_cost is None:
+        dd = build_deployment(sd.draft_model, d.config.label, dtype=dtype, engine="vllm",
+                              gpu_memory_utilization=gpu_memory_utilization)
+        sd = sd.with_draft(dd)
     return Twin(
         model=spec.name,
         served_model_name=served_model_name or spec.hf_id or spec.name,
@@ -143,6 +158,7 @@ def build_twin(
         lanes=d.config.replicas * pp,
         pp=pp,
         router=router,
+        speculative=sd,
         request_overhead_s=float(getattr(d, "request_overhead_s", 0.0) or 0.0),
         details={
             "dtype": d.dtype,

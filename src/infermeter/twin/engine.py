@@ -42,12 +42,23 @@ KV usage and running-request integrals) are applied by :meth:`complete`, once it
 final. The engine integrates its own occupancy (running + waiting, Little's ``L``) and keeps its
 waiting queue over time in a :class:`~infermeter.twin.series.LevelSeries`. Blocks hold
 ``config.block_size`` tokens.
+
+**Speculative decoding** (``speculative``, :mod:`infermeter.twin.speculative`; off by default, and
+then nothing here changes): every step with decoding sequences is one verify step of ``k`` drafted
+tokens per sequence (no spans). Its accepted length ``L`` is drawn from the acceptance model with the
+engine's seeded ``random.Random`` -- one draw per step, shared by the step's decoding sequences, so
+the O(1) decode bookkeeping holds: the step counter advances by ``L + 1`` (every decoding sequence
+gains ``L + 1`` tokens, delivered together; a sequence that needs fewer finishes with its
+``max_tokens``, the rest discarded). The step costs the target over ``k + 1`` tokens per decoding
+sequence plus the draft's cost. vLLM's counters are kept: drafts (one per decoding sequence per step),
+draft tokens (``k`` each), accepted tokens and accepted tokens per position.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import deque
 from typing import Any
 
@@ -66,6 +77,7 @@ from infermeter.twin.request import (
     SimRequest,
 )
 from infermeter.twin.series import LevelSeries
+from infermeter.twin.speculative import SpecDecode, draw_accepted
 from infermeter.twin.spans import DecodeSpans
 from infermeter.twin.state import set_state, state_of
 
@@ -83,6 +95,8 @@ class Engine(DecodeSpans):
         *,
         keep_token_times: bool = False,
         max_span_steps: int = 1 << 30,
+        speculative: SpecDecode | None = None,
+        seed: int = 0,
     ) -> None:
         self.predictor = predictor
         self.config = config
@@ -123,6 +137,15 @@ class Engine(DecodeSpans):
         self.max_waiting = 0
         self.max_running = 0
         self.last_step_tokens = 0
+        # speculative decoding (vllm:spec_decode_* counters); the step in flight's (advance, accepted)
+        self.spec = speculative
+        self._rng = random.Random(seed)
+        self._spec_adv = 0
+        self._spec_acc = 0
+        self.spec_drafts = 0  # vllm:spec_decode_num_drafts_total
+        self.spec_draft_tokens = 0  # vllm:spec_decode_num_draft_tokens_total
+        self.spec_accepted = 0  # vllm:spec_decode_num_accepted_tokens_total
+        self.spec_accepted_per_pos = [0] * (speculative.k if speculative is not None else 0)
 
     def __reduce__(self) -> tuple[Any, ...]:  # checkpoints; both builds (twin.state)
         return (type(self), (self.predictor, self.config, self.pool.num_blocks), state_of(self))
@@ -236,9 +259,18 @@ class Engine(DecodeSpans):
                 new_tokens += chunk
                 kv += r.computed + chunk
                 pairs += chunk * (r.computed + (chunk + 1) / 2)
-            dur = self.predictor.step_time(new_tokens, kv, n_dec + len(plan), pairs)
+            if self.spec is not None and n_dec:
+                dur = self._spec_step(n_dec, new_tokens, kv, n_dec + len(plan), pairs, d0)
+                new_tokens += n_dec * self.spec.k
+            else:
+                self._spec_adv = 0
+                dur = self.predictor.step_time(new_tokens, kv, n_dec + len(plan), pairs)
             self.last_step_tokens = new_tokens
+        elif self.spec is not None:  # one verify step, never a span
+            dur = self._spec_step(n_dec, n_dec, kv, n_dec, float(kv), d0)
+            self.last_step_tokens = n_dec * (self.spec.k + 1)
         else:
+            self._spec_adv = 0
             # a preemption skipped admission for this step only: no span past it
             steps = 1 if preempted else self._span_steps(now, horizon, kv, pool.num_free + d0)
             if self.keep_token_times and steps > 1:
@@ -260,8 +292,13 @@ class Engine(DecodeSpans):
         self._pending = None
         pool = self.pool
         running = self.running
-        if steps > 1:
-            pool.allocate(self._blocks_for(steps) - d0)
+        adv = steps  # decode positions the step advances (speculative: accepted + 1)
+        if self._spec_adv:
+            adv = self._spec_adv
+            self._spec_adv = 0
+            self._count_spec(n_dec)
+        if adv > 1:
+            pool.allocate(self._blocks_for(adv) - d0)
         # accounting of the step (or span), now that its length is final
         self.steps += steps
         self.busy_s += dur
@@ -278,11 +315,13 @@ class Engine(DecodeSpans):
             self._sys_t = now
         finished: list[SimRequest] = []
         if n_dec:
-            self.g += steps
-            self.generation_tokens_total += n_dec * steps
+            self.g += adv
+            self.generation_tokens_total += n_dec * adv
             if self.keep_token_times:
                 if ends:
                     self._tlog.extend(ends[:-1])
+                elif adv > steps:  # a verify step's tokens arrive together
+                    self._tlog.extend([now] * (adv - 1))
                 self._tlog.append(now)
             heap = self._heap
             g = self.g
@@ -292,17 +331,19 @@ class Engine(DecodeSpans):
                 tlog = self._tlog
                 pop = heapq.heappop
                 while heap and heap[0][0] <= g:
-                    _, _, epoch, r = pop(heap)
+                    gk, _, epoch, r = pop(heap)  # gk: the step count at which r has max_tokens
                     if epoch != r.epoch or r.state != DECODE:
                         continue
                     g0, c0 = r.g0, r.c0
+                    if gk < g:  # a verify step went past max_tokens: the extra tokens are discarded
+                        self.generation_tokens_total -= g - gk
                     self.n_dec -= 1
                     self._sum_c -= c0 - g0
                     phase[(g0 - c0) % bs] -= 1
                     if r.token_times is not None:
-                        r.token_times.extend(tlog[g0 + 1 : g + 1])
-                    computed = r.computed = c0 + g - g0
-                    r.outputs = r.o0 + g - g0
+                        r.token_times.extend(tlog[g0 + 1 : gk + 1])
+                    computed = r.computed = c0 + g - g0  # KV written (freed below)
+                    r.outputs = r.o0 + gk - g0
                     blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
                     pool.free(r.held, blocks - r.keyed)
@@ -335,6 +376,35 @@ class Engine(DecodeSpans):
         return out
 
     # -- internals -----------------------------------------------------------------
+    def _spec_step(self, n_dec: int, new_tokens: int, kv: int, n_seqs: int, pairs: float, d0: int) -> float:
+        """A verify step: draw the accepted length (fewer when KV blocks for it are short), set the
+        advance, and return the step's seconds (target over k + 1 tokens per decoding sequence + draft)."""
+        spec = self.spec
+        assert spec is not None
+        k = spec.k
+        acc = draw_accepted(self._rng, k, spec.acceptance)
+        free = self.pool.num_free + d0
+        while acc and self._blocks_for(acc + 1) > free:
+            acc -= 1
+        self._spec_acc = acc
+        self._spec_adv = acc + 1
+        kv_dec = self._sum_c + n_dec * (self.g + 1)  # the decoding sequences' contexts
+        extra = n_dec * k
+        dur = self.predictor.step_time(new_tokens + extra, kv + extra, n_seqs,
+                                       pairs + k * kv_dec + n_dec * k * (k + 1) / 2)
+        return dur + spec.draft_seconds(self.predictor, n_dec, kv_dec)
+
+    def _count_spec(self, n_dec: int) -> None:
+        spec = self.spec
+        assert spec is not None
+        self.spec_drafts += n_dec
+        self.spec_draft_tokens += n_dec * spec.k
+        acc = self._spec_acc
+        self.spec_accepted += n_dec * acc
+        per_pos = self.spec_accepted_per_pos
+        for i in range(acc):
+            per_pos[i] += n_dec
+
     def _admit(self, now: float, budget: int, plan: list[tuple[SimRequest, int]]) -> int:
         pool = self.pool
         waiting = self.waiting

@@ -14,14 +14,16 @@ parallelism (:func:`~infermeter.twin.deploy.hardware_config`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infermeter.errors import ConfigError
 from infermeter.twin.calibration import DeploymentCalibration, calibrated_twin
 from infermeter.twin.deploy import Twin, build_twin, engine_defaults, hardware_config
 from infermeter.twin.router import RouterName
+from infermeter.twin.speculative import parse_speculative
 
 ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks_override",
                 "enable_prefix_caching", "enable_chunked_prefill", "block_size", "frontend_overhead_s",
@@ -56,6 +58,9 @@ class TwinSpec(BaseModel):
     router: RouterName = Field("round-robin", description="gateway policy across replicas: round-robin | session | "
                                                           "least-outstanding (one process only)")
     served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
+    speculative: str | None = Field(None, description="speculative decoding METHOD:k=K,acceptance=A (METHOD: "
+                                                      "ngram, eagle, mtp; or draft:MODEL,k=K,acceptance=A), e.g. "
+                                                      "ngram:k=3,acceptance=0.6")
     calibration: str | None = Field(None, description="a calibration file (`infermeter calibrate`): the twin of that "
                                                       "measured deployment; model and hardware come from it")
 
@@ -63,6 +68,13 @@ class TwinSpec(BaseModel):
     def hardware(self) -> str:
         """The configuration with --tp/--pp applied, e.g. ``4xa100-80gb:tp4``."""
         return hardware_config(self.gpu, self.tp, self.pp)
+
+    @field_validator("speculative")
+    @classmethod
+    def _check_speculative(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_speculative(v)  # ConfigError: one line naming the flag
+        return v
 
     def engine_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ENGINE_KNOBS}
@@ -75,7 +87,8 @@ class TwinSpec(BaseModel):
         return build_twin(self.model, self.hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
                           engine=engine_defaults(**self.engine_options()),
                           gpu_memory_utilization=self.gpu_memory_utilization,
-                          served_model_name=self.served_model_name, router=self.router)
+                          served_model_name=self.served_model_name, router=self.router,
+                          speculative=self.speculative)
 
     def _calibrated(self) -> Twin:
         assert self.calibration is not None
@@ -85,4 +98,7 @@ class TwinSpec(BaseModel):
                 raise ConfigError(f"--calibration {self.calibration}: it calibrates {cal.deployment.model} on "
                                   f"{cal.deployment.hardware}, not --{name} {getattr(self, name)}; drop --{name}")
         knobs = {k: v for k, v in self.engine_options().items() if k in self.model_fields_set}
-        return calibrated_twin(cal, served_model_name=self.served_model_name, router=self.router, **knobs)
+        twin = calibrated_twin(cal, served_model_name=self.served_model_name, router=self.router, **knobs)
+        if self.speculative is not None:
+            twin = dataclasses.replace(twin, speculative=parse_speculative(self.speculative))
+        return twin

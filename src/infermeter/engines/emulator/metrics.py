@@ -23,7 +23,11 @@ Exposed (text format 0.0.4, counters with ``_total`` in their TYPE line as
 - histograms ``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds``,
   ``vllm:e2e_request_latency_seconds``, ``vllm:request_queue_time_seconds``,
   ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``,
-  ``vllm:iteration_tokens_total``, with vLLM's default buckets.
+  ``vllm:iteration_tokens_total``, with vLLM's default buckets;
+- with speculative decoding (``emulate --speculative``; as vLLM V1 with a speculative config):
+  counters ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
+  ``vllm:spec_decode_num_accepted_tokens_total`` and
+  ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}``.
 
 Counters and gauges are read from the engine at render time; histograms are fed by
 the caller (the live backend observes in the time base its clients see).
@@ -117,6 +121,10 @@ _HELP = {
     "vllm:request_prompt_tokens": ("histogram", "Number of prefill tokens processed."),
     "vllm:request_generation_tokens": ("histogram", "Number of generation tokens processed."),
     "vllm:iteration_tokens_total": ("histogram", "Histogram of number of tokens per engine_step."),
+    "vllm:spec_decode_num_drafts_total": ("counter", "Number of spec decoding drafts."),
+    "vllm:spec_decode_num_draft_tokens_total": ("counter", "Number of draft tokens."),
+    "vllm:spec_decode_num_accepted_tokens_total": ("counter", "Number of accepted tokens."),
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total": ("counter", "Accepted tokens per draft position."),
 }
 
 
@@ -169,6 +177,19 @@ def render_metrics(model_name: str, engines: Sequence[tuple[Engine, EngineMetric
     for lab, _, m in base:
         out.append(f"vllm:request_success_total{_labels({**lab, 'finished_reason': 'length'})} {_num(m.success)}")
         out.append(f"vllm:request_success_total{_labels({**lab, 'finished_reason': 'abort'})} {_num(m.aborted)}")
+    if any(e.spec is not None for _, e, _ in base):
+        spec = [(lab, e) for lab, e, _ in base if e.spec is not None]
+        for name, attr in (("vllm:spec_decode_num_drafts_total", "spec_drafts"),
+                           ("vllm:spec_decode_num_draft_tokens_total", "spec_draft_tokens"),
+                           ("vllm:spec_decode_num_accepted_tokens_total", "spec_accepted")):
+            head(name)
+            for lab, e in spec:
+                out.append(f"{name}{_labels(lab)} {_num(getattr(e, attr))}")
+        head("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+        for lab, e in spec:
+            for pos, n in enumerate(e.spec_accepted_per_pos):
+                out.append(f"vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                           f"{_labels({**lab, 'position': str(pos)})} {_num(n)}")
     for name, attr in (("vllm:time_to_first_token_seconds", "ttft"), ("vllm:inter_token_latency_seconds", "itl"),
                        ("vllm:e2e_request_latency_seconds", "e2e"), ("vllm:request_queue_time_seconds", "queue"),
                        ("vllm:request_prompt_tokens", "prompt_tokens"),
