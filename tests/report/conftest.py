@@ -48,7 +48,7 @@ def request_table(n: int, rate: float, ttft_s: float, tpot_s: float, seed: int, 
             "finish_reason": "length" if ok else None,
         }
         for name in ARROW_SCHEMA.names:
-            cols[name].append(row[name])
+            cols[name].append(row.get(name))  # columns added since (reasoning): null
     return pa.table(cols, schema=ARROW_SCHEMA)
 
 

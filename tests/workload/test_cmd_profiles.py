@@ -13,7 +13,7 @@ def test_profiles_json_lists_every_profile_and_default() -> None:
     result = CliRunner().invoke(app, ["profiles", "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["profile"]: r for r in json.loads(result.output)}
-    assert sorted(rows) == ["chat", "classification", "code", "fixed", "synthetic"]
+    assert sorted(rows) == ["chat", "classification", "code", "fixed", "reasoning", "synthetic"]
     fields = {f["field"]: f["default"] for f in rows["classification"]["fields"]}
     assert fields["document_tokens"] == "10000,5000,8000,12000"
     assert fields["output_tokens"] == "50,10,30,80"

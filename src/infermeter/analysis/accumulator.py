@@ -23,7 +23,10 @@ Token accounting: counts come from server usage when present, else from the stre
 count differ, except a normal end on EOS (``finish_reason == "stop"``, usage one more than the
 stream: the EOS token streams no text); ``usage_implausible`` counts requests whose usage the
 client set aside as more than the response could carry (``usage_source == "rejected"``, their
-counts are the stream's). ITL pools the gaps between token-bearing chunks (a
+counts are the stream's). Reasoning models (some completed request with ``reasoning_tokens > 0``)
+add ``ttfo_ms`` (time to the first answer token, every completed request, the shape of
+``ttft_ms``), ``reasoning_requests`` and the thinking and answer token totals and per-request
+means; a run without thinking has none of these keys. ITL pools the gaps between token-bearing chunks (a
 chunk of k tokens gives k gaps of gap/k); records without chunk times (simulated runs that
 did not keep them) give each request ``n - 1`` gaps of its TPOT when ``derive_itl`` is set.
 """
@@ -246,6 +249,38 @@ class _Window:
                       **{k: d.distribution(MS) for k, d in self.dists.items()})
 
 
+class _Reasoning:
+    """Reasoning models: time to first output (answer) token and thinking vs answer tokens, over the
+    completed requests; reported only when some request thought (``reasoning_tokens > 0``)."""
+
+    __slots__ = ("ttfo", "requests", "known", "n_reasoning", "n_answer", "answer_rows")
+
+    def __init__(self, limit: int = EXACT_LIMIT) -> None:
+        self.ttfo = Samples(limit)
+        self.requests = 0  # completed requests that thought
+        self.known = 0  # completed requests whose thinking count is known (0 included)
+        self.n_reasoning = self.n_answer = 0.0
+        self.answer_rows = 0
+
+    def add(self, m: RequestMetrics) -> None:
+        self.ttfo.add(m.ttfo)
+        r = m.n_reasoning
+        self.requests += int(np.sum(r > 0))
+        self.known += int(np.isfinite(r).sum())
+        self.n_reasoning += float(np.nansum(r))
+        self.n_answer += float(np.nansum(m.n_answer))
+        self.answer_rows += int(np.isfinite(m.n_answer).sum())
+
+    def figures(self) -> dict[str, Any]:
+        """The summary's reasoning keys (none for a run without thinking: its summary keeps its keys)."""
+        if not self.requests:
+            return {}
+        return {"ttfo_ms": self.ttfo.distribution(MS), "reasoning_requests": self.requests,
+                "total_reasoning_tokens": int(self.n_reasoning), "total_answer_tokens": int(self.n_answer),
+                "mean_reasoning_tokens": self.n_reasoning / self.known if self.known else None,
+                "mean_answer_tokens": self.n_answer / self.answer_rows if self.answer_rows else None}
+
+
 def _strings(table: pa.Table, name: str) -> np.ndarray:
     if name not in table.column_names:
         return np.full(table.num_rows, None, dtype=object)
@@ -285,6 +320,7 @@ class Accumulator:
         self.good = 0
         self.dists = {k: Samples(exact_limit) for k in ("ttft", "ttft_intended", "tpot", "itl", "e2e", "e2e_intended",
                                                         "lag", "out_tps")}
+        self.reasoning = _Reasoning(exact_limit)
         self.trend = _Trend()
         self.edges: _Edges | None = _Edges()
         self._open: dict[int, _Window] = {}
@@ -296,6 +332,7 @@ class Accumulator:
         rule then says it was not judged) rather than one measured over part of the run."""
         state.setdefault("edges", None)
         state.setdefault("usage_implausible", 0)
+        state.setdefault("reasoning", _Reasoning())
         self.__dict__.update(state)
 
     @classmethod
@@ -356,6 +393,7 @@ class Accumulator:
         for name in ("ttft", "ttft_intended", "tpot", "e2e", "e2e_intended", "out_tps"):
             self.dists[name].add(getattr(m, name))
         self._add_itl(okt, m)
+        self.reasoning.add(m)
         self.n_in += float(np.nansum(m.n_in))
         self.n_out += float(np.nansum(m.n_out))
         self.n_in_rows += int(np.isfinite(m.n_in).sum())
@@ -485,7 +523,7 @@ class Accumulator:
             trend=blocks, trend_samples=self.trend.n, span_s=span, waiting_start=sm.get("num_requests_waiting_start"),
             waiting_end=sm.get("num_requests_waiting_end"), errors=dict(self.errors), run=run))
         source = "server" if self.n_server == self.completed and self.completed else ("stream" if self.n_server == 0 else "mixed")
-        exact = all(d.exact for d in self.dists.values())
+        exact = all(d.exact for d in self.dists.values()) and self.reasoning.ttfo.exact
         unfinished = self.cancelled + self.dropped
         scheduled = self.scheduled
         return Summary(
@@ -521,6 +559,7 @@ class Accumulator:
             windows=Windows(window_s=self.window_s, series=tuple(self.windows())) if self.window_s else None,
             # a simulated run's bands, fixed once by the simulation (it knows the twin's regime): run.json
             prediction_intervals=run.get("prediction_intervals"),
+            **self.reasoning.figures(),
         )
 
 

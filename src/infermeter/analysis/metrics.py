@@ -6,6 +6,11 @@ tokens/s) aligned with the rows passed in, NaN where a metric is undefined.
 
     ttft          = first_token_at - sent_at
     ttft_intended = first_token_at - intended_at     (coordinated-omission safe)
+    ttfo          = first_answer_at - sent_at         (time to first output token: the first
+                  token of the answer, after a reasoning model's thinking; = ttft for a
+                  response without thinking, or a record without the column; NaN when
+                  thinking came and no answer)
+    thinking      = ttfo - ttft
     e2e           = ended_at - sent_at
     e2e_intended  = ended_at - intended_at
     tpot          = (ended_at - first_token_at) / (n_out - 1),  n_out >= 2
@@ -48,6 +53,9 @@ class RequestMetrics:
     out_tps: np.ndarray
     n_out: np.ndarray
     n_in: np.ndarray
+    ttfo: np.ndarray
+    n_reasoning: np.ndarray  # thinking tokens (NaN: not known)
+    n_answer: np.ndarray  # answer tokens (NaN: not known)
 
 
 def request_metrics(table: pa.Table) -> RequestMetrics:
@@ -57,6 +65,9 @@ def request_metrics(table: pa.Table) -> RequestMetrics:
     ended = col(table, "ended_at")
     n_out = col(table, "completion_tokens")
     n_in = col(table, "prompt_tokens")
+    n_reasoning = col(table, "reasoning_tokens")
+    first_answer = col(table, "first_answer_at")
+    first_answer = np.where(np.isfinite(first_answer), first_answer, np.where(n_reasoning > 0, np.nan, first))
     e2e = ended - sent
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(n_out >= 2, (ended - first) / (n_out - 1), np.nan)
@@ -71,6 +82,9 @@ def request_metrics(table: pa.Table) -> RequestMetrics:
         out_tps=out_tps,
         n_out=n_out,
         n_in=n_in,
+        ttfo=first_answer - sent,
+        n_reasoning=n_reasoning,
+        n_answer=col(table, "answer_tokens"),
     )
 
 

@@ -31,6 +31,10 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 MIN_SAMPLES = {"p50": 1, "p90": 10, "p95": 20, "p99": 100, "p999": 1000}
 PERCENTILE_LABELS = {"p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p999": "p99.9"}
 
+# Summary keys of reasoning runs only: absent from the summary.json of a run without thinking
+REASONING_KEYS = ("ttfo_ms", "reasoning_requests", "total_reasoning_tokens", "total_answer_tokens",
+                  "mean_reasoning_tokens", "mean_answer_tokens")
+
 Severity = Literal["invalid", "warning", "note"]
 
 
@@ -203,6 +207,13 @@ class Summary(BaseModel):
     usage_mismatches: int = 0
     usage_implausible: int = 0  # requests whose server usage claimed more than the response carried
     cached_prompt_tokens: int | None = None
+    # reasoning models (only when some request thought: REASONING_KEYS are left out of summary.json otherwise)
+    ttfo_ms: Distribution | None = None  # time to first output token: the first answer token, from the send
+    reasoning_requests: int | None = None  # completed requests that streamed thinking
+    total_reasoning_tokens: int | None = None
+    total_answer_tokens: int | None = None
+    mean_reasoning_tokens: float | None = None
+    mean_answer_tokens: float | None = None
     # beside the records
     server_metrics: dict[str, Any] | None = None
     gpu: dict[str, Any] | None = None
@@ -238,7 +249,11 @@ class Summary(BaseModel):
 
     # -- files ----------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
+        for k in REASONING_KEYS:
+            if d.get(k) is None:
+                d.pop(k, None)
+        return d
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "summary") -> Summary:

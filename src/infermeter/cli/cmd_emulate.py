@@ -22,7 +22,7 @@ EMULATOR = model_flags(EmulatorConfig, {
     "simple": FlagSpec(flag="--simple/--no-simple"), "ttft_ms": None, "itl_ms": None, "max_concurrency": None,
     "zero_delay": None, "speedup": None, "faults": FlagSpec(metavar="KIND=SHARE,..."), "fault_seed": None,
     "stall_s": None, "cut_after": None, "api_key": FlagSpec(envvar=API_KEY_ENV, show_default=False),
-    "served_model_name": None,
+    "served_model_name": None, "reasoning_tokens": FlagSpec(metavar="N|MEAN,STDEV,MIN,MAX"),
 }, "Emulator")
 
 

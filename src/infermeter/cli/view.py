@@ -64,6 +64,8 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         if s.get("usage_implausible"):
             tok += f" ({s['usage_implausible']} implausible usage reports set aside: counted from the stream)"
         head.add_row(Text("tokens", style="bold"), tok, "")
+    if s.get("reasoning_requests"):
+        head.add_row(Text("reasoning", style="bold"), reasoning_line(s), "")
     thr = make_table("Throughput", [(c, "num") for c in ("req/s", "input tok/s", "output tok/s", "total tok/s",
                                                          "goodput req/s")], title_justify="left")
     thr.add_row(_f(s["request_throughput"], ".2f"), _f(s["input_token_throughput"], ".0f"),
@@ -71,7 +73,8 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
                 _f(s.get("goodput"), ".2f"))
     lat = make_table("Latency (ms)", [("metric", "text"), *((c, "num") for c in ("mean", "p50", "p90", "p95", "p99",
                                                                                 "p99.9"))], title_justify="left")
-    rows = [("TTFT", "ttft_ms"), ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
+    rows = [("TTFT", "ttft_ms"), ("TTFO (first answer token)", "ttfo_ms"),  # TTFO: reasoning runs only
+            ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
             ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("schedule lag", "schedule_lag_ms")]
     short: dict[str, int] = {}  # percentile -> the fewest samples of a row that could not show it
     for name, key in rows:
@@ -116,6 +119,13 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     for a in s.get("alerts") or []:
         parts.append(Text(f"ALERT: {a.get('message') or a.get('alert', a)}", style="bold magenta"))
     return Group(*parts)
+
+
+def reasoning_line(s: dict[str, Any]) -> str:
+    """How much the requests thought: thinking vs answer tokens (a reasoning run's summary keys)."""
+    return (f"{s['reasoning_requests']:,} of {s.get('completed', 0):,} requests thought: "
+            f"{_f(s.get('mean_reasoning_tokens'), ',.0f')} thinking + {_f(s.get('mean_answer_tokens'), ',.0f')} answer "
+            f"tokens per request ({s.get('total_reasoning_tokens', 0):,} + {s.get('total_answer_tokens', 0):,})")
 
 
 def error_table(s: dict[str, Any]) -> Fit:

@@ -15,6 +15,13 @@ usage chunks with empty ``choices``, a final chunk without ``[DONE]`` (a
 a plain JSON answer when a server ignores ``stream``, and error objects sent
 inside the stream.
 
+Reasoning models: ``delta.reasoning_content`` / ``delta.reasoning`` and ``<think>`` tags in the
+content are the model's thinking (``client.reasoning``). ``first_token_at`` is the first chunk of
+either; ``first_answer_at`` the first chunk of the answer; ``reasoning_tokens`` /
+``answer_tokens`` split the completion (usage ``completion_tokens_details.reasoning_tokens`` when
+the server sent one no larger than ``completion_tokens``, else the thinking chunks' tokens). The
+thinking's text counts in the bytes a usage is checked against.
+
 A server's numbers are data, not trusted: ``usage`` counts that are not
 non-negative integers, or that claim more than the response could carry (more
 completion tokens than the UTF-8 bytes of its text plus one per chunk plus
@@ -44,6 +51,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.client.errors import RequestFailed, http_detail, http_error_class
+from infermeter.client.reasoning import ReasoningSplit
 from infermeter.client.session import FdLimitError
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
@@ -103,15 +111,18 @@ def _text(v: Any) -> str:
 class StreamTally:
     """What one response carried, the measure its usage is checked against: each token-bearing
     chunk's text length (characters), the UTF-8 bytes of all its text (content, reasoning, tool
-    calls), the events with choices, and why its usage was rejected (None: not rejected)."""
+    calls), the events with choices, and why its usage was rejected (None: not rejected); and which
+    chunks were a reasoning model's thinking, with the usage's count of them."""
 
-    __slots__ = ("char_lens", "bytes", "events", "usage_why")
+    __slots__ = ("char_lens", "bytes", "events", "usage_why", "split", "usage_reasoning")
 
     def __init__(self) -> None:
         self.char_lens: list[int] = []
         self.bytes = 0
         self.events = 0
         self.usage_why: str | None = None
+        self.split = ReasoningSplit()  # which chunks were thinking (client.reasoning)
+        self.usage_reasoning: int | None = None  # usage completion_tokens_details.reasoning_tokens
 
 
 def _utf8_len(text: str) -> int:
@@ -385,20 +396,23 @@ class OpenAIClient:
             c0 = choices[0] if type(choices) is list else None
             if type(c0) is not dict:
                 raise RequestFailed("malformed_response", f"'choices' is not a list of objects: {data[:80]!r}")
+            reasoning = ""
             if chat:
                 delta = c0.get("delta") or c0.get("message") or {}
                 if type(delta) is not dict:
                     raise RequestFailed("malformed_response", f"'delta' is not an object: {data[:80]!r}")
-                text = delta.get("content") or ""
+                content = delta.get("content") or ""
                 if "reasoning_content" in delta or "reasoning" in delta:
-                    text = _text(text) + _text(delta.get("reasoning_content") or delta.get("reasoning") or "")
+                    reasoning = _text(delta.get("reasoning_content") or delta.get("reasoning") or "")
             else:
-                text = c0.get("text") or ""
-            if type(text) is not str:
-                text = _text(text)
+                content = c0.get("text") or ""
+            if type(content) is not str:
+                content = _text(content)
+            text = content + reasoning if reasoning else content
             if text:
                 if rec.first_token_at is None:
                     rec.first_token_at = now
+                tally.split.chunk(content, reasoning)
                 times.append(now)
                 n = len(text)
                 tally.char_lens.append(n)
@@ -429,6 +443,7 @@ class OpenAIClient:
     def _usage(rec: RequestRecord, usage: Any, tally: StreamTally) -> None:
         """Take the server's usage (the last one sent wins); one that is not counts is rejected, not fatal."""
         rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = None
+        tally.usage_reasoning = None
         if type(usage) is not dict:
             _reject(rec, tally, f"'usage' is not an object: {str(usage)[:80]!r}")
             return
@@ -443,6 +458,9 @@ class OpenAIClient:
         details = usage.get("prompt_tokens_details") or {}
         if isinstance(details, dict) and _count(details.get("cached_tokens")) and details["cached_tokens"] <= COUNT_MAX:
             rec.cached_tokens = details["cached_tokens"]
+        out_details = usage.get("completion_tokens_details") or {}
+        r = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
+        tally.usage_reasoning = r if _count(r) and r <= c else None  # more than completion_tokens: not taken
         rec.usage_source = "server"
         tally.usage_why = None
 
@@ -460,7 +478,8 @@ class OpenAIClient:
         rec.finish_reason = fr if type(fr) is str else None
         rec.error_detail = NOT_STREAMED + ": the server answered with one JSON body"
         msg = c0.get("message")
-        for v in ((msg.get("content"), msg.get("reasoning_content"), msg.get("tool_calls")) if isinstance(msg, dict)
+        for v in ((msg.get("content"), msg.get("reasoning_content") or msg.get("reasoning"), msg.get("tool_calls"))
+                  if isinstance(msg, dict)
                   else (c0.get("text"),)):
             if v:  # the text the answer carried bounds its usage (tool calls: their JSON)
                 tally.bytes += _utf8_len(v if type(v) is str else json.dumps(v))
@@ -489,17 +508,46 @@ class OpenAIClient:
                 note = f"usage rejected: {tally.usage_why}; the stream's count is used"
                 rec.error_detail = f"{rec.error_detail}; {note}" if rec.error_detail else note
         eos_extra = rec.finish_reason == "stop" and rec.completion_tokens == rec.stream_tokens + 1
+        split = tally.split
+        split.finish()
+        flags = split.flags
+        used = tally.usage_reasoning if rec.usage_source == "server" else None
         if rec.usage_source == "server" and rec.completion_tokens is not None and rec.completion_tokens != rec.stream_tokens \
                 and rec.outcome == OK and char_lens and not eos_extra:
-            rec.chunk_tokens = allocate_tokens(char_lens, rec.completion_tokens)
+            rec.chunk_tokens = _allocate(char_lens, rec.completion_tokens, flags, used)
         else:
             rec.chunk_tokens = [1] * len(char_lens)
+        first = split.first_answer()
+        rec.first_answer_at = rec.chunk_times[first] if first is not None and first < len(rec.chunk_times) else None
+        streamed_reasoning = sum(k for k, f in zip(rec.chunk_tokens, flags) if f)
         if rec.usage_source is None or rec.usage_source == REJECTED:
             rec.prompt_tokens = rec.requested_input_tokens
             if rec.error_detail and rec.error_detail.startswith(NOT_STREAMED):
                 return  # one JSON body and no (usable) usage: the output token count is unknown, not 0
             rec.usage_source = rec.usage_source or "stream"
             rec.completion_tokens = rec.stream_tokens
+        if used is not None:
+            rec.reasoning_tokens = used
+        elif flags or not (rec.error_detail and rec.error_detail.startswith(NOT_STREAMED)):
+            rec.reasoning_tokens = streamed_reasoning
+        if rec.reasoning_tokens is not None and rec.completion_tokens is not None:
+            rec.reasoning_tokens = min(rec.reasoning_tokens, rec.completion_tokens)
+            rec.answer_tokens = rec.completion_tokens - rec.reasoning_tokens
+
+
+def _allocate(char_lens: list[int], total: int, flags: list[bool], reasoning: int | None) -> list[int]:
+    """``allocate_tokens`` over the chunks; with the usage's count of thinking tokens, the thinking
+    chunks share that count and the answer chunks the rest (when each side can hold its share)."""
+    thinking = [i for i, f in enumerate(flags) if f]
+    if reasoning is None or not thinking or len(thinking) == len(flags) or len(flags) != len(char_lens) \
+            or reasoning < len(thinking) or total - reasoning < len(flags) - len(thinking):
+        return allocate_tokens(char_lens, total)
+    answer = [i for i, f in enumerate(flags) if not f]
+    out = [0] * len(char_lens)
+    for idx, n in ((thinking, reasoning), (answer, total - reasoning)):
+        for i, k in zip(idx, allocate_tokens([char_lens[i] for i in idx], n)):
+            out[i] = k
+    return out
 
 
 def _reject(rec: RequestRecord, tally: StreamTally, why: str) -> None:

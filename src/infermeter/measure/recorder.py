@@ -160,6 +160,9 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
             "conversation_id": pa.array(conv_l, pa.int64()),
             "prefix_group": pa.array(grp_l, pa.int64()),
             "finish_reason": finish,
+            "first_answer_at": pa.nulls(n, pa.float64()),  # no thinking: the answer starts at the first token
+            "reasoning_tokens": pa.nulls(n, pa.int64()),
+            "answer_tokens": pa.nulls(n, pa.int64()),
         },
         schema=ARROW_SCHEMA,
     )

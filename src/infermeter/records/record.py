@@ -13,6 +13,11 @@ runs write the same record; ``run.json``'s ``source`` tells them apart.
     first_token_at first token-bearing chunk arrived
     chunk_times / chunk_tokens  every token-bearing chunk's arrival and the
                  number of tokens it carried
+    first_answer_at  first chunk of the answer arrived: the first that is not a
+                 reasoning model's thinking (``client.reasoning``); equal to
+                 ``first_token_at`` for a response without thinking, null when no
+                 answer came (or in files older than it, and simulated runs
+                 without reasoning: read as ``first_token_at``)
     ended_at     response finished (or failed)
 
 Token counts: ``prompt_tokens`` / ``completion_tokens`` come from the server's
@@ -20,8 +25,11 @@ Token counts: ``prompt_tokens`` / ``completion_tokens`` come from the server's
 stream (``'stream'``). A usage the client found implausible (more tokens than
 the response could carry, or not counts at all) is ``'rejected'``: the counts
 are then the stream's (the prompt's: the request's). ``stream_tokens`` is
-always the stream's own count. Integer columns are 64-bit; :func:`conform`
-reads files written with the older 32-bit ``chunk_tokens``.
+always the stream's own count. ``reasoning_tokens`` / ``answer_tokens`` split
+``completion_tokens`` (usage ``completion_tokens_details.reasoning_tokens`` when
+the server sent it, else the tokens of the thinking chunks). Integer columns are 64-bit; :func:`conform`
+reads files written with the older 32-bit ``chunk_tokens`` and files without
+the newer columns (null).
 """
 
 from __future__ import annotations
@@ -90,6 +98,9 @@ class RequestRecord:
     conversation_id: int | None = None
     prefix_group: int | None = None
     finish_reason: str | None = None  # the server's, e.g. "length" or "stop"
+    first_answer_at: float | None = None  # first answer (non-reasoning) chunk arrived
+    reasoning_tokens: int | None = None  # of completion_tokens, the model's thinking
+    answer_tokens: int | None = None  # of completion_tokens, the answer
 
     def to_row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _FIELDS}
@@ -123,6 +134,9 @@ ARROW_SCHEMA = pa.schema(
         ("conversation_id", pa.int64()),
         ("prefix_group", pa.int64()),
         ("finish_reason", pa.string()),
+        ("first_answer_at", pa.float64()),
+        ("reasoning_tokens", pa.int64()),
+        ("answer_tokens", pa.int64()),
     ]
 )
 

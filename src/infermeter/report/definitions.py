@@ -13,6 +13,9 @@ from __future__ import annotations
 
 DEFINITIONS: list[tuple[str, str]] = [
     ("TTFT", "Time to first token: first_token_at − sent_at, for requests that completed (ms)."),
+    ("TTFO", "Time to first output token, for reasoning models: first_answer_at − sent_at, where the answer's "
+     "first chunk is the first that is not the model's thinking (reasoning_content, reasoning, <think> tags); "
+     "TTFO − TTFT is the thinking time. Shown only for runs in which some request thought (ms)."),
     ("TTFT from intended send", "first_token_at − intended_at: includes any wait before the client could send, "
      "so a saturated client or server cannot hide queueing (coordinated omission)."),
     ("TPOT", "Time per output token after the first: (ended_at − first_token_at) / (output tokens − 1), "

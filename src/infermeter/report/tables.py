@@ -25,6 +25,7 @@ from infermeter.report.table import Cell, Table
 
 LATENCY_METRICS = [
     ("ttft_ms", "TTFT"),
+    ("ttfo_ms", "TTFO"),  # reasoning runs only (the key is absent otherwise)
     ("ttft_from_intended_ms", "TTFT from intended send"),
     ("tpot_ms", "TPOT"),
     ("itl_ms", "ITL"),

@@ -12,7 +12,9 @@ Length fields take the ``mean[,stdev[,min,max]]`` syntax of ``--input-tokens``
 Defaults follow HF inference-benchmarker's profiles where it has one
 (``fixed-length``, ``chat``, ``classification``, ``code-generation``); the
 fields it does not pin (turns, questions per document) are infermeter's
-choices and say so in their descriptions.
+choices and say so in their descriptions. ``reasoning`` follows SemiAnalysis
+InferenceX's "reasoning" shape (1k tokens in, 8k out): a reasoning model's
+``max_tokens`` bounds its thinking and its answer together.
 """
 
 from __future__ import annotations
@@ -104,11 +106,26 @@ class CodeParams(_Params):
     source: Source = Field("code", description="text source for contexts")
 
 
+class ReasoningParams(_Params):
+    """A reasoning model's traffic: a question, then thousands of tokens out (thinking, then the answer)."""
+
+    kind: Literal["reasoning"] = "reasoning"
+    input_tokens: Length = Field(
+        LengthDist.parse("1024,256,256,2048"), description="prompt tokens: a question (InferenceX's 1k-in reasoning shape)"
+    )
+    output_tokens: Length = Field(
+        LengthDist.parse("8192,2048,2048,16384"),
+        description="max_tokens per request, thinking included (InferenceX's 8k-out reasoning shape)",
+    )
+    source: Source = Field("prose", description="text source for questions")
+
+
 PROFILES: dict[str, type[_Params]] = {
     "chat": ChatParams,
     "classification": ClassificationParams,
     "code": CodeParams,
     "fixed": FixedParams,
+    "reasoning": ReasoningParams,
     "synthetic": SyntheticParams,
 }
 
@@ -118,6 +135,7 @@ FLAG_FIELDS: dict[str, dict[str, str]] = {
     "classification": {"input_tokens": "document_tokens", "output_tokens": "output_tokens"},
     "code": {"input_tokens": "input_tokens", "output_tokens": "output_tokens"},
     "fixed": {"input_tokens": "input_tokens", "output_tokens": "output_tokens"},
+    "reasoning": {"input_tokens": "input_tokens", "output_tokens": "output_tokens"},
     "synthetic": {
         "input_tokens": "input_tokens",
         "output_tokens": "output_tokens",

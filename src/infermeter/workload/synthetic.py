@@ -1,4 +1,4 @@
-"""Single-turn profiles: ``synthetic`` (optionally with shared prefixes), ``fixed`` and ``code``.
+"""Single-turn profiles: ``synthetic`` (optionally with shared prefixes), ``fixed``, ``code`` and ``reasoning``.
 
 Each request is one prompt of a drawn length; nothing is shared unless the
 profile says so::
@@ -13,6 +13,8 @@ profile says so::
   P / mean input length.
 * ``code``: a contiguous cut of Python's standard-library source starting at a
   line (distinct per request), followed by a short instruction.
+* ``reasoning``: prose (or ``source``) text, then an instruction to think step by
+  step; long ``max_tokens`` (a reasoning model's thinking and answer).
 
 A consumer that needs only lengths (a simulation: prompt text matters to the twin only through
 the prefix-cache keys made from it) may ask for specs without text where
@@ -31,16 +33,18 @@ from infermeter.errors import ConfigError
 from infermeter.workload.compose import TextMaker
 from infermeter.workload.context import BuildContext
 from infermeter.workload.lengths import LengthSampler
-from infermeter.workload.profiles import CodeParams, FixedParams, SyntheticParams
+from infermeter.workload.profiles import CodeParams, FixedParams, ReasoningParams, SyntheticParams
 from infermeter.workload.spec import RequestSpec
 
 CODE_INSTRUCTION = " Continue the code above with the next function, and reply with code only."
+REASONING_INSTRUCTION = " Think it through step by step, then answer: what follows from the text above, and why?"
 
 
 class SingleTurnWorkload:
-    """One prompt per request: the ``synthetic``, ``fixed`` and ``code`` profiles."""
+    """One prompt per request: the ``synthetic``, ``fixed``, ``code`` and ``reasoning`` profiles."""
 
-    def __init__(self, params: SyntheticParams | FixedParams | CodeParams, ctx: BuildContext, *, seed: int) -> None:
+    def __init__(self, params: SyntheticParams | FixedParams | CodeParams | ReasoningParams, ctx: BuildContext, *,
+                 seed: int) -> None:
         self.params = params
         self.ctx = ctx
         self.seed = seed
@@ -49,13 +53,13 @@ class SingleTurnWorkload:
         self.pool = ctx.pool(params.source, params.input_tokens.max)
         self._suffix = ""
         self._suffix_tokens = 0
-        if params.kind == "code":
-            self._suffix_tokens = self.pool.mid_count(CODE_INSTRUCTION)
-            self._suffix = CODE_INSTRUCTION
+        if params.kind in ("code", "reasoning"):
+            self._suffix = CODE_INSTRUCTION if params.kind == "code" else REASONING_INSTRUCTION
+            self._suffix_tokens = self.pool.mid_count(self._suffix)
         lo = params.input_tokens.min
         need = self.prefix_tokens + self._suffix_tokens
         if need and lo <= need:
-            what = "--prefix-tokens" if self.prefix_tokens else "the code instruction"
+            what = "--prefix-tokens" if self.prefix_tokens else f"the {params.kind} instruction"
             raise ConfigError(
                 f"{what} ({need} tokens) leaves no room in the shortest prompt "
                 f"(--input-tokens min {lo}); raise the minimum input length above {need}"
@@ -82,7 +86,7 @@ class SingleTurnWorkload:
         repeat after the pool's starts), shared prefixes or a tokenizer whose counts are measured on
         the text.
         """
-        return not self.prefix_tokens and self.params.kind != "code" and self.pool.additive
+        return not self.prefix_tokens and not self._suffix and self.pool.additive
 
     def requests(self, *, text: bool = True) -> Iterator[RequestSpec]:
         """The specs; ``text=False`` (only where :attr:`text_optional`): the same specs with an empty prompt."""
@@ -99,8 +103,9 @@ class SingleTurnWorkload:
         groups = np.random.default_rng([self.seed, 4])
         P, G = self.prefix_tokens, self.prefix_groups
         prefixes = [maker.first(10**9 + g, P) for g in range(G)] if P else []
-        code = params.kind == "code"
-        suffix, suffix_n = self._suffix, self._suffix_tokens
+        whole = params.kind == "code"
+        suffix_n = self._suffix_tokens
+        suffix = self._suffix
         i = 0
         while True:
             n = ins.draw()
@@ -109,8 +114,10 @@ class SingleTurnWorkload:
                 group = int(groups.integers(G))
                 pre = prefixes[group]
                 text, got = pool.exact(lambda m: pre + maker.mid(i, m - P), n)
-            elif code:
+            elif whole:
                 text, got = pool.exact(lambda m: maker.whole(i, m - suffix_n) + suffix, n)
+            elif suffix_n:  # reasoning: prose, then the instruction
+                text, got = pool.exact(lambda m: maker.first(i, m - suffix_n) + suffix, n)
             elif not with_text:  # text_optional: the drawn length is the count (the text's generator is not drawn)
                 text, got = "", n
             else:

@@ -21,6 +21,7 @@ from aiohttp import web
 from infermeter.engines.emulator.config import EmulatorConfig
 from infermeter.engines.emulator.faults import FaultPlan
 from infermeter.engines.emulator.live import TwinBackend
+from infermeter.engines.emulator.reasoning import ThinkingPlan
 from infermeter.engines.emulator.server import make_app, serve
 from infermeter.engines.emulator.simple import SimpleBackend
 from infermeter.twin.hashing import workload_chars_per_block
@@ -57,7 +58,7 @@ def _token_counter() -> Callable[[str], int]:
 def build_app(cfg: EmulatorConfig, backend: Any = None) -> web.Application:
     plan = FaultPlan.parse(cfg.faults, seed=cfg.fault_seed, stall_s=cfg.stall_s, cut_after=cfg.cut_after)
     return make_app(backend if backend is not None else build_backend(cfg), faults=plan, count_tokens=_token_counter(),
-                    api_key=cfg.api_key)
+                    api_key=cfg.api_key, thinking=ThinkingPlan.parse(cfg.reasoning_tokens, seed=cfg.fault_seed))
 
 
 def describe(backend: Any) -> str:
@@ -66,6 +67,12 @@ def describe(backend: Any) -> str:
     if what.get("backend") == "twin":
         return f"{what.get('model')} on {what.get('hardware')} (digital twin)"
     return f"{what.get('backend')} timing model"
+
+
+def describe_config(cfg: EmulatorConfig, backend: Any) -> str:
+    """:func:`describe`, and the thinking tokens when it emulates a reasoning model."""
+    line = describe(backend)
+    return line + (f", thinking {cfg.reasoning_tokens} tokens per request" if cfg.reasoning_tokens else "")
 
 
 async def serve_forever(cfg: EmulatorConfig, host: str, port: int,
@@ -78,7 +85,7 @@ async def serve_forever(cfg: EmulatorConfig, host: str, port: int,
     await site.start()
     bound = int(runner.addresses[0][1])  # the port bound (port 0 = a free one)
     if on_ready is not None:
-        on_ready(f"infermeter emulator: {describe(backend)} on http://{host}:{bound}")
+        on_ready(f"infermeter emulator: {describe_config(cfg, backend)} on http://{host}:{bound}")
     try:
         await asyncio.Event().wait()
     finally:

@@ -21,7 +21,7 @@ import argparse
 import shlex
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from infermeter.errors import ConfigError
 from infermeter.twin.spec import TwinSpec
@@ -51,6 +51,22 @@ class EmulatorConfig(TwinSpec):
     cut_after: int = Field(3, ge=0, description="tokens before an injected stream cut")
     api_key: str | None = Field(None, description="answer 401 to /v1 requests without 'Authorization: Bearer KEY' "
                                                   "(as vLLM's --api-key)")
+    reasoning_tokens: str | None = Field(None, description="emulate a reasoning model: stream the first N output tokens "
+                                                           "of each request as reasoning_content (N, or "
+                                                           "'mean[,stdev[,min,max]]'); max_tokens bounds thinking + answer")
+
+    @field_validator("reasoning_tokens", mode="before")
+    @classmethod
+    def _thinking(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        from infermeter.engines.emulator.reasoning import ThinkingPlan
+
+        try:
+            plan = ThinkingPlan.parse(str(v))
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("--reasoning-tokens: ")) from None
+        return None if plan is None else plan.describe()
 
     @property
     def backend(self) -> str:

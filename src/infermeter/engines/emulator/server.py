@@ -11,7 +11,9 @@ faults from a :class:`~infermeter.engines.emulator.faults.FaultPlan`::
 
 Prompt tokens are counted with ``count_tokens`` (default: the workload's
 default tokenizer when available, else about 4 characters per token); the
-output is the word " tok" repeated, one word per token.
+output is the word " tok" repeated, one word per token. With a :class:`ThinkingPlan`
+(``--reasoning-tokens``) the first tokens of each request are a reasoning model's thinking,
+streamed as ``reasoning_content`` (``engines.emulator.reasoning``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from infermeter.engines.emulator.faults import FaultPlan
+from infermeter.engines.emulator.reasoning import ThinkingPlan, split
 from infermeter.engines.emulator.simple import Backend, GenRequest
 
 TOKEN_TEXT = " tok"
@@ -65,8 +68,9 @@ def _json_error(status: int, msg: str) -> web.Response:
 
 class EmulatorServer:
     def __init__(self, backend: Backend, *, faults: FaultPlan | None = None,
-                 count_tokens: Callable[[str], int] | None = None) -> None:
+                 count_tokens: Callable[[str], int] | None = None, thinking: ThinkingPlan | None = None) -> None:
         self.backend = backend
+        self.thinking = thinking  # a reasoning model's thinking tokens per request (engines.emulator.reasoning)
         self.faults = faults or FaultPlan()
         self.count_tokens = count_tokens or approx_tokens
         self._ids = 0
@@ -136,24 +140,28 @@ class EmulatorServer:
         if fault == "slow_first_byte":
             await asyncio.sleep(self.faults.slow_s)
         model = body.get("model") or self.backend.model_name
+        think = min(self.thinking.draw(), max_tokens) if self.thinking is not None else 0
         if body.get("stream"):
             return await self._stream(request, req, chat, model, rid, fault,
-                                      bool((body.get("stream_options") or {}).get("include_usage")))
+                                      bool((body.get("stream_options") or {}).get("include_usage")), think)
         n = 0
         async for k in self.backend.generate(req):
             n += k
-        content = TOKEN_TEXT * n
-        choice = ({"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "length"} if chat
-                  else {"index": 0, "text": content, "finish_reason": "length"})
+        r = min(n, think)
+        content = TOKEN_TEXT * (n - r)
+        message = {"role": "assistant", "content": content} | ({"reasoning_content": TOKEN_TEXT * r} if r else {})
+        choice = ({"index": 0, "message": message, "finish_reason": "length"} if chat
+                  else {"index": 0, "text": (f"<think>{TOKEN_TEXT * r}</think>" if r else "") + content,
+                        "finish_reason": "length"})
         return web.json_response({"id": f"cmpl-{rid}", "object": "chat.completion" if chat else "text_completion",
                                   "created": int(time.time()), "model": model, "choices": [choice],
                                   "usage": {"prompt_tokens": req.prompt_tokens, "completion_tokens": n,
                                             "total_tokens": req.prompt_tokens + n}})
 
     async def _stream(self, request: web.Request, req: GenRequest, chat: bool, model: str, rid: int,
-                      fault: str | None, include_usage: bool) -> web.StreamResponse:
+                      fault: str | None, include_usage: bool, think: int = 0) -> web.StreamResponse:
         zero = getattr(self.backend, "zero_delay", False) and fault is None
-        key = (chat, model, req.max_tokens, req.prompt_tokens, include_usage)
+        key = (chat, model, req.max_tokens, req.prompt_tokens, include_usage, think)
         if zero and key in self._prerendered:  # zero-delay mode: the same bytes every time
             return web.Response(body=self._prerendered[key], headers=_SSE_HEADERS)
         resp = web.StreamResponse(headers=_SSE_HEADERS)
@@ -169,11 +177,21 @@ class EmulatorServer:
             if fault == "malformed" and n >= 1:
                 await resp.write(b"".join(buf) + b"data: {this is not json\n\n")
                 return resp
-            content = json.dumps(TOKEN_TEXT * k)
-            delta = f'"delta":{{"content":{content}}}' if chat else f'"text":{content}'
-            n += k
-            fin = '"length"' if n >= req.max_tokens else "null"
-            buf.append(f"data: {head}{{\"index\":0,{delta},\"finish_reason\":{fin}}}]}}\n\n".encode())
+            r, a = split(k, n, think) if think else (0, k)
+            if r:  # thinking: reasoning_content (chat) or inside <think> tags (completions)
+                text = TOKEN_TEXT * r
+                if not chat:
+                    text = ("<think>" if n == 0 else "") + text + ("</think>" if n + r == think else "")
+                delta = f'"delta":{{"reasoning_content":{json.dumps(text)}}}' if chat else f'"text":{json.dumps(text)}'
+                n += r
+                fin = '"length"' if n >= req.max_tokens else "null"
+                buf.append(f"data: {head}{{\"index\":0,{delta},\"finish_reason\":{fin}}}]}}\n\n".encode())
+            if a:
+                content = json.dumps(TOKEN_TEXT * a)
+                delta = f'"delta":{{"content":{content}}}' if chat else f'"text":{content}'
+                n += a
+                fin = '"length"' if n >= req.max_tokens else "null"
+                buf.append(f"data: {head}{{\"index\":0,{delta},\"finish_reason\":{fin}}}]}}\n\n".encode())
             if fault == "cut" and n >= self.faults.cut_after:
                 await resp.write(b"".join(buf))
                 return resp  # ends the body without a finish: a cut stream
@@ -210,8 +228,9 @@ def require_key(api_key: str) -> Middleware:
 
 
 def make_app(backend: Backend, *, faults: FaultPlan | None = None,
-             count_tokens: Callable[[str], int] | None = None, api_key: str | None = None) -> web.Application:
-    srv = EmulatorServer(backend, faults=faults, count_tokens=count_tokens)
+             count_tokens: Callable[[str], int] | None = None, api_key: str | None = None,
+             thinking: ThinkingPlan | None = None) -> web.Application:
+    srv = EmulatorServer(backend, faults=faults, count_tokens=count_tokens, thinking=thinking)
     app = web.Application(client_max_size=256 * 1024 * 1024,
                           middlewares=[require_key(api_key)] if api_key else [])
     app[EMULATOR_KEY] = srv
