@@ -21,3 +21,11 @@ def lopo_report(corpus):
     from infermeter.perfmodel.validate import validate
 
     return validate(corpus, holdout="source")
+
+
+@pytest.fixture(scope="session")
+def loco(corpus):
+    """Every corpus row predicted by a fit without its (hardware family, engine, precision class): one refit per combination."""
+    from infermeter.perfmodel.uncertainty import loco_records
+
+    return loco_records(corpus)

@@ -51,3 +51,15 @@ def test_the_ceiling_has_no_engine_costs_even_for_llamacpp():
     assert v.ceiling < v.predicted  # the prediction pays the launches and efficiencies the ceiling does not
     d = build_deployment("llama-3-8b", "rtx-4090", dtype="q4_k_m", engine="llamacpp", calibration=ideal_calibration())
     assert d.step_overhead_s == 0.0
+
+
+def test_the_verdict_sets_the_prediction_interval_beside_the_bound():
+    v = check_claim("tpot_ms", 8.0, "llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
+    assert v.interval is not None and v.interval_basis is not None
+    lo, hi = v.interval
+    assert lo < v.predicted < hi and v.ceiling < hi  # the bound is a floor for a latency
+    assert v.interval_basis["basis"] == "calibrated" and v.interval_basis["n"] > 0
+    assert "80% interval" in v.sentence() and "published rows behind it" in v.sentence()
+    unseen = check_claim("tpot_ms", 8.0, "llama-3.1-8b", "mi300x", dtype="bf16", engine="vllm")  # no MI300X BF16 row
+    assert unseen.interval_basis is not None and unseen.interval_basis["basis"] == "unseen"
+    assert unseen.interval is not None and unseen.interval[0] < unseen.predicted < unseen.interval[1]

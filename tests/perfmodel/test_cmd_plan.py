@@ -75,6 +75,9 @@ def test_check_reports_the_verdict(app):
     assert "IMPOSSIBLE" in res.output and "2.39x the physical limit" in res.output
     out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "ttft=500", "--json").stdout)
     assert out[0]["verdict"] == "possible" and out[0]["metric"] == "ttft_ms"
+    lo, hi = out[0]["interval"]  # the prediction's 80% interval beside the physical bound
+    assert lo < out[0]["predicted"] < hi and out[0]["ceiling"] < hi
+    assert out[0]["interval_basis"]["basis"] == "unseen"  # vLLM on an H100: no such row in the corpus
 
 
 def _small_corpus(tmp_path):
@@ -93,7 +96,7 @@ def test_validate_prints_rows_breakdowns_and_every_holdout(app, tmp_path):
     for kind in ("in-sample: median |error|", "leave-one-out: median |error|", "leave-one-publication-out: median |error|"):
         assert kind in out
     assert "targets (leave-one-publication-out median <= 10%, max <= 35%)" in out
-    assert "80% prediction intervals built without each row's publication hold" in out
+    assert "80% prediction intervals, leave-one-publication-out (nested" in out and "rows (" in out
 
 
 def test_validate_json_has_every_kind_of_error(app, tmp_path):
@@ -102,9 +105,21 @@ def test_validate_json_has_every_kind_of_error(app, tmp_path):
     assert set(out["summary"]) == {"in", "lopo"} and out["holdout"] == "source"
     assert {"error", "error_lopo", "predicted_lopo"} <= set(out["rows"][0])
     assert out["by_engine"]["trtllm"]["n"] == sum(1 for r in out["rows"] if r["id"].startswith("trt05"))
-    assert 0.0 <= out["interval_coverage"]["inside"] <= 1.0 and out["interval_coverage"]["nominal"] == 0.8
+    cov = out["interval_coverage"]
+    assert 0.0 <= cov["inside"] <= 1.0 and cov["nominal"] == 0.8 and cov["kind"].startswith("leave-one-publication-out")
+    stated = [r for r in out["rows"] if r["interval"] is not None]
+    assert cov["rows"] == len(stated) > 0
+    for r in stated:  # each row: its interval around the out-of-sample prediction, and whether the published value is inside
+        lo, hi = r["interval"]
+        assert lo < hi and r["inside"] == (lo <= r["measured"] <= hi)
+        assert r["interval_basis"] in ("calibrated", "pooled", "unseen")
+    assert cov["inside"] == pytest.approx(sum(r["inside"] for r in stated) / len(stated), abs=1e-4)
     none = json.loads(run(app, "--validate", str(_small_corpus(tmp_path)), "--holdout", "none", "--json").stdout)
-    assert set(none["summary"]) == {"in"} and none["interval_coverage"] is None
+    assert set(none["summary"]) == {"in"} and none["interval_coverage"]["kind"].startswith("in-sample")
+    assert none["interval_coverage"]["rows"] == len(none["rows"])
+    for r in none["rows"]:
+        lo, hi = r["interval"]
+        assert lo < r["predicted"] * 1.5 and hi > r["predicted"] / 1.5 and r["inside"] == (lo <= r["measured"] <= hi)
 
 
 def test_table_shows_each_prediction_with_its_interval(app):

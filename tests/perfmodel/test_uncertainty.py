@@ -13,7 +13,9 @@ from infermeter.perfmodel.planner import INTERVAL_METRICS, plan
 from infermeter.perfmodel.uncertainty import (
     IntervalTable,
     Regime,
+    basis_of,
     interval,
+    loco_coverage,
     nested_coverage,
     regime_of,
     table_from_report,
@@ -26,21 +28,32 @@ odd-gpu: {name: Odd, family: oddarch, memory_gb: 100, memory_bandwidth_gbs: 1000
 """
 
 
-def test_stated_coverage_holds_out_of_sample(lopo_report):
+def test_stated_coverage_holds_out_of_sample(lopo_report, loco):
     """Each row's 80% interval is built from a fit and an error table that both leave its publication out."""
-    frac, n, checks = nested_coverage(lopo_report)
+    frac, n, checks = nested_coverage(lopo_report, loco)
     assert n == len(lopo_report.results)
     assert 0.70 <= frac <= 0.90
     assert all(lo < hi for _, lo, hi, _ in checks)
 
 
-def test_shipped_table_is_derived_from_the_corpus(lopo_report):
+def test_coverage_holds_on_combinations_the_fit_never_saw(lopo_report, loco):
+    """The emulated unseen publication: fit and table without every row of the row's family, engine and precision."""
+    assert len(loco) == len(lopo_report.results)
+    assert sum(g.calibration == "unseen" for g, *_ in loco) >= 0.9 * len(loco)  # held out whole: nothing calibrates them
+    frac, n, checks = loco_coverage(lopo_report, loco)
+    assert n >= 0.9 * len(loco)
+    assert 0.70 <= frac <= 0.92
+
+
+def test_shipped_table_is_derived_from_the_corpus(lopo_report, loco):
     shipped = {c.key: c for c in table_of().cells}
-    fresh = {c.key: c for c in table_from_report(lopo_report).cells}
+    fresh = {c.key: c for c in table_from_report(lopo_report, loco=loco).cells}
     assert shipped.keys() == fresh.keys()
     for k, c in shipped.items():
         assert c.n == fresh[k].n, k
         assert c.mean == pytest.approx(fresh[k].mean, abs=2e-3) and c.sd == pytest.approx(fresh[k].sd, abs=2e-3), k
+        if math.isfinite(c.q80):
+            assert c.q80 == pytest.approx(fresh[k].q80, abs=2e-3), k
 
 
 def test_regimes_follow_what_calibrates_the_figure(tmp_path):
@@ -50,9 +63,13 @@ def test_regimes_follow_what_calibrates_the_figure(tmp_path):
     assert regime_of(trt, "tpot_ms", 1000, 200, 1) == Regime("tpot", "decode", "calibrated")
     assert regime_of(trt, "ttft_ms", 1000, 200, 1).bound == "prefill"
     vllm_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")  # no vLLM rows on NVIDIA: TensorRT-LLM's family values
-    assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "pooled"
+    assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "unseen"
+    mi_fp8 = build_deployment("llama-3.1-8b", "mi300x", dtype="fp8", engine="vllm")  # fitted for vLLM FP8 at TP8 only
+    assert regime_of(mi_fp8, "tpot_ms", 1000, 200, 1).calibration == "pooled"
+    mi_bf16 = build_deployment("llama-3.1-8b", "mi300x", dtype="bf16", engine="vllm")  # every MI300X row is FP8
+    assert regime_of(mi_bf16, "tpot_ms", 1000, 200, 1).calibration == "unseen"
     unseen = build_deployment("llama-3.1-8b", "odd-gpu", hardware_file=str(f))
-    assert regime_of(unseen, "output_tokens_per_s", 1000, 200, 8).calibration == "literature"
+    assert regime_of(unseen, "output_tokens_per_s", 1000, 200, 8).calibration == "unseen"
     assert regime_of(trt, "output_tokens_per_s", 20000, 50, 1).bound == "prefill"
     assert regime_of(trt, "output_tokens_per_s", 100, 2000, 64).bound == "decode"
     with pytest.raises(ConfigError, match="no prediction interval for metric 'joules'"):
@@ -83,11 +100,27 @@ def test_reciprocal_metrics_flip_the_interval():
 
 
 def test_small_cells_fall_back_to_coarser_ones():
-    own = Regime("ttft", "prefill", "literature")
-    other = Regime("throughput", "decode", "literature")
-    table = IntervalTable.from_records([(own, 0.5), (own, 0.6)] + [(other, 0.01 * i) for i in range(12)])
+    own = Regime("ttft", "prefill", "unseen")
+    other = Regime("throughput", "decode", "unseen")
+    table = IntervalTable.from_records([(own, 0.5), (own, 0.6), (own, 0.55)] + [(other, 0.01 * i) for i in range(12)])
     _, _, basis = interval("ttft_ms", 100.0, own, table)
-    assert "cell */*/literature" in basis  # two rows are too few: the calibration's cell over all metrics serves
+    assert "cell */*/unseen" in basis  # three rows are too few for a conformal 80% rank: the calibration's cell serves
+    assert basis_of(own, table) == {"basis": "unseen", "n": 15, "cell": "*/*/unseen"}
+
+
+def test_few_rows_widen_towards_the_unseen_band():
+    """The same spread on 4 rows gives a wider interval than on 40; unseen combinations get the widest band."""
+    cal, unseen = Regime("tpot", "decode", "calibrated"), Regime("tpot", "decode", "unseen")
+    spread = [0.05, -0.05, 0.02, -0.02]
+    wide = [(unseen, 0.4 * (i % 5 - 2)) for i in range(20)]
+    few = IntervalTable.from_records([(cal, e) for e in spread] + wide)
+    many = IntervalTable.from_records([(cal, e) for e in spread * 10] + wide)
+    lo4, hi4, _ = interval("tpot_ms", 10.0, cal, few)
+    lo40, hi40, _ = interval("tpot_ms", 10.0, cal, many)
+    lou, hiu, _ = interval("tpot_ms", 10.0, unseen, many)
+    assert hi4 / lo4 > 1.5 * (hi40 / lo40)
+    assert hiu / lou > hi4 / lo4
+    assert lo40 < 10.0 < hi40 and hi40 / lo40 < math.exp(2 * 0.15)  # 40 rows: near their own conformal width (0.05)
 
 
 def test_a_per_deployment_calibration_brings_its_residuals(tmp_path):

@@ -123,31 +123,63 @@ def _pct(v: float | None, signed: bool = False) -> str:
     return "-" if v is None else (f"{v:+.1%}" if signed else f"{v:.1%}")
 
 
-def _coverage(report: Any) -> tuple[float, int] | None:
-    if "lopo" not in report.kinds:
-        return None
-    from infermeter.perfmodel.uncertainty import nested_coverage
+def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per row the stated 80% interval and whether the published value is inside, and the summary coverage.
 
-    frac, n, _ = nested_coverage(report)
-    return frac, n
+    With leave-one-publication-out (``--holdout source|all``) each row's interval surrounds its LOPO
+    prediction and is built from errors without its publication (nested); otherwise it surrounds the
+    in-sample prediction with the shipped table (an in-sample check: the table saw the row)."""
+    from collections import defaultdict
+
+    from infermeter.perfmodel.uncertainty import interval, loco_records, nested_coverage, records_of
+    from infermeter.perfmodel.validate import deployment_for, validation_regime
+
+    per: dict[str, dict[str, Any]] = {}
+    if "lopo" in report.kinds:
+        regimes = {r.row.id: g for g, _, _, r in records_of(report)}
+        kind = "leave-one-publication-out (nested: fit and error table without the row's publication)"
+        loco = loco_records([r.row for r in report.results], report.calibration)
+        for r, lo, hi, ok in nested_coverage(report, loco)[2]:
+            per[r.row.id] = {"interval": [lo, hi], "inside": ok, "basis": regimes[r.row.id].calibration}
+    else:
+        kind = "in-sample (shipped calibration and table)"
+        for r in report.results:
+            reg = validation_regime(r.row, deployment_for(r.row, report.calibration))
+            lo, hi, _ = interval(r.row.metric, r.predicted, reg)
+            per[r.row.id] = {"interval": [lo, hi], "inside": lo <= r.row.value <= hi, "basis": reg.calibration}
+    by: dict[str, list[bool]] = defaultdict(list)
+    for v in per.values():
+        by[v["basis"]].append(v["inside"])
+    n = len(per)
+    inside = sum(v["inside"] for v in per.values())
+    summary = {"inside": round(inside / n, 4) if n else None, "rows": n, "nominal": 0.8, "kind": kind,
+               "by_basis": {b: {"inside": round(sum(v) / len(v), 4), "rows": len(v)} for b, v in sorted(by.items())}}
+    return per, summary
+
+
+def _row_interval(v: dict[str, Any] | None) -> dict[str, Any]:
+    if v is None:  # too few other rows to state an interval for this one
+        return {"interval": None, "inside": None, "interval_basis": None}
+    return {"interval": [round(x, 4) for x in v["interval"]], "inside": v["inside"], "interval_basis": v["basis"]}
 
 
 def _validation_json(report: Any) -> dict[str, Any]:
     kinds = report.kinds
-    cov = _coverage(report)
+    per, cov = _row_intervals(report)
     return {
         "holdout": report.holdout,
         "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
                   "error": round(r.error, 4),
                   **{f"predicted_{k}": (None if r.prediction(k) is None else round(r.prediction(k), 4)) for k in kinds if k != "in"},
-                  **{f"error_{k}": (None if r.error_of(k) is None else round(r.error_of(k), 4)) for k in kinds if k != "in"}}
+                  **{f"error_{k}": (None if r.error_of(k) is None else round(r.error_of(k), 4)) for k in kinds if k != "in"},
+                  **_row_interval(per.get(r.row.id))}
                  for r in report.results],
         "summary": {k: {"median_abs_error": round(report.median_abs(k), 4), "max_abs_error": round(report.max_abs(k), 4)} for k in kinds},
         "by_family": {g.name: {"n": g.n, **{k: {"median": _r4(g.median_abs[k]), "max": _r4(g.max_abs[k])} for k in kinds}}
                       for g in report.breakdown("family")},
         "by_engine": {g.name: {"n": g.n, **{k: {"median": _r4(g.median_abs[k]), "max": _r4(g.max_abs[k])} for k in kinds}}
                       for g in report.breakdown("engine")},
-        "interval_coverage": None if cov is None else {"inside": round(cov[0], 4), "rows": cov[1], "nominal": 0.8},
+        "interval_coverage": cov,
     }
 
 
@@ -194,8 +226,10 @@ def _print_validation(report: Any, path: str) -> None:
         misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]
         con.print(f"targets (leave-one-publication-out median <= {TARGETS['median']:.0%}, max <= {TARGETS['max']:.0%}): "
                   + ("[green]met[/]" if ok else f"[red]NOT met[/] ({len(misses)} rows beyond {TARGETS['max']:.0%})"), highlight=False)
-        frac, n = _coverage(report) or (0.0, 0)
-        con.print(f"80% prediction intervals built without each row's publication hold {frac:.1%} of {n} rows", highlight=False)
+    _, cov = _row_intervals(report)
+    if cov["rows"]:
+        parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_basis"].items())
+        con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
 
 
 _PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests")
@@ -330,6 +364,8 @@ def register(app: typer.Typer) -> None:
                                    "ceiling": None if math.isnan(v.ceiling) else round(v.ceiling, 4),
                                    "predicted": None if math.isnan(v.predicted) else round(v.predicted, 4),
                                    "ratio_to_ceiling": None if math.isnan(v.ceiling) else round(v.ratio_to_ceiling, 4),
+                                   "interval": None if v.interval is None else [round(x, 4) for x in v.interval],
+                                   "interval_basis": v.interval_basis,
                                    "reason": v.reason or None} for c, v in zip(configs, verdicts)], indent=2))
             else:
                 for c, v in zip(configs, verdicts):

@@ -12,6 +12,9 @@ section 10), else ``possible``::
     >>> v.verdict, round(v.ratio_to_ceiling, 1)
     ('impossible', 2.4)
 
+The verdict also carries the prediction's 80% interval and its basis (:mod:`perfmodel.uncertainty`),
+so a claim can be set beside both the physical bound and what the model expects.
+
 Metrics: ``decode_tokens_per_s`` (single stream, context ``I + O/2``), ``ttft_ms`` (one prompt
 of ``I`` tokens alone), ``tpot_ms`` (single stream), ``output_tokens_per_s`` (whole
 configuration at saturation).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment, build_deployment
@@ -42,6 +46,8 @@ class Verdict:
     predicted: float  # calibrated model
     verdict: str  # impossible | implausible | possible
     reason: str = ""  # set when the model cannot run at all (does not fit)
+    interval: tuple[float, float] | None = None  # 80% interval of the prediction (perfmodel.uncertainty)
+    interval_basis: dict[str, Any] | None = None  # {basis: calibrated | pooled | unseen | deployment, n, cell}
 
     @property
     def ratio_to_ceiling(self) -> float:
@@ -62,6 +68,10 @@ class Verdict:
                 f"({self.ceiling:.4g} {unit} at 100% of datasheet bandwidth and compute, no overheads)")
         if not math.isnan(self.predicted):
             text += f"; the calibrated model predicts {self.predicted:.4g} {unit} (the claim is {self.ratio_to_prediction:.2f}x{rel} that)"
+            if self.interval and self.interval_basis:
+                lo, hi = self.interval
+                text += (f", 80% interval {lo:.4g}-{hi:.4g} {unit} ({self.interval_basis['basis']}, "
+                         f"{self.interval_basis['n']} published rows behind it)")
         return text
 
 
@@ -103,4 +113,21 @@ def check_claim(metric: str, claim: float, model: str, config: str, *, dtype: st
     predicted = _value(m, real, input_tokens, output_tokens) if real.fits else math.nan
     beyond = claim > ceiling if HIGHER_IS_BETTER[m] else claim < ceiling
     near = claim > PLAUSIBLE_FRACTION * ceiling if HIGHER_IS_BETTER[m] else claim < ceiling / PLAUSIBLE_FRACTION
-    return Verdict(m, claim, ceiling, predicted, "impossible" if beyond else "implausible" if near else "possible")
+    iv, basis = _interval(m, predicted, real, input_tokens, output_tokens) if real.fits else (None, None)
+    return Verdict(m, claim, ceiling, predicted, "impossible" if beyond else "implausible" if near else "possible",
+                   interval=iv, interval_basis=basis)
+
+
+def _interval(metric: str, predicted: float, d: Deployment, input_tokens: int, output_tokens: int
+              ) -> tuple[tuple[float, float] | None, dict[str, Any] | None]:
+    """The 80% interval of the prediction in its regime (single stream, or the saturation batch for throughput)."""
+    from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of
+
+    name = "saturation_output_tokens_per_s" if metric == "output_tokens_per_s" else metric
+    batch = saturation(d, input_tokens, output_tokens)[1] if metric == "output_tokens_per_s" else 1
+    try:
+        reg = regime_of(d, name, input_tokens, output_tokens, batch)
+        lo, hi, _ = interval(name, predicted, reg)
+        return (lo, hi), basis_of(reg)
+    except ConfigError:  # no uncertainty table (a calibration without one): the bound stands alone
+        return None, None

@@ -13,7 +13,8 @@ Promises: :func:`plan` returns a frozen :class:`Plan` for one configuration, who
 Throughputs and ``max_concurrency`` are for the whole configuration (all data-parallel
 replicas); ``kv_capacity_tokens`` is per replica (``replicas`` says how many). Every predicted
 timing and throughput carries an 80% interval (``intervals``: metric -> [low, high], from
-:mod:`perfmodel.uncertainty`) and ``basis`` says where the intervals come from; the memory
+:mod:`perfmodel.uncertainty`; ``interval_basis``: metric -> ``{basis: calibrated | pooled | unseen |
+deployment, n: rows behind it, cell}``) and ``basis`` says where the intervals come from; the memory
 figures are computed from the catalogs and carry none.
 """
 
@@ -42,6 +43,7 @@ class Plan:
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric -> 80% interval
     regimes: dict[str, str] = field(default_factory=dict)  # metric -> regime label (uncertainty.Regime)
     basis: str = ""
+    interval_basis: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {basis, n, cell} (uncertainty.basis_of)
 
     @property
     def fits(self) -> bool:
@@ -80,6 +82,7 @@ class Plan:
             "mbu": d.mbu,
             "intervals": {k: [_r(lo, k), _r(hi, k)] for k, (lo, hi) in self.intervals.items()},
             "regimes": dict(self.regimes),
+            "interval_basis": {k: dict(v) for k, v in self.interval_basis.items()},
             "basis": self.basis or None,
             "notes": self.notes(),
         }
@@ -105,7 +108,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
          hardware_file: str | None = None, calibration: Calibration | str | None = None) -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table)."""
     from infermeter.errors import ConfigError
-    from infermeter.perfmodel.uncertainty import interval, regime_of, table_of
+    from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
 
     for name, v in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens), ("--concurrency", concurrency)):
         if v < 1:
@@ -120,14 +123,14 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     values = {"ttft_ms": est.ttft_s * 1e3, "tpot_ms": est.tpot_s * 1e3, "per_user_output_tokens_per_s": est.per_user_tokens_per_s,
               "output_tokens_per_s": est.output_tokens_per_s, "saturation_output_tokens_per_s": sat}
     table = table_of(cal)
-    intervals, regimes, cells = {}, {}, []
+    intervals, regimes, cells, bases = {}, {}, [], {}
     for metric in INTERVAL_METRICS:
         running = batch if metric == "saturation_output_tokens_per_s" else est.running_per_replica * d.config.replicas
         reg = regime_of(d, metric, input_tokens, output_tokens, running)
         lo, hi, _ = interval(metric, values[metric], reg, table)
-        intervals[metric], regimes[metric] = (lo, hi), reg.label
+        intervals[metric], regimes[metric], bases[metric] = (lo, hi), reg.label, basis_of(reg, table)
         cells.append(f"{metric} in {reg.label} (cell {table.multipliers(reg)[2]})")
     basis = (f"predicted; 80% intervals from the out-of-sample errors of {table.rows} published measurements "
              f"({table.publications} publications), each predicted by a fit without its publication, in the figure's regime: "
              + "; ".join(cells))
-    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis)
+    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases)

@@ -16,19 +16,31 @@ validation. The shipped table is the ``uncertainty:`` block of ``data/calibratio
 
 Regimes: the metric group (``ttft``: TTFT and prompt rates; ``tpot``: TPOT and per-user decode
 rates; ``throughput``), the bound (``prefill`` or ``decode``: TTFT is prefill-bound, TPOT
-decode-bound, a throughput by which part of a request's time dominates) and the calibration
-(``deployment``: a per-deployment calibration file; ``calibrated``: fitted entries for this
-family, engine and TP degree; ``pooled``: fitted on the family or memory class, another TP
-degree, or other engines; ``literature``: priors only, e.g. a hardware family no measurement
-covers). For a figure that uses both efficiencies the weaker calibration counts.
+decode-bound, a throughput by which part of a request's time dominates) and the calibration, the
+interval's ``basis``: ``deployment`` (a per-deployment calibration file), ``calibrated`` (fitted
+entries for this hardware family, engine, precision class and TP degree), ``pooled`` (the same
+family, engine and precision class, fitted at another TP degree) or ``unseen`` (no fitted entry
+for this family, engine and precision class: the efficiencies come from other engines, another
+precision, the memory class or the priors). For a figure that uses both efficiencies the weaker
+calibration counts.
 
-Interval: the regime's cell of ``n`` out-of-sample log errors with mean ``m`` and standard
-deviation ``s``, both shrunk towards the next coarser cell of at least 8 rows with weight 4 (small
-cells borrow from it), gives the 80% interval ``m +- t(0.9, df) s sqrt(1 + 1/n)`` of
-``log(measured/predicted)`` (a Student-t predictive interval, ``df = n - 1`` plus 4 when shrunk).
-The cells are (group, bound, calibration), then (group, any bound, calibration), then
-(calibration), then all rows; one with fewer than 3 rows is skipped. Reciprocal metrics (tokens/s
-of one user, prompt tokens/s) flip the interval of their group.
+Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
+LOPO) in its regime under that fit; and, so that ``unseen`` rests on rows that were unseen, each
+row predicted by a fit without every row of its (family, engine, precision class) combination
+(leave-one-combination-out, LOCO; :func:`loco_records`), in its regime under that fit.
+
+Interval: the regime's cell of ``n`` errors (skipped below 4 rows; then (group, any bound,
+calibration), (calibration), all rows) has a centre ``m`` (its mean log error, shrunk towards the
+next coarser cell of at least 8 rows with weight 4) and a conformal half-width ``q``: the
+``ceil((n+1) * 0.8)``-th smallest ``|e - mean|`` of its rows. A small cell is widened towards the
+wide default ``W`` (the ``unseen`` cell's half-width over all metrics)::
+
+    h = (n q + 4 W) / (n + 4)        80% interval of log(measured/predicted): m +- h
+
+so 4 rows give half the way to ``W`` and 100 rows almost none. Reciprocal metrics (tokens/s of
+one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage` checks the
+stated coverage with each row's interval built from errors without its publication;
+:func:`loco_coverage` with each row's interval built without its whole combination.
 """
 
 from __future__ import annotations
@@ -43,16 +55,17 @@ from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment
 
 COVERAGE = 0.8
-MIN_CELL = 3  # a cell with fewer rows is skipped
+MIN_CELL = 4  # a cell with fewer rows is skipped (its conformal rank ceil((n+1)*0.8) would exceed n)
 MIN_N = 8  # a cell with fewer rows borrows mean and spread from the next coarser cell that has this many
 SHRINK = 4.0
+WIDEN = 4.0  # rows' worth of weight the wide default W gets in a cell's half-width
 # metric -> (group, orientation): orientation -1 for rates that are the reciprocal of the group's latency
 METRIC_GROUPS: dict[str, tuple[str, int]] = {
     "ttft_ms": ("ttft", 1), "prefill_tokens_per_s": ("ttft", -1),
     "tpot_ms": ("tpot", 1), "decode_tokens_per_s": ("tpot", -1), "per_user_output_tokens_per_s": ("tpot", -1),
     "output_tokens_per_s": ("throughput", 1), "saturation_output_tokens_per_s": ("throughput", 1),
 }
-CALIBRATIONS = ("literature", "pooled", "calibrated", "deployment")  # weakest first
+CALIBRATIONS = ("unseen", "pooled", "calibrated", "deployment")  # weakest first
 _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372, 12: 1.356,
         15: 1.341, 20: 1.325, 25: 1.316, 30: 1.310, 40: 1.303, 60: 1.296, 120: 1.289}
 
@@ -68,7 +81,7 @@ def t90(df: int) -> float:
 class Regime:
     group: str  # ttft | tpot | throughput
     bound: str  # prefill | decode
-    calibration: str  # deployment | calibrated | pooled | literature
+    calibration: str  # deployment | calibrated | pooled | unseen
 
     @property
     def label(self) -> str:
@@ -76,13 +89,19 @@ class Regime:
 
 
 def _status(d: Deployment, which: int) -> str:
+    """How the efficiency ``which`` (0 prefill, 1 decode) of ``d`` is calibrated (see the module docstring)."""
+    from infermeter.perfmodel.calibration import dtype_class
+
     e = d.calibration_entries[which] if len(d.calibration_entries) > which else None
     if e is None or not e.fitted:
-        return "deployment" if e is not None and e.origin else "literature"
+        return "deployment" if e is not None and e.origin else "unseen"
     if e.origin:
         return "deployment"
     eng = d.engine_defaults.name if d.engine_defaults else d.engine
-    return "calibrated" if (e.family == d.hw.family and e.engine == eng and e.tp == d.config.tp) else "pooled"
+    dtype = (d.prefill_dtype or d.dtype) if which == 0 else d.dtype
+    if e.family != d.hw.family or e.engine != eng or e.dtype not in (dtype, dtype_class(dtype)):
+        return "unseen"
+    return "calibrated" if e.tp == d.config.tp or str(e.tp) == str(d.config.tp) else "pooled"
 
 
 def _throughput_bound(d: Deployment, input_tokens: int, output_tokens: int, batch: int) -> str:
@@ -115,6 +134,7 @@ class Cell:
     n: int
     mean: float  # of log(measured/predicted) in the group's orientation
     sd: float
+    q80: float = math.nan  # conformal half-width: the ceil((n+1)*0.8)-th smallest |e - mean| (nan: too few rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,22 +153,32 @@ class IntervalTable:
                 ("*", "*", regime.calibration), ("*", "*", "*")]
         return [c for k in keys if (c := self._get(k)) is not None]
 
-    def multipliers(self, regime: Regime) -> tuple[float, float, str]:
-        """(low, high) bounds of measured/predicted in the group's orientation, and the cell used."""
+    def wide(self) -> float:
+        """The wide default half-width ``W``: the ``unseen`` cell over all metrics (else the widest usable cell)."""
+        c = self._get(("*", "*", "unseen"))
+        if c is not None and c.n >= MIN_CELL and math.isfinite(c.q80):
+            return c.q80
+        return max((x.q80 for x in self.cells if x.n >= MIN_CELL and math.isfinite(x.q80)), default=math.log(2.0))
+
+    def cell_of(self, regime: Regime) -> tuple[Cell, Cell | None]:
+        """The cell an interval in ``regime`` uses and the coarser cell its centre is shrunk towards."""
         chain = self.chain(regime)
         if regime.calibration == "deployment" and not any(c.key[2] == "deployment" for c in chain):
             chain = self.chain(Regime(regime.group, regime.bound, "calibrated"))  # no residuals given: as calibrated rows
-        usable = [c for c in chain if c.n >= MIN_CELL]
+        usable = [c for c in chain if c.n >= MIN_CELL and math.isfinite(c.q80)]
         if not usable:
-            raise ConfigError("the uncertainty table has no cells")
-        cell = usable[0]
-        parent = next((c for c in usable[1:] if c.n >= MIN_N), None)
-        mean, var, df = cell.mean, cell.sd ** 2, cell.n - 1
-        if parent is not None:
-            mean = (cell.n * cell.mean + SHRINK * parent.mean) / (cell.n + SHRINK)
-            var = (cell.n * cell.sd ** 2 + SHRINK * parent.sd ** 2) / (cell.n + SHRINK)
-            df = cell.n - 1 + int(SHRINK)
-        h = t90(df) * math.sqrt(var) * math.sqrt(1 + 1 / max(cell.n, 1))
+            raise ConfigError(f"the uncertainty table has no cell of {MIN_CELL}+ rows for regime {regime.label}")
+        return usable[0], next((c for c in usable[1:] if c.n >= MIN_N), None)
+
+    def multipliers(self, regime: Regime) -> tuple[float, float, str]:
+        """(low, high) bounds of measured/predicted in the group's orientation, and the cell used."""
+        cell, parent = self.cell_of(regime)
+        mean = cell.mean if parent is None else (cell.n * cell.mean + SHRINK * parent.mean) / (cell.n + SHRINK)
+        if cell.key[2] == "deployment":  # a deployment's own residuals widen towards the calibrated rows, not unseen ones
+            w = self.cell_of(Regime(regime.group, regime.bound, "calibrated"))[0].q80 if any(c.key[2] == "calibrated" for c in self.cells) else self.wide()
+        else:
+            w = self.wide()
+        h = (cell.n * cell.q80 + WIDEN * max(w, cell.q80)) / (cell.n + WIDEN)
         return math.exp(mean - h), math.exp(mean + h), "/".join(cell.key) + f" (n={cell.n})"
 
     @classmethod
@@ -159,15 +189,15 @@ class IntervalTable:
             for key in dict.fromkeys(((reg.group, reg.bound, reg.calibration), (reg.group, "*", reg.calibration),
                                       ("*", "*", reg.calibration), ("*", "*", "*"))):
                 groups.setdefault(key, []).append(e)
-        cells = tuple(Cell(key=k, n=len(v), mean=statistics.fmean(v), sd=statistics.stdev(v) if len(v) > 1 else abs(v[0]))
-                      for k, v in sorted(groups.items()))
+        cells = tuple(_cell(k, v) for k, v in sorted(groups.items()))
         return cls(cells=cells, source=source, rows=len(records), publications=publications)
 
     @classmethod
     def from_yaml(cls, data: dict[str, Any], origin: str) -> IntervalTable:
         try:
             cells = tuple(Cell(key=(str(c["group"]), str(c["bound"]), str(c["calibration"])), n=int(c["n"]),
-                               mean=float(c["log_bias"]), sd=float(c["log_sd"])) for c in data["cells"])
+                               mean=float(c["log_bias"]), sd=float(c["log_sd"]), q80=float(c.get("log_q80", math.nan)))
+                          for c in data["cells"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: uncertainty: bad cell ({exc}); each needs group, bound, calibration, n, log_bias, log_sd") from None
         return cls(cells=cells, source=str(data.get("source", "")), rows=int(data.get("rows", 0)), publications=int(data.get("publications", 0)))
@@ -180,8 +210,17 @@ class IntervalTable:
         lines.append("  cells:")
         for c in self.cells:
             lines.append(f"    - {{group: \"{c.key[0]}\", bound: \"{c.key[1]}\", calibration: \"{c.key[2]}\", n: {c.n}, "
-                         f"log_bias: {c.mean:.4f}, log_sd: {c.sd:.4f}}}")
+                         f"log_bias: {c.mean:.4f}, log_sd: {c.sd:.4f}, log_q80: {c.q80:.4f}}}")
         return "\n".join(lines) + "\n"
+
+
+def _cell(key: tuple[str, str, str], errors: list[float]) -> Cell:
+    n = len(errors)
+    mean = statistics.fmean(errors)
+    dev = sorted(abs(e - mean) for e in errors)
+    rank = math.ceil((n + 1) * COVERAGE)
+    return Cell(key=key, n=n, mean=mean, sd=statistics.stdev(errors) if n > 1 else abs(errors[0]),
+                q80=dev[rank - 1] if rank <= n else math.nan)
 
 
 def table_of(cal: Any = None) -> IntervalTable:  # noqa: ANN401 - a Calibration
@@ -208,9 +247,35 @@ def interval(metric: str, value: float, regime: Regime, table: IntervalTable | N
     m_lo, m_hi, used = table.multipliers(regime)
     if METRIC_GROUPS[metric][1] < 0:
         m_lo, m_hi = 1 / m_hi, 1 / m_lo
-    basis = (f"{COVERAGE:.0%} interval from out-of-sample (leave-one-publication-out) errors, regime {regime.label}, "
-             f"cell {used}")
+    basis = (f"{COVERAGE:.0%} interval from out-of-sample errors (leave-one-publication-out; unseen combinations: "
+             f"leave-one-combination-out), basis {regime.calibration}, regime {regime.label}, cell {used}")
     return value * m_lo, value * m_hi, basis
+
+
+def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, Any]:
+    """``{basis, n, cell}``: how the interval of a figure in ``regime`` is calibrated and how many rows stand behind it."""
+    cell, _ = (table or table_of()).cell_of(regime)
+    return {"basis": regime.calibration, "n": cell.n, "cell": "/".join(cell.key)}
+
+
+def combination(row: Any) -> tuple[str, str, str]:  # noqa: ANN401 - a corpus Row
+    """A row's (hardware family, engine, precision class): what an ``unseen`` deployment has no row of."""
+    from infermeter.perfmodel.calibration import dtype_class
+    from infermeter.perfmodel.hardware import get_hardware
+
+    return get_hardware(row.hardware).family, row.engine, dtype_class(row.weight_dtype)
+
+
+Record = tuple[Regime, float, str, Any, float]  # regime, log error (group orientation), publication, row, prediction
+
+
+def _record(row: Any, cal: Any, pub: str) -> Record:  # noqa: ANN401
+    from infermeter.perfmodel.validate import deployment_for, validation_regime, value_of
+
+    d = deployment_for(row, cal)
+    pred = value_of(row, d)
+    reg = validation_regime(row, d)
+    return reg, METRIC_GROUPS[row.metric][1] * math.log(row.value / pred), pub, row, pred
 
 
 def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: ANN401 - a validate.Report
@@ -232,21 +297,67 @@ def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: AN
     return out
 
 
-def table_from_report(report: Any, source: str = "") -> IntervalTable:  # noqa: ANN401
-    recs = records_of(report)
-    return IntervalTable.from_records([(g, e) for g, e, _, _ in recs], source=source, publications=len({p for _, _, p, _ in recs}))
+def loco_records(rows: list[Any], cal: Any = None) -> list[Record]:  # noqa: ANN401 - corpus Rows, a Calibration
+    """Every row predicted by a fit (from the priors) without any row of its :func:`combination`, in its regime there."""
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.corpus import publication
+    from infermeter.perfmodel.fit import fit, priors_only
+
+    base = priors_only(cal or load_calibration())
+    out: list[Record] = []
+    for combo in dict.fromkeys(combination(r) for r in rows):
+        refit = fit([r for r in rows if combination(r) != combo], base)
+        out += [_record(r, refit, publication(r)) for r in rows if combination(r) == combo]
+    return out
 
 
-def nested_coverage(report: Any) -> tuple[float, int, list[tuple[Any, float, float, bool]]]:  # noqa: ANN401
-    """Share of rows inside the interval built without their own publication (errors and fit both out of sample)."""
+def _unseen(loco: list[Record] | None) -> list[tuple[Regime, float, str, Any]]:
+    return [(g, e, p, r) for g, e, p, r, _ in (loco or []) if g.calibration == "unseen"]
+
+
+def table_from_report(report: Any, source: str = "", loco: list[Record] | None = None) -> IntervalTable:  # noqa: ANN401
+    """The table of a leave-one-publication-out report, plus the ``unseen`` rows of ``loco`` (:func:`loco_records`)."""
     recs = records_of(report)
+    both = [(g, e) for g, e, _, _ in recs] + [(g, e) for g, e, _, _ in _unseen(loco)]
+    return IntervalTable.from_records(both, source=source, publications=len({p for _, _, p, _ in recs}))
+
+
+def nested_coverage(report: Any, loco: list[Record] | None = None) -> tuple[float, int, list[tuple[Any, float, float, bool]]]:  # noqa: ANN401
+    """Share of rows inside the interval built without their own publication (errors and fit both out of sample).
+
+    Each row's interval: its leave-one-publication-out prediction and regime, with a table of the other
+    publications' errors (their LOPO errors and, from ``loco``, their unseen-combination errors)."""
+    recs = records_of(report)
+    unseen = _unseen(loco)
     checks = []
     for reg, e, pub, r in recs:
-        table = IntervalTable.from_records([(g, x) for g, x, p, _ in recs if p != pub])
-        lo, hi, _ = interval(r.row.metric, r.predicted_lopo, reg, table)
+        table = IntervalTable.from_records([(g, x) for g, x, p, _ in recs + unseen if p != pub])
+        try:
+            lo, hi, _ = interval(r.row.metric, r.predicted_lopo, reg, table)
+        except ConfigError:  # the other publications leave fewer than MIN_CELL rows: no interval can be stated
+            continue
         checks.append((r, lo, hi, lo <= r.row.value <= hi))
     inside = sum(c[3] for c in checks)
-    return inside / len(checks), len(checks), checks
+    return (inside / len(checks) if checks else math.nan), len(checks), checks
+
+
+def loco_coverage(report: Any, loco: list[Record]) -> tuple[float, int, list[tuple[Record, float, float, bool]]]:  # noqa: ANN401
+    """The emulated unseen-publication check: each row predicted without its whole combination (``loco``), its
+    interval from a table without any row of that combination (nor of its publication)."""
+    recs = records_of(report)
+    unseen = _unseen(loco)
+    checks = []
+    for rec in loco:
+        reg, _, pub, row, pred = rec
+        c = combination(row)
+        keep = [(g, x) for g, x, p, r in recs if p != pub and combination(r.row) != c]
+        keep += [(g, x) for g, x, p, r in unseen if p != pub and combination(r) != c]
+        try:
+            lo, hi, _ = interval(row.metric, pred, reg, IntervalTable.from_records(keep))
+        except ConfigError:
+            continue
+        checks.append((rec, lo, hi, lo <= row.value <= hi))
+    return (sum(c[3] for c in checks) / len(checks) if checks else math.nan), len(checks), checks
 
 
 def main(argv: list[str]) -> int:
@@ -254,9 +365,12 @@ def main(argv: list[str]) -> int:
     from infermeter.perfmodel.validate import validate
 
     path = argv[0] if argv else "tests/data/published-measurements.csv"
-    report = validate(load_rows(path), holdout="source")
-    frac, n, _ = nested_coverage(report)
-    table = table_from_report(report, source=f"leave-one-publication-out errors of {path}; python -m infermeter.perfmodel.uncertainty {path}")
+    rows = load_rows(path)
+    report = validate(rows, holdout="source")
+    loco = loco_records(rows)
+    frac, n, _ = nested_coverage(report, loco)
+    table = table_from_report(report, source=f"leave-one-publication-out and leave-one-combination-out errors of {path}; "
+                                             f"python -m infermeter.perfmodel.uncertainty {path}", loco=loco)
     sys.stdout.write(table.to_yaml((frac, n)))
     return 0
 

@@ -32,9 +32,10 @@ from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
 from infermeter.perfmodel.serving import at_concurrency, engine_of, saturation, static_batch
+from infermeter.perfmodel.uncertainty import Regime, regime_of
 
 __all__ = ["METRICS", "Report", "Row", "RowResult", "deployment_for", "load_rows", "log_error", "predict", "publication",
-           "validate", "value_of"]
+           "validate", "validation_regime", "value_of"]
 HOLDOUTS = ("row", "source", "all", "none")
 
 
@@ -49,6 +50,12 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
     if not d.fits:
         raise DataError(f"measurement row {row.id!r}: {row.model} does not fit on {row.config}: {d.why_not}")
     return d
+
+
+def validation_regime(row: Row, d: Deployment) -> Regime:
+    """The interval regime (:mod:`perfmodel.uncertainty`) of ``row.metric`` for ``d`` under the row's scenario."""
+    batch = saturation(d, row.input_tokens, row.output_tokens)[1] if row.scenario == "saturated" else (row.concurrency or 1)
+    return regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
 
 
 def value_of(row: Row, d: Deployment) -> float:
@@ -117,6 +124,7 @@ class Report:
     results: tuple[RowResult, ...]
     holdout: str = "row"
     refits: dict[str, Calibration] = field(default_factory=dict, compare=False)  # publication -> its leave-out fit
+    calibration: Calibration | None = field(default=None, compare=False)  # the in-sample calibration
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -183,4 +191,4 @@ def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = 
         for row in rows:
             lopo[row.id] = predict(row, refits[publication(row)])
     results = tuple(RowResult(row=r, predicted=predict(r, cal), predicted_loo=loo.get(r.id), predicted_lopo=lopo.get(r.id)) for r in rows)
-    return Report(results=results, holdout=holdout, refits=refits)
+    return Report(results=results, holdout=holdout, refits=refits, calibration=cal)
