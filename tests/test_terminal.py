@@ -82,3 +82,10 @@ def test_summary_and_error_tables_show_labels_and_messages_verbatim():
 def test_markdown_and_html_text_carry_no_control_characters():
     assert md_escape(HOSTILE) == "m[2J]0;pwned31model"
     assert html_escape("<b>" + HOSTILE) == "&lt;b&gt;m[2J]0;pwned31model"
+
+
+def test_safe_text_redacts_a_key_before_the_console_splits_it_into_segments():
+    from infermeter.terminal import safe_text
+
+    key = "sk-" + "Zq9" * 12
+    assert key[:8] not in safe_text(f"server said: bad key {key}").plain

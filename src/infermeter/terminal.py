@@ -61,8 +61,9 @@ def html_escape(text: Any, quote: bool = True) -> str:
 
 
 def safe_text(text: Any, style: str = "") -> Text:
-    """A rich :class:`Text` of outside ``text``: never read as markup, cleaned."""
-    return Text(clean(str(text)), style=style)
+    """A rich :class:`Text` of outside ``text``: never read as markup, redacted and cleaned (a key split
+    across a wrapped cell's segments would escape the console's per-segment pass)."""
+    return Text(clean(redact_text(str(text))), style=style)
 
 
 class SafeConsole(Console):

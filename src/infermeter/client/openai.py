@@ -55,7 +55,7 @@ from infermeter.client.reasoning import ReasoningSplit
 from infermeter.client.session import FdLimitError
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
-from infermeter.redact import redact_text
+from infermeter.redact import clip, redact_text, remember_secret
 
 try:  # optional speed-up
     import orjson
@@ -239,6 +239,7 @@ class OpenAIClient:
         self.config = config
         self.session = session
         self.clock = clock
+        remember_secret(config.api_key)  # masked at every cut from now on, however the config was built
         self._chat = config.api == "chat"
         self._url = config.base_url.rstrip("/") + ("/v1/chat/completions" if self._chat else "/v1/completions")
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -271,8 +272,8 @@ class OpenAIClient:
         try:
             data = body if body is not None else self.body(spec)
         except (UnicodeError, TypeError, ValueError, OverflowError) as exc:  # e.g. a lone surrogate in a prompt
-            self._fail(rec, "request_encoding_error", f"request not sent: its body cannot be encoded "
-                                                      f"({type(exc).__name__}: {exc})"[:300])
+            self._fail(rec, "request_encoding_error", clip(f"request not sent: its body cannot be encoded "
+                                                           f"({type(exc).__name__}: {exc})", 300, (c.api_key,)))
             self._finish_tokens(rec, tally)
             return
         loop = asyncio.get_running_loop()
