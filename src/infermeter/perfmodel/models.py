@@ -261,7 +261,7 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model") -> ModelSpec:
                           learned_positions=int(config.get("n_positions", 1024)), max_context=int(config.get("n_positions", 1024)))
         else:
             d, h = int(config["hidden_size"]), int(config["num_attention_heads"])
-            experts = int(config.get("num_local_experts") or config.get("num_experts") or 1)
+            experts = int(config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 1)
             fields = dict(layers=int(config["num_hidden_layers"]), hidden=d, heads=h,
                           kv_heads=int(config.get("num_key_value_heads") or h),
                           head_dim=int(config.get("head_dim") or d // h),
@@ -269,11 +269,43 @@ def from_hf_config(config: dict[str, Any], name: str = "hf-model") -> ModelSpec:
                           vocab=int(config["vocab_size"]),
                           tied=bool(config.get("tie_word_embeddings", mt in ("gemma", "gemma2"))),
                           qkv_bias=bool(config.get("attention_bias", mt == "qwen2")),
-                          experts=experts, experts_per_token=int(config.get("num_experts_per_tok") or 1),
+                          experts=experts, experts_per_token=int(config.get("num_experts_per_tok") or config.get("experts_per_token") or 1),
                           max_context=int(config.get("max_position_embeddings") or 4096))
+            fields.update(_moe_mla_fields(config, experts))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"model config {name!r}: missing or bad field {exc} (expected a Hugging Face config.json)") from None
     return _spec(name, fields, "config.json")
+
+
+def _moe_mla_fields(config: dict[str, Any], experts: int) -> dict[str, Any]:
+    """DeepSeek (MLA, shared experts, first dense layers), Llama 4 (interleaved dense), gpt-oss (MXFP4) and Qwen3 extras."""
+    out: dict[str, Any] = {}
+    mt = str(config.get("model_type", ""))
+    if config.get("kv_lora_rank"):
+        out.update(q_lora_rank=int(config.get("q_lora_rank") or 0), kv_lora_rank=int(config["kv_lora_rank"]),
+                   qk_rope_head_dim=int(config.get("qk_rope_head_dim") or 0), qk_nope_head_dim=int(config.get("qk_nope_head_dim") or 0),
+                   v_head_dim=int(config.get("v_head_dim") or 0))
+    if experts > 1:
+        shared = int(config.get("n_shared_experts") or 0)
+        if shared:
+            out["shared_intermediate"] = shared * int(config.get("moe_intermediate_size") or config["intermediate_size"])
+        if mt.startswith("llama4"):
+            out["shared_intermediate"] = int(config["intermediate_size"])
+            step = int(config.get("interleave_moe_layer_step") or 1)
+            layers = int(config["num_hidden_layers"])
+            out["dense_layers"] = layers - layers // step
+            out["dense_intermediate"] = int(config.get("intermediate_size_mlp") or config["intermediate_size"])
+        if config.get("first_k_dense_replace"):
+            out["dense_layers"] = int(config["first_k_dense_replace"])
+            out["dense_intermediate"] = int(config["intermediate_size"])
+        if mt == "gpt_oss":
+            out.update(moe_bias=True, attn_sinks=True, qkv_bias=True)
+            q = config.get("quantization_config") or {}
+            if str(q.get("quant_method", "")).lower() == "mxfp4":
+                out["expert_bits"] = 4.25
+    if mt.startswith("qwen3"):
+        out["qk_norm"] = True
+    return out
 
 
 def get_model(name: str) -> ModelSpec:

@@ -72,8 +72,8 @@ class SpecConfig:
 def parse_spec(text: str) -> SpecConfig:
     """``METHOD:k=K,acceptance=A`` (``draft:MODEL,k=K,acceptance=A`` for a draft model)."""
     where = f"--speculative {text!r}"
-    raw = (text or "").strip()
-    head, _, rest = raw.partition(":")
+    m0 = re.match(r"^\s*([A-Za-z_-]*)\s*[:,]?(.*)$", text or "")  # "eagle:k=2,..." or "eagle,k=2,..."
+    head, rest = (m0.group(1), m0.group(2)) if m0 else (text, "")
     method = head.strip().lower()
     if method not in METHODS:
         raise ConfigError(f"{where}: unknown method {head!r}; use draft:MODEL, eagle, mtp or ngram, e.g. 'ngram:k=3,acceptance=0.6'")
