@@ -99,3 +99,18 @@ def test_gpt_oss_from_a_hf_config_matches_the_catalog():
     m = from_hf_config(cfg, "g")
     ref = get_model("gpt-oss-120b")
     assert (m.total_params, m.expert_bits) == (ref.total_params, ref.expert_bits)
+
+
+def test_moe_rows_of_tensorrt_llm_v1_0_are_predicted_from_total_and_active_parameters():
+    """24 saturated-throughput rows (Qwen3-235B-A22B, Llama 4 Scout and Maverick, FP8 on H100/H200) of
+    TensorRT-LLM's perf-overview v1.0 edition, kept beside the corpus (not yet in the fits behind the intervals)."""
+    from pathlib import Path
+
+    from infermeter.perfmodel.validate import load_rows, validate
+
+    path = Path(__file__).resolve().parents[1] / "data" / "published-moe-measurements.csv"
+    report = validate(load_rows(str(path)), holdout="none")
+    assert len(report.results) == 24
+    assert {r.row.model for r in report.results} == {"qwen3-235b-a22b", "llama-4-scout", "llama-4-maverick"}
+    assert report.median_abs("in") <= 0.25
+    assert sum(abs(r.error) <= 0.30 for r in report.results) >= 18
