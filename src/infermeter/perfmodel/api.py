@@ -49,7 +49,7 @@ from infermeter.perfmodel.calibration import Calibration, Entry, load_calibratio
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
-from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory
+from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu
 from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
 from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, StepCost
@@ -264,9 +264,9 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     p_16 = hw.peak_tflops(half) * 1e12 * mfu
     bw = hw.bandwidth_bytes_per_s * mbu
     per_layer = layer_bytes_per_gpu(spec, prec, tp)
-    expert_bytes = spec.experts * spec.expert_params * prec.bytes_per_weight / tp if spec.is_moe else 0.0
+    expert_bytes = routed_expert_bytes_per_gpu(spec, prec, tp) if spec.is_moe else 0.0  # all layers
     head_b = spec.head_params * embed_bytes_per_param(prec) / tp
-    kvb_path = 2 * L * math.ceil(spec.kv_heads / tp) * spec.head_dim * prec.kv_bytes
+    kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
     if tp > 1:
@@ -284,14 +284,14 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
         seq_overhead_us=seq_oh_us, prefill_dtype=pre_dtype,
-        _dequant=L * (per_layer + spec.layer_params / tp * 2.0) / bw if dequant else 0.0,
-        _lin_tok=2 * L * spec.layer_active_params / tp / p_c,
+        _dequant=(L * per_layer + spec.blocks_params / tp * 2.0) / bw if dequant else 0.0,
+        _lin_tok=2 * spec.blocks_active_params / tp / p_c,
         _lin_seq=2 * spec.head_params / tp / p_16,
-        _w_dense=(L * per_layer - L * expert_bytes + head_b) / bw,
-        _w_expert=L * expert_bytes / bw,
+        _w_dense=(L * per_layer - expert_bytes + head_b) / bw,
+        _w_expert=expert_bytes / bw,
         _moe_miss=(1.0 - spec.experts_per_token / spec.experts) if spec.is_moe else 0.0,
         _kv_write=kvb_path / bw,
-        _att_pair=4 * L * spec.heads * spec.head_dim / tp / p_16,
+        _att_pair=L * spec.attn_pair_flops / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,

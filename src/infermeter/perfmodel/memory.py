@@ -4,7 +4,10 @@ Promises: :func:`plan_memory` returns a frozen :class:`MemoryPlan` for a model o
 devices. Weights per GPU are those of the fullest pipeline stage (``ceil(layers/pp)`` layers
 plus the embedding on the first and the lm_head on the last stage) split over TP, with K/V
 projections replicated when ``tp > kv_heads``. KV bytes per token per GPU =
-``2 x ceil(layers/pp) x ceil(kv_heads/tp) x head_dim x kv_bytes``. The runtime reserve is a fixed
+``2 x ceil(layers/pp) x ceil(kv_heads/tp) x head_dim x kv_bytes`` (MLA: the compressed latent,
+``ceil(layers/pp) x (kv_lora_rank + qk_rope_head_dim) x kv_bytes``, replicated on every TP rank).
+Weights come from the *total* parameters (every expert is resident); routed experts in a
+checkpoint's own smaller format (gpt-oss MXFP4) count at its bits. The runtime reserve is a fixed
 1 GiB (CUDA context, graphs, NCCL buffers; 0.25 GiB on CPUs) plus the activation peak of one
 ``max_batched_tokens`` step. KV memory is ``util x memory - weights - reserve`` (vLLM/SGLang:
 ``util`` of total memory) or ``util x (memory - weights - reserve)`` (TensorRT-LLM, llama.cpp:
@@ -65,10 +68,29 @@ def embed_bytes_per_param(prec: Precision) -> float:
     return prec.bytes_per_weight if prec.weight_dtype in GGUF_TYPES else max(prec.bytes_per_weight, 2.0)
 
 
+def expert_bytes_per_param(m: ModelSpec, prec: Precision) -> float:
+    """Routed experts keep the checkpoint's own format where it is smaller (gpt-oss: MXFP4, 4.25 bits)."""
+    return min(prec.bytes_per_weight, m.expert_bits / 8) if m.expert_bits else prec.bytes_per_weight
+
+
+def routed_expert_bytes_per_gpu(m: ModelSpec, prec: Precision, tp: int) -> float:
+    """All routed experts' bytes on one GPU (split over the tp (or expert-parallel) GPUs of a replica)."""
+    return m.routed_expert_params / tp * expert_bytes_per_param(m, prec)
+
+
+def blocks_bytes_per_gpu(m: ModelSpec, prec: Precision, tp: int) -> float:
+    """Every decoder layer's bytes on one GPU; K/V projections replicated when ``tp > kv_heads`` (GQA)."""
+    kv_proj = kv_proj_gpu = 0
+    if not m.is_mla:
+        kv_proj = m.layers * 2 * m.hidden * m.kv_heads * m.head_dim
+        kv_proj_gpu = m.layers * 2 * m.hidden * math.ceil(m.kv_heads / tp) * m.head_dim
+    rest = m.blocks_params - kv_proj - m.routed_expert_params
+    return (rest / tp + kv_proj_gpu) * prec.bytes_per_weight + routed_expert_bytes_per_gpu(m, prec, tp)
+
+
 def layer_bytes_per_gpu(m: ModelSpec, prec: Precision, tp: int) -> float:
-    kv_proj = 2 * m.hidden * m.kv_heads * m.head_dim
-    kv_proj_gpu = 2 * m.hidden * math.ceil(m.kv_heads / tp) * m.head_dim
-    return ((m.layer_params - kv_proj) / tp + kv_proj_gpu) * prec.bytes_per_weight
+    """Mean bytes of one decoder layer on one GPU (dense and MoE layers averaged)."""
+    return blocks_bytes_per_gpu(m, prec, tp) / m.layers
 
 
 def activation_bytes(m: ModelSpec, tp: int, tokens: int, seqs: int) -> float:
@@ -98,7 +120,7 @@ def plan_memory(m: ModelSpec, hw: Hardware, prec: Precision, *, tp: int, pp: int
         kv_mem = usable - weights - reserve
         fits = weights + reserve < usable
     kv_mem = max(kv_mem, 0.0)
-    kvb_gpu = int(2 * layers_stage * math.ceil(m.kv_heads / tp) * m.head_dim * prec.kv_bytes)
+    kvb_gpu = int(m.kv_elements_per_token_per_gpu(layers_stage, tp) * prec.kv_bytes)
     capacity = int(kv_mem // kvb_gpu) // BLOCK_TOKENS * BLOCK_TOKENS if fits else 0
     return MemoryPlan(
         memory_gib_per_gpu=total / GIB, usable_gib_per_gpu=usable / GIB, weights_gib_per_gpu=weights / GIB,

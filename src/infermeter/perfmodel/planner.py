@@ -44,6 +44,7 @@ class Plan:
     regimes: dict[str, str] = field(default_factory=dict)  # metric -> regime label (uncertainty.Regime)
     basis: str = ""
     interval_basis: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {basis, n, cell} (uncertainty.basis_of)
+    speculative: dict[str, Any] | None = None  # the speculative-decoding block (perfmodel.speculative), when planned with one
 
     @property
     def fits(self) -> bool:
@@ -85,6 +86,7 @@ class Plan:
             "interval_basis": {k: dict(v) for k, v in self.interval_basis.items()},
             "basis": self.basis or None,
             "notes": self.notes(),
+            **({"speculative": self.speculative} if self.speculative else {}),
         }
 
     def notes(self) -> list[str]:
@@ -105,14 +107,21 @@ def _r(v: float, metric: str) -> float:
 
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
-         hardware_file: str | None = None, calibration: Calibration | str | None = None) -> Plan:
-    """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table)."""
+         hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None) -> Plan:
+    """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
+
+    ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
+    decoding: TPOT and throughputs become the speculative ones, the plain ones in ``speculative``.
+    """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
 
     for name, v in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens), ("--concurrency", concurrency)):
         if v < 1:
             raise ConfigError(f"{name} must be >= 1, got {v}")
+    from infermeter.perfmodel.speculative import parse_spec
+
+    spec = parse_spec(speculative) if speculative else None  # a bad spec fails before any modelling
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
                          max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal)
@@ -130,7 +139,12 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
         lo, hi, _ = interval(metric, values[metric], reg, table)
         intervals[metric], regimes[metric], bases[metric] = (lo, hi), reg.label, basis_of(reg, table)
         cells.append(f"{metric} in {reg.label} (cell {table.multipliers(reg)[2]})")
+    block = None
+    if spec is not None:
+        from infermeter.perfmodel.speculative import apply_to_estimate
+
+        est, sat, intervals, block = apply_to_estimate(d, spec, est, sat, batch, input_tokens, output_tokens, intervals)
     basis = (f"predicted; 80% intervals from the out-of-sample errors of {table.rows} published measurements "
              f"({table.publications} publications), each predicted by a fit without its publication, in the figure's regime: "
              + "; ".join(cells))
-    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases)
+    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block)
