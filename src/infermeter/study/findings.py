@@ -29,6 +29,7 @@ prefix caching, measured sources.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,6 +398,21 @@ def _unloaded(w: _Writer, profile: str) -> None:
     w.add("latency", text + ".", [rt, rp])
 
 
+def _differences(w: _Writer, a: CellResult, b: CellResult, keys: tuple[tuple[str, str], ...],
+                 line: Callable[[str, float, str, str, str], str]) -> tuple[list[str], list[Ref]]:
+    """``line(what, |1 - a/b|, "lower"|"higher", a shown, b shown)`` for each ``(metric, what)`` both cells have."""
+    parts: list[str] = []
+    refs: list[Ref] = []
+    for key, what in keys:
+        va, vb = value(key, a, w.prices), value(key, b, w.prices)
+        if va is None or vb is None or vb <= 0:
+            continue
+        ra, rb = w.r(key, a), w.r(key, b)
+        parts.append(line(what, abs(1 - va / vb), "lower" if va < vb else "higher", shown(ra), shown(rb)))
+        refs += [ra, rb]
+    return parts, refs
+
+
 def _tp_pp(w: _Writer) -> None:
     confs = {c.config: parse_config(c.hardware) for c in w.cells}
     names = sorted(confs)
@@ -411,31 +427,18 @@ def _tp_pp(w: _Writer) -> None:
                 b = next((c for c in w.cells if c.key == (pp_side, profile)), None)
                 if a is None or b is None:
                     continue
-                parts, refs = [], []
-                for key, where in (("unl_e2e_p99", "one request at a time"), ("sat_e2e_p99", "at saturation")):
-                    va, vb = value(key, a, w.prices), value(key, b, w.prices)
-                    if va is None or vb is None or vb <= 0:
-                        continue
-                    ra, rb = w.r(key, a), w.r(key, b)
-                    verb = "lower" if va < vb else "higher"
-                    parts.append(f"{abs(1 - va / vb):.0%} {verb} {where} ({shown(ra)} vs {shown(rb)} ms)")
-                    refs += [ra, rb]
+                parts, refs = _differences(w, a, b, (("unl_e2e_p99", "one request at a time"), ("sat_e2e_p99", "at saturation")),
+                                           lambda what, d, verb, ra, rb: f"{d:.0%} {verb} {what} ({ra} vs {rb} ms)")
                 if parts:
                     w.add("parallelism", f"{profile}: E2E p99 of {tp_side} (more tensor parallel) vs {pp_side} "
                           f"(more pipeline parallel) was " + "; ".join(parts) + ".", refs)
                     continue
                 # too few requests for a p99 (20 one at a time, or a saturation step that mostly failed): the
                 # percentiles both cells do have
-                for key, what in (("unl_ttft_p50", "TTFT p50 one request at a time"),
-                                  ("unl_tpot_p50", "TPOT p50 one request at a time"),
-                                  ("sat_ttft_p95", "TTFT p95 at saturation")):
-                    va, vb = value(key, a, w.prices), value(key, b, w.prices)
-                    if va is None or vb is None or vb <= 0:
-                        continue
-                    ra, rb = w.r(key, a), w.r(key, b)
-                    verb = "lower" if va < vb else "higher"
-                    parts.append(f"{what} {abs(1 - va / vb):.0%} {verb} ({shown(ra)} vs {shown(rb)} ms)")
-                    refs += [ra, rb]
+                parts, refs = _differences(w, a, b, (("unl_ttft_p50", "TTFT p50 one request at a time"),
+                                                     ("unl_tpot_p50", "TPOT p50 one request at a time"),
+                                                     ("sat_ttft_p95", "TTFT p95 at saturation")),
+                                           lambda what, d, verb, ra, rb: f"{what} {d:.0%} {verb} ({ra} vs {rb} ms)")
                 if parts:
                     w.add("parallelism", f"{profile}: {tp_side} (more tensor parallel) vs {pp_side} (more pipeline "
                           "parallel), the same GPUs: E2E p99 has too few requests to compare; " + "; ".join(parts)
