@@ -107,7 +107,7 @@ def expected_tokens_per_step(k: int, a: float) -> float:
         raise ValueError(f"k={k} must be >= 0 and acceptance={a} within 0..1")
     if a >= 1.0:
         return float(k + 1)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
+    return float(sum(a**i for i in range(k + 1)))  # the sum, not the ratio: exact near a = 1
 
 
 def position_acceptance(k: int, a: float) -> list[float]:

@@ -35,22 +35,16 @@ per drafted token; defaults: ngram 0, eagle and mtp 0.1, a draft model without a
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field, replace
 
 from infermeter.errors import ConfigError
+from infermeter.perfmodel.speculative import expected_tokens_per_step
+from infermeter.perfmodel.speculative import sample_accepted as draw_accepted
 from infermeter.twin.predictor import StepTimePredictor
 
 METHODS = ("draft", "eagle", "ngram", "mtp")
 DEFAULT_DRAFT_COST = {"ngram": 0.0, "eagle": 0.1, "mtp": 0.1, "draft": 0.1}
 MAX_K = 64
-
-
-def expected_tokens_per_step(k: int, a: float) -> float:
-    """Expected tokens one sequence emits per verify step: ``(1 - a^(k+1)) / (1 - a)``."""
-    if a >= 1.0:
-        return float(k + 1)
-    return float(sum(a**i for i in range(k + 1)))  # the sum, not the ratio: exact near a = 1
 
 
 def acceptance_rate_of(k: int, a: float) -> float:
@@ -70,15 +64,6 @@ def conditional_from_rate(k: int, rate: float) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def draw_accepted(rng: random.Random, k: int, a: float) -> int:
-    """Accepted draft tokens of one verify step: position by position, each with probability ``a``
-    given all before it were accepted (stops at the first rejection)."""
-    n = 0
-    while n < k and rng.random() < a:
-        n += 1
-    return n
 
 
 @dataclass(frozen=True)
