@@ -145,6 +145,27 @@ class Windows(_Frozen):
     series: tuple[Window, ...] = ()
 
 
+class ModelResult(_Frozen):
+    """One model's figures in a multi-model fleet (``summary.json`` ``models``, keyed by model id; each request
+    judged by its pool's SLO; docs/metrics.md "Fleets")."""
+
+    pools: tuple[str, ...] = ()
+    scheduled: int = 0
+    completed: int = 0
+    failed: int = 0
+    request_throughput: float | None = None
+    output_token_throughput: float | None = None
+    ttft_ms: Distribution = Distribution()
+    tpot_ms: Distribution = Distribution()
+    e2e_ms: Distribution = Distribution()
+    slo: dict[str, float] | None = None
+    slo_attainment: float | None = None
+    goodput: float | None = None
+    utilisation: float | None = None  # busy engine-seconds / provisioned engine-seconds of its pools
+    gpu_hours: float | None = None
+    cost_usd: float | None = None
+
+
 class Summary(BaseModel):
     """``summary.json``: every figure of a run and its verdict (docs/metrics.md defines each)."""
 
@@ -222,6 +243,9 @@ class Summary(BaseModel):
     summary_method: str = "exact"
     windows: Windows | None = None
     prediction_intervals: dict[str, Any] | None = None
+    # multi-model fleets (simulate --fleet): per model, and per pool (its model, hardware, utilisation, autoscaling)
+    models: dict[str, ModelResult] | None = None
+    pools: dict[str, dict[str, Any]] | None = None
     run_dir: str | None = None
 
     # -- access ---------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
         resume: Optional[Path] = typer.Option(None, "--resume", help="Go on with the interrupted run in DIR (simulated "
                                               "with --checkpoint) from its last checkpoint; other flags are ignored."),
+        fleet: Optional[Path] = typer.Option(None, "--fleet", help="Simulate a multi-model fleet: a YAML file of pools "
+                                             "(model, gpu, replicas or autoscale, share or rate, slo; docs/fleet.md); "
+                                             "--model/--gpu and the engine flags are then unused."),
     ) -> None:
         """Simulate a continuous-batching engine (vLLM-like) on the chosen hardware, in virtual time."""
         from pydantic import ValidationError
@@ -65,6 +68,9 @@ def register(app: typer.Typer) -> None:
             _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False)), resume=state), as_json)
             return
         twin_fields = set(TwinSpec.model_fields)
+        if fleet is not None:
+            _fleet(fleet, {k: v for k, v in values.items() if k not in twin_fields}, token_times, as_json, err)
+            return
         try:
             spec = TwinSpec(**{k: v for k, v in values.items() if k in twin_fields})
             cfg = RunConfig(model=spec.model, **{k: v for k, v in values.items() if k not in twin_fields})
@@ -78,6 +84,31 @@ def register(app: typer.Typer) -> None:
         err.print("[cyan]simulating[/] " + escape(f"{twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
                   f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}"), highlight=False)
         _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False))), as_json)
+
+
+def _fleet(path: Path, values: dict[str, Any], token_times: str, as_json: bool, err: Any) -> None:
+    """``simulate --fleet FILE`` (infermeter.measure.multifleet)."""
+    from pydantic import ValidationError
+
+    from infermeter.measure.multifleet import FleetPlan
+    from infermeter.terminal import escape
+    from infermeter.twin.fleetfile import load_fleet
+
+    spec = load_fleet(path)
+    try:
+        cfg = RunConfig(model=spec.pools[0].model, **values)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
+                                    for e in exc.errors())) from None
+    plan = FleetPlan(cfg, spec, where=f"fleet file {path}", token_times=token_times)
+    err.print("[cyan]simulating fleet[/] " + escape(plan.describe()), highlight=False)
+    res = plan.run(progress=plan.plan.eta(lambda line: err.print(line, highlight=False, markup=False)))
+    _show(res, as_json)
+    if not as_json:
+        from infermeter.cli.fleetview import fleet_table
+        from infermeter.terminal import SafeConsole
+
+        SafeConsole().print(fleet_table(res.summary))
 
 
 def _show(res: Any, as_json: bool) -> None:
