@@ -213,15 +213,17 @@ class FleetSource:
         r.rid = self.sent
         r.arrival = r.intended_at = t
         self.sent += 1
-        self.pool_of.append(pool)
         self._tick(t)
+        group = self.group[pool]
         cands: list[int] = []
-        for k in self.group[pool]:
+        for k in group:
             cands.extend(self.ready[k])
         out = self.out
         j = min(cands, key=lambda x: (out[x], x))
         out[j] += 1
         r.replica = j
+        # the pool that serves it (least-loaded: maybe another pool of the same model)
+        self.pool_of.append(pool if len(group) == 1 else bisect.bisect_right(self.offsets, j) - 1)
         return r
 
     def finished(self, r: SimRequest, now: float) -> None:
