@@ -303,10 +303,16 @@ def register(app: typer.Typer) -> None:
         overhead: Annotated[float, typer.Option("--overhead", help="With --cost: hidden costs as a fraction of the hourly price.")] = 0.0,
         calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration file (`infermeter calibrate`): plan the measured deployment (model, hardware and engine from the file) by simulating its calibrated twin.")] = None,
         speculative: Annotated[Optional[str], typer.Option("--speculative", help="Plan speculative decoding: METHOD:k=K,acceptance=A with METHOD draft:MODEL, eagle, mtp or ngram (e.g. draft:llama-3.1-8b,k=4,acceptance=0.7).")] = None,
+        fleet: Annotated[Optional[str], typer.Option("--fleet", help="Size every pool of a fleet file (docs/fleet.md) to its SLO at the least total cost, by simulating each pool at its traffic (the file's rates) with --input-tokens/--output-tokens.")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
         """Predict fit, memory, TTFT, TPOT and throughput of a model on hardware you may not have."""
+        if fleet:
+            from infermeter.cli.fleetview import plan_fleet_cmd
+
+            plan_fleet_cmd(fleet, input_tokens, output_tokens, as_json)
+            return
         if validate:
             from infermeter.perfmodel.validate import load_rows
             from infermeter.perfmodel.validate import validate as run_validation

@@ -352,8 +352,8 @@ def plan_fleet(cfg: RunConfig, fleet: FleetFile, *, where: str = "fleet file", m
                 att = pool["slo_attainment"] if p.slo else (1.0 - (pool["failed"] or 0) / max(1, pool["scheduled"]))
                 tried[n] = {**pool, "attainment": att}
                 if say is not None:
-                    say(f"{p.label}: {n} replica(s): SLO attainment {att:.1%}, utilisation "
-                        f"{(pool['utilisation'] or 0):.0%}")
+                    say(f"{p.label}: {n} replica(s): SLO attainment {att:.1%}, batch occupancy "
+                        f"{(pool['batch_occupancy_mean'] or 0):.0%}")
                 return att is not None and att >= p.slo_attainment
 
             lo, hi = 0, 1
@@ -379,6 +379,7 @@ def plan_fleet(cfg: RunConfig, fleet: FleetFile, *, where: str = "fleet file", m
                 price = best["usd_per_replica_hour"]
                 entry.update({"gpus": hi * best["gpus_per_replica"], "slo_attainment": best["attainment"],
                               "utilisation": best["utilisation"], "kv_cache_usage_mean": best["kv_cache_usage_mean"],
+                              "batch_occupancy_mean": best["batch_occupancy_mean"],
                               "ttft_p99_ms": (best["ttft_ms"] or {}).get("p99"),
                               "tpot_p99_ms": (best["tpot_ms"] or {}).get("p99"),
                               "usd_per_hour": None if price is None else price * hi})
