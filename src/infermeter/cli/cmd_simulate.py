@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
         resume: Optional[Path] = typer.Option(None, "--resume", help="Go on with the interrupted run in DIR (simulated "
                                               "with --checkpoint) from its last checkpoint; other flags are ignored."),
-        fleet: Optional[Path] = typer.Option(None, "--fleet", help="Simulate a multi-model fleet: a YAML file of pools "
+        fleet_file: Optional[Path] = typer.Option(None, "--fleet", help="Simulate a multi-model fleet: a YAML file of pools "
                                              "(model, gpu, replicas or autoscale, share or rate, slo; docs/fleet.md); "
                                              "--model/--gpu and the engine flags are then unused."),
     ) -> None:
@@ -68,8 +68,8 @@ def register(app: typer.Typer) -> None:
             _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False)), resume=state), as_json)
             return
         twin_fields = set(TwinSpec.model_fields)
-        if fleet is not None:
-            _fleet(fleet, {k: v for k, v in values.items() if k not in twin_fields}, token_times, as_json, err)
+        if fleet_file is not None:
+            _fleet(fleet_file, {k: v for k, v in values.items() if k not in twin_fields}, token_times, as_json, err)
             return
         try:
             spec = TwinSpec(**{k: v for k, v in values.items() if k in twin_fields})
