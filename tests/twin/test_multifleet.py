@@ -144,9 +144,8 @@ def test_plan_sizes_each_pool_to_its_slo():
     plan = plan_fleet(RunConfig(duration_s=60, input_tokens="2000", output_tokens="128"), f)
     p = plan["pools"]["small"]
     n = p["replicas"]
-    assert n is not None and p["tried"][str(n)] >= 0.95
-    if n > 1:
-        assert p["tried"][str(n - 1)] < 0.95  # the fewest passing count
+    assert n is not None and n >= 2 and p["tried"][str(n)] >= 0.95
+    assert p["tried"][str(n - 1)] < 0.95  # the fewest passing count
     assert plan["total_usd_per_hour"] == pytest.approx(2.0 * n)
 
 
@@ -174,3 +173,21 @@ def test_bad_fleet_on_the_command_line_is_one_line(tmp_path, cli):
     assert res.returncode != 0
     err = res.stderr.strip()
     assert "pools[0] (no-such-model)" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_plan_fleet_on_the_command_line(tmp_path):
+    path = tmp_path / "f.yaml"
+    path.write_text("pools:\n  - {name: a, model: llama-3.1-8b, gpu: h100-sxm, rate: 2, slo: {ttft_ms: 1000},\n"
+                    "     price_per_gpu_hour: 3}\n")
+    res = runner.invoke(app, ["plan", "--fleet", str(path), "--input-tokens", "128", "--output-tokens", "16", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    assert plan["pools"]["a"]["replicas"] == 1 and plan["total_usd_per_hour"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("flags,needle", [(["--workers", "2"], "--workers"), (["--concurrency", "4"], "--concurrency")])
+def test_fleet_refuses_flags_it_cannot_honour(tmp_path, flags, needle):
+    f = load_fleet(EXAMPLE)
+    key = {"--workers": "workers", "--concurrency": "concurrency"}[flags[0]]
+    with pytest.raises(ConfigError, match=needle):
+        FleetPlan(RunConfig(requests=10, **{key: int(flags[1])}), f)

@@ -92,6 +92,13 @@ class FleetPlan:
     def __init__(self, cfg: RunConfig, fleet: FleetFile, *, where: str = "fleet file", token_times: str = "off") -> None:
         self.fleet = fleet
         self.where = where
+        given = [flag for flag, on in (
+            ("--workers", cfg.workers > 1), ("--ray", cfg.ray), ("--checkpoint", cfg.checkpoint_s),
+            ("--concurrency", cfg.concurrency), ("--max-concurrency", cfg.max_concurrency), ("--load", cfg.load),
+            ("--ramp-up-strategy", cfg.ramp_up_strategy)) if on]
+        if given:
+            raise ConfigError(f"--fleet: {', '.join(given)} cannot apply (a fleet runs in one process, open loop, "
+                              "its arrivals from the file's rates or --rate); drop it")
         self.twins = [pool_twin(p, where, i) for i, p in enumerate(fleet.pools)]
         pps = {t.pp for t in self.twins}
         if len(pps) > 1:
