@@ -350,6 +350,10 @@ def plan_fleet(cfg: RunConfig, fleet: FleetFile, *, where: str = "fleet file", m
     with tempfile.TemporaryDirectory(prefix="infermeter-fleet-plan-") as tmp:
         for i, p in enumerate(fleet.pools):
             tried: dict[int, dict[str, Any]] = {}
+            if rates[i] + extra[i] <= 0:
+                out["pools"][p.label] = {"model": p.model, "gpu": probe.twins[i].hardware, "rate": 0.0,
+                                         "replicas": 0, "gpus": 0, "usd_per_hour": 0.0, "why": "no traffic"}
+                continue
 
             def attempt(n: int) -> bool:
                 alone = _alone(fleet, i, cfg.rate, n, extra[i])

@@ -22,7 +22,8 @@ Routing (:mod:`infermeter.twin.fleetroute`): ``by-model`` sends each pool's requ
 one model and sends each request to the least-outstanding replica among them; ``cascade`` (with
 ``cascade: {from: POOL, to: POOL, escalation: 0.2}``) sends a finished request of ``from`` on to
 ``to`` with probability ``escalation`` (the small model's answer was not good enough: the large
-one answers again, from that moment).
+one answers again, from that moment; a ``to`` pool with no share or rate of its own takes only
+escalations).
 
 Shared GPUs: ``gpu_memory_utilization`` per pool splits a GPU's memory between two pools (0.45 +
 0.45); the twin then gives each its share of KV cache but does not slow one model's steps by the
@@ -194,7 +195,8 @@ class FleetFile(_Strict):
     def shares(self) -> list[float]:
         """Each pool's share of the fleet's arrivals (0 for pools with their own; they sum to 1 or all are 0)."""
         raw = [0.0 if p.own_arrivals else (p.share if p.share is not None else 0.0) for p in self.pools]
-        open_ = [i for i, p in enumerate(self.pools) if not p.own_arrivals and p.share is None]
+        to = self.cascade.to if self.cascade is not None else None  # a cascade's target may take only escalations
+        open_ = [i for i, p in enumerate(self.pools) if not p.own_arrivals and p.share is None and p.label != to]
         if open_:  # pools with neither split what the others leave (an equal part each)
             left = max(0.0, 1.0 - sum(raw))
             for i in open_:
