@@ -191,3 +191,23 @@ def test_fleet_refuses_flags_it_cannot_honour(tmp_path, flags, needle):
     key = {"--workers": "workers", "--concurrency": "concurrency"}[flags[0]]
     with pytest.raises(ConfigError, match=needle):
         FleetPlan(RunConfig(requests=10, **{key: int(flags[1])}), f)
+
+
+def test_a_scaled_down_replica_drains_and_gets_no_new_requests():
+    f = _fleet(pools=[{"model": "llama-3.1-8b", "gpu": "h100-sxm", "rate": 1.0, "replicas": 3,
+                       "autoscale": {"min": 1, "max": 3, "target": 32, "cooldown_s": 30, "interval_s": 10}}])
+    src = FleetSource(f, _content(), offsets=[0], seed=1, duration_s=10_000)
+    src.out[:] = [4, 0, 5]  # nine requests in flight: the pool wants one replica
+    src._tick(10.0)
+    src._tick(40.0)  # wanted fewer for 30 s: one replica goes, the one with the fewest in flight (idle: stops)
+    assert src.scale_downs[0] == 1 and src.ready[0] == [0, 2] and not src.draining and 1 in src.free[0]
+    src._tick(70.0)  # and another: replica 0 (4 in flight) drains
+    assert src.scale_downs[0] == 2 and src.ready[0] == [2] and src.draining == {0}
+    while src.next_time() < 75.0:  # (before the next decision, at 80 s)
+        assert src.pop().replica == 2  # nothing new for the draining (or stopped) replicas
+    for _ in range(4):
+        r = SimRequest(0, 0.0, 16, 4, replica=0)
+        r.state = 3
+        src.finished(r, 120.0)
+    assert not src.draining and 0 in src.free[0]
+    assert src.changes[0][-1] == (120.0, 1, 1)  # provisioned falls to the one ready replica when it is empty
