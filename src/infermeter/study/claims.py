@@ -214,7 +214,7 @@ def _speedup_check(claim: Claim, study: Any, cells: list[Any], model: str, hardw
     try:
         p = plan(model, hardware, dtype=dtype, input_tokens=claim.input_tokens, output_tokens=claim.output_tokens,
                  concurrency=1, speculative=text).to_json()
-        predicted = _finite((p.get("speculative") or {}).get("speedup"))
+        predicted = _finite(float((p.get("speculative") or {}).get("speedup") or math.nan))
     except UserError:
         predicted = None
     ratio = claim.value / bound
