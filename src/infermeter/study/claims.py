@@ -194,6 +194,19 @@ def _tpot_p50(cells: list[Any], label: str) -> dict[str, float]:
     return out
 
 
+def _saturation_ratio(cells: list[Any], fast: str, base: str, profile: str) -> float | None:
+    """Output tokens/s at saturation of ``fast`` over ``base`` for ``profile`` (None when either lacks it)."""
+    def out(label: str) -> float | None:
+        for c in cells:
+            if c.config == label and c.profile == profile and not getattr(c, "unavailable", None):
+                v = (c.saturation or {}).get("output_tokens_per_s")
+                return float(v) if v else None
+        return None
+
+    a, b = out(fast), out(base)
+    return a / b if a and b else None
+
+
 def _speedup_check(claim: Claim, study: Any, cells: list[Any], model: str, hardware: str, dtype: str) -> ClaimCheck:
     """A speculative-decoding speedup claim against the physical bound at batch 1, ``E = 1 + k A`` (accepted
     drafts plus the target's token per verify step, at the configuration's acceptance rate ``A``: no speedup can
@@ -229,6 +242,14 @@ def _speedup_check(claim: Claim, study: Any, cells: list[Any], model: str, hardw
     own = base[common[0]] / fast[common[0]] if common else None
     src = (f"{claim.baseline} TPOT p50 / {claim.configuration} TPOT p50, {common[0]}, one request at a time"
            if common else None)
+    if own is not None:
+        sentence += f"; this study: {own:.3g}x one request at a time"
+        sat = _saturation_ratio(cells, claim.configuration, claim.baseline, common[0])
+        if sat is not None:
+            sentence += f", {sat:.3g}x the output tokens/s at saturation"
+    near = [x for x in (predicted, own) if x is not None]
+    if near and claim.value > max(near) * 1.1:
+        sentence += f" -- physically possible, but {claim.value:g}x is above what this deployment gets at this acceptance"
     return ClaimCheck(claim, model, hardware, dtype, verdict, bound, predicted, ratio, sentence, own, src)
 
 
