@@ -53,3 +53,20 @@ def test_thinking_at_max_tokens_leaves_no_answer_and_distributions_vary_per_requ
 def test_a_bad_value_names_the_flag(tmp_path, bad):
     with pytest.raises(ConfigError, match="--reasoning-tokens"):
         _plan(tmp_path, "bad", bad)
+
+
+def test_a_speculative_run_says_what_its_prompts_are(tmp_path):
+    import dataclasses
+    import json
+
+    from infermeter.twin.speculative import parse_speculative
+
+    twin = dataclasses.replace(fake_twin(predictor=P), speculative=parse_speculative("ngram:k=3,acceptance=0.6"))
+    cfg = RunConfig(concurrency=2, requests=6, input_tokens="100", output_tokens="20", out=str(tmp_path / "s"), seed=1)
+    res = SimPlan(cfg, twin=twin, token_times="off").run()
+    note = json.loads((res.run_dir / "run.json").read_text())["config"]["simulate"]["speculative_prompts"]
+    assert note.startswith("natural prose text") and "acceptance" in note
+    assert res.summary["server_metrics"]["spec_decode"]["num_speculative_tokens"] == 3
+    plain = SimPlan(cfg.model_copy(update={"out": str(tmp_path / "p")}), twin=fake_twin(predictor=P),
+                    token_times="off").run()
+    assert "speculative_prompts" not in json.loads((plain.run_dir / "run.json").read_text())["config"]["simulate"]

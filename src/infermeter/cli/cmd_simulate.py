@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
         where = (f"; on Ray ({cfg.ray})" if cfg.ray else f"; {cfg.workers} worker processes" if plan.fleet else "")
         err.print("[cyan]simulating[/] " + escape(f"{twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
                   f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}"
-                  + (f"; thinking {plan.thinking.describe()} tokens per request" if plan.thinking else "")),
+                  + (f"; thinking {plan.thinking.describe()} tokens per request" if plan.thinking else "")
+                  + (f"; speculative {twin.speculative.label()}, prompts: {plan.speculative_prompts()}"
+                     if twin.speculative is not None else "")),
                   highlight=False)
         _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False))), as_json)
 

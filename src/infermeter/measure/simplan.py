@@ -174,10 +174,24 @@ class SimPlan:
                             config_extra={"simulate": {"token_times": self.token_times,
                                                        **({"reasoning_tokens": self.thinking.describe()}
                                                           if self.thinking is not None else {}),
+                                                       **({"speculative_prompts": self.speculative_prompts()}
+                                                          if self.twin.speculative is not None else {}),
                                                        "prefix_key_chars_per_block": self.calibrate(),
                                                        "prefix_keys": "prompt text" if self.keys else
                                                        "none: no prompt shares a cache block with another",
                                                        **emulated}})
+
+    def speculative_prompts(self) -> str:
+        """What the prompts of a speculative-decoding run are (acceptance depends on text; random tokens misstate
+        it)."""
+        cfg = self.cfg
+        if cfg.profile is None and cfg.dataset is None:
+            what = "natural prose text (the synthetic profile's default, not random tokens)"
+        else:
+            chosen = f"--dataset {cfg.dataset}" if cfg.dataset else f"--profile {cfg.profile}"
+            what = f"the chosen workload ({chosen})"
+        return (f"{what}; the twin draws acceptance at the --speculative rate whatever the text, so give the rate "
+                f"measured on traffic like yours (server_metrics.spec_decode.acceptance_rate)")
 
     def eta(self, say: Any) -> Any:
         """A progress callback printing the pace and the time left (:class:`~infermeter.measure.eta.Eta`)."""

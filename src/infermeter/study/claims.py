@@ -249,7 +249,8 @@ def _speedup_check(claim: Claim, study: Any, cells: list[Any], model: str, hardw
             sentence += f", {sat:.3g}x the output tokens/s at saturation"
     near = [x for x in (predicted, own) if x is not None]
     if near and claim.value > max(near) * 1.1:
-        sentence += f" -- physically possible, but {claim.value:g}x is above what this deployment gets at this acceptance"
+        sentence += (f" -- physically possible, but {claim.value:g}x is above what this deployment gets at this "
+                     f"acceptance")
     return ClaimCheck(claim, model, hardware, dtype, verdict, bound, predicted, ratio, sentence, own, src)
 
 

@@ -248,7 +248,8 @@ class SimOptions(_Frozen):
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_prefix_caching: bool = True
     speculative: str | None = Field(None, description="speculative decoding METHOD:k=K,acceptance=A (vLLM's "
-                                    "acceptance rate; perfmodel.speculative), e.g. draft:llama-3.1-8b,k=4,acceptance=0.7")
+                                    "acceptance rate; perfmodel.speculative), e.g. "
+                                    "draft:llama-3.1-8b,k=4,acceptance=0.7")
 
     @field_validator("speculative")
     @classmethod
@@ -273,7 +274,8 @@ class Configuration(_Frozen):
     ``model`` is the model this configuration serves (a catalog name for a simulated one, the
     endpoint's model id for a measured one; default: the study's), ``dtype`` its weight dtype
     (shorthand for ``sim.dtype``: the quantization axis, e.g. ``awq``, ``gptq``, ``fp8``), ``speculative``
-    its speculative decoding (shorthand for ``sim.speculative``, ``METHOD:k=K,acceptance=A``), ``provider`` / ``instance`` / ``commitment`` where its price
+    its speculative decoding (shorthand for ``sim.speculative``, ``METHOD:k=K,acceptance=A``), ``provider`` /
+    ``instance`` / ``commitment`` where its price
     comes from (over the study's ``pricing``), ``calibration`` a per-deployment calibration file
     (``infermeter calibrate``'s output) for its twin."""
 
