@@ -302,7 +302,7 @@ def register(app: typer.Typer) -> None:
         cost: Annotated[bool, typer.Option("--cost", help="Add $/hour, $/1M tokens and $/1M requests at the predicted saturation throughput (dated catalog price).")] = False,
         overhead: Annotated[float, typer.Option("--overhead", help="With --cost: hidden costs as a fraction of the hourly price.")] = 0.0,
         calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration file (`infermeter calibrate`): plan the measured deployment (model, hardware and engine from the file) by simulating its calibrated twin.")] = None,
-        speculative: Annotated[Optional[str], typer.Option("--speculative", help="Plan speculative decoding: METHOD:k=K,acceptance=A with METHOD draft:MODEL, eagle, mtp or ngram (e.g. draft:llama-3.1-8b,k=4,acceptance=0.7).")] = None,
+        speculative: Annotated[Optional[str], typer.Option("--speculative", help="Plan speculative decoding: METHOD:k=K,acceptance=A with METHOD draft:MODEL, eagle, mtp or ngram and A vLLM's acceptance rate (accepted / drafted tokens; conditional=C for the per-position form), e.g. draft:llama-3.1-8b,k=4,acceptance=0.7.")] = None,
         fleet: Annotated[Optional[str], typer.Option("--fleet", help="Size every pool of a fleet file (docs/fleet.md) to its SLO at the least total cost, by simulating each pool at its traffic (the file's rates) with --input-tokens/--output-tokens.")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,

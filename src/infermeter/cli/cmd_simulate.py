@@ -47,6 +47,10 @@ def register(app: typer.Typer) -> None:
         values: dict[str, Any],
         token_times: str = typer.Option("auto", help=f"Store per-token times: auto (runs up to {TOKEN_TIMES_AUTO_LIMIT:,} requests) | on | off."),
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
+        reasoning_tokens: Optional[str] = typer.Option(None, "--reasoning-tokens", metavar="N|MEAN,STDEV,MIN,MAX",
+                                                       help="Simulate a reasoning model: the first N output tokens "
+                                                            "of each request are thinking (ttfo_ms, reasoning vs "
+                                                            "answer tokens), as emulate --reasoning-tokens."),
         resume: Optional[Path] = typer.Option(None, "--resume", help="Go on with the interrupted run in DIR (simulated "
                                               "with --checkpoint) from its last checkpoint; other flags are ignored."),
         fleet_file: Optional[Path] = typer.Option(None, "--fleet", help="Simulate a multi-model fleet: a YAML file of pools "
@@ -77,12 +81,16 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             raise ConfigError("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
                                         for e in exc.errors())) from None
-        plan = SimPlan(cfg, spec, token_times=token_times)
+        plan = SimPlan(cfg, spec, token_times=token_times, reasoning_tokens=reasoning_tokens)
         twin = plan.twin
         fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")
         where = (f"; on Ray ({cfg.ray})" if cfg.ray else f"; {cfg.workers} worker processes" if plan.fleet else "")
         err.print("[cyan]simulating[/] " + escape(f"{twin.model} on {twin.hardware} ({fleet}{twin.config.describe()}, "
-                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}"), highlight=False)
+                  f"{twin.num_blocks * twin.lanes} KV blocks); load: {plan.shape.describe()}{where}"
+                  + (f"; thinking {plan.thinking.describe()} tokens per request" if plan.thinking else "")
+                  + (f"; speculative {twin.speculative.label()}, prompts: {plan.speculative_prompts()}"
+                     if twin.speculative is not None else "")),
+                  highlight=False)
         _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False))), as_json)
 
 

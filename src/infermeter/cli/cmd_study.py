@@ -23,9 +23,11 @@ def register(app: typer.Typer) -> None:
     @app.command("study")
     def study_cmd(
         study_file: Optional[Path] = typer.Argument(None, help="Study file (YAML); see docs/study.md. With --example: "
-                                                    "the example's name (default, seed-000, seed-002, seed-003)."),
+                                                    "the example's name (default, seed-000, seed-002, seed-003, "
+                                                    "seed-002-speculative, seed-002-quant)."),
         example: bool = typer.Option(False, "--example", help="Run a built-in study: `--example` (four GPUs, three "
-                                     "profiles) or `--example seed-000|seed-002|seed-003` (the published studies)."),
+                                     "profiles) or `--example seed-000|seed-002|seed-003` (the published studies; "
+                                     "seed-002-speculative, seed-002-quant: seed 002's follow-ups)."),
         model: Optional[str] = typer.Option(None, help="Model (catalog name), e.g. llama-3.1-8b."),
         hardware: Optional[list[str]] = typer.Option(None, "--hardware", "-c", help="A configuration, e.g. 4xa100-80gb:tp4 (repeat)."),
         profile: Optional[list[str]] = typer.Option(None, "--profile", help="Workload profile (repeat; default chat, classification, code)."),

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infermeter.analysis.accumulator import Accumulator
+from infermeter.measure.thinking import Thinking
 from infermeter.records import store
 from infermeter.records.record import ARROW_SCHEMA
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, SimRequest, columns_of
@@ -87,8 +88,10 @@ def reuse_freed_memory() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool = False) -> pa.Table:
-    """One row per request in ``ARROW_SCHEMA`` (see the module docstring)."""
+def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool = False,
+                  thinking: Thinking | None = None) -> pa.Table:
+    """One row per request in ``ARROW_SCHEMA`` (see the module docstring); with ``thinking``
+    (:mod:`infermeter.measure.thinking`, the engines keeping token times) the reasoning split."""
     n = len(buf)
     (rid_l, intended_l, sent_l, first_l, ended_l, n_in_l, n_out_l, cached_l, max_l, conv_l, grp_l, state_l,
      details) = columns_of(buf)
@@ -132,6 +135,9 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         stream_tok = np.where(failed, 0, n_out)
         usage = pc.if_else(okp, "server", no_str)
         detail = pa.array([None if s == CANCELLED else d for d, s in zip(details, state_l)], pa.string())
+    think = (thinking.columns(rid, n_out, ok, [r.token_times for r in buf]) if thinking is not None
+             else {"first_answer_at": pa.nulls(n, pa.float64()), "reasoning_tokens": pa.nulls(n, pa.int64()),
+                   "answer_tokens": pa.nulls(n, pa.int64())})
     finish = (pa.repeat("length", n) if all_ok
               else pa.array(np.where(ok, "length", np.array(None, dtype=object)), pa.string()))
     return pa.table(
@@ -160,9 +166,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
             "conversation_id": pa.array(conv_l, pa.int64()),
             "prefix_group": pa.array(grp_l, pa.int64()),
             "finish_reason": finish,
-            "first_answer_at": pa.nulls(n, pa.float64()),  # no thinking: the answer starts at the first token
-            "reasoning_tokens": pa.nulls(n, pa.int64()),
-            "answer_tokens": pa.nulls(n, pa.int64()),
+            **think,  # no thinking: nulls (the answer starts at the first token)
         },
         schema=ARROW_SCHEMA,
     )
@@ -193,11 +197,12 @@ def merge_windows(tables: list[pa.Table | None]) -> pa.Table | None:
 class WindowSink:
     """Finished requests of the current window -> one canonical table (see the module docstring)."""
 
-    __slots__ = ("warmup", "token_times", "_buf", "add")
+    __slots__ = ("warmup", "token_times", "thinking", "_buf", "add")
 
-    def __init__(self, *, warmup: int = 0, token_times: bool = False) -> None:
+    def __init__(self, *, warmup: int = 0, token_times: bool = False, thinking: Thinking | None = None) -> None:
         self.warmup = warmup
         self.token_times = token_times
+        self.thinking = thinking
         self._buf: list[SimRequest] = []
         self.add: Callable[[SimRequest], None] = self._buf.append  # once per request: no Python frame
 
@@ -205,7 +210,7 @@ class WindowSink:
         buf = self._buf
         if not buf:
             return None
-        table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times))
+        table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times, thinking=self.thinking))
         buf.clear()  # the same list: ``add`` appends to it
         return table
 

@@ -41,6 +41,7 @@ from infermeter.measure.feeder import (
 )
 from infermeter.measure.header import build_header, default_out_dir
 from infermeter.measure.simulate import SimulationResult, simulate
+from infermeter.measure.thinking import Thinking
 from infermeter.records import store
 from infermeter.records.outputs import claim_run_dir
 from infermeter.twin.deploy import Twin
@@ -58,8 +59,11 @@ class SimPlan:
     """A RunConfig and a TwinSpec -> twin, shape, workload, source and run.json (testable without the CLI)."""
 
     def __init__(self, cfg: RunConfig, spec: TwinSpec | None = None, *, token_times: str = "auto",
-                 twin: Twin | None = None) -> None:
+                 twin: Twin | None = None, reasoning_tokens: str | None = None) -> None:
         self.cfg = cfg
+        # a reasoning model's thinking tokens per request (measure.thinking; ConfigError names the flag)
+        self.reasoning_tokens = reasoning_tokens
+        self.thinking = Thinking.parse(reasoning_tokens, seed=cfg.seed)
         self.spec = spec or TwinSpec(model=cfg.model or "llama-3.1-8b")
         self.shape = build_shape(cfg)
         self._given_twin = twin
@@ -95,6 +99,8 @@ class SimPlan:
         if not self.fleet:
             return
         flag = "--ray" if self.cfg.ray else f"--workers {self.cfg.workers}"
+        if self.thinking is not None:
+            raise ConfigError(f"{flag}: --reasoning-tokens runs in one process for now; drop --workers/--ray")
         if self.twin.router == "least-outstanding":
             raise ConfigError(f"{flag}: --router least-outstanding depends on every replica's state at every "
                               "arrival, so it runs in one process; use --router round-robin or session")
@@ -166,10 +172,26 @@ class SimPlan:
                             model=self.twin.served_model_name, hardware=self.twin.hardware,
                             target={"url": None, "embedded": False, "engine": "infermeter-twin", "emulated": emulated},
                             config_extra={"simulate": {"token_times": self.token_times,
+                                                       **({"reasoning_tokens": self.thinking.describe()}
+                                                          if self.thinking is not None else {}),
+                                                       **({"speculative_prompts": self.speculative_prompts()}
+                                                          if self.twin.speculative is not None else {}),
                                                        "prefix_key_chars_per_block": self.calibrate(),
                                                        "prefix_keys": "prompt text" if self.keys else
                                                        "none: no prompt shares a cache block with another",
                                                        **emulated}})
+
+    def speculative_prompts(self) -> str:
+        """What the prompts of a speculative-decoding run are (acceptance depends on text; random tokens misstate
+        it)."""
+        cfg = self.cfg
+        if cfg.profile is None and cfg.dataset is None:
+            what = "natural prose text (the synthetic profile's default, not random tokens)"
+        else:
+            chosen = f"--dataset {cfg.dataset}" if cfg.dataset else f"--profile {cfg.profile}"
+            what = f"the chosen workload ({chosen})"
+        return (f"{what}; the twin draws acceptance at the --speculative rate whatever the text, so give the rate "
+                f"measured on traffic like yours (server_metrics.spec_decode.acceptance_rate)")
 
     def eta(self, say: Any) -> Any:
         """A progress callback printing the pace and the time left (:class:`~infermeter.measure.eta.Eta`)."""
@@ -202,7 +224,7 @@ class SimPlan:
             return run_fleet(self, out, self.run_header(label), progress=progress)
         header = resume["run"] if resume is not None else self.run_header(label)
         extra = {"cfg": cfg, "spec": self.spec, "token_times": self.token_times, "run": header,
-                 "twin": self._given_twin}
+                 "twin": self._given_twin, "reasoning_tokens": self.reasoning_tokens}
         if resume is not None:  # (the source last: simulate() closes it, and its stream, however the run ends)
             source = resume["source"]
             source.attach(self.stream(skip=source.consumed))
@@ -210,7 +232,8 @@ class SimPlan:
             source = self.source()
         return simulate(self.twin, source, out_dir=out, run=header, warmup=cfg.warmup,
                         token_times=self.token_times, on_progress=progress, cancel_at=self.cancel_at,
-                        timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra, resume=resume)
+                        timeouts=self.timeouts, checkpoint_s=cfg.checkpoint_s, checkpoint_extra=extra, resume=resume,
+                        thinking=self.thinking)
 
     @classmethod
     def resume(cls, out_dir: Path) -> tuple[SimPlan, dict[str, Any]]:
@@ -219,5 +242,6 @@ class SimPlan:
 
         state = load_checkpoint(Path(out_dir))
         cfg = state["cfg"].model_copy(update={"out": str(out_dir)})
-        plan = cls(cfg, state["spec"], token_times="on" if state["token_times"] else "off", twin=state["twin"])
+        plan = cls(cfg, state["spec"], token_times="on" if state["token_times"] else "off", twin=state["twin"],
+                   reasoning_tokens=state.get("reasoning_tokens"))
         return plan, state

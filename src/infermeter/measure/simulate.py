@@ -45,6 +45,7 @@ from infermeter.errors import DataError, UserError
 from infermeter.measure import recorder
 from infermeter.measure.intervals import prediction_intervals
 from infermeter.measure.recorder import RecordWriter, WindowSink
+from infermeter.measure.thinking import Thinking
 from infermeter.records import store
 from infermeter.telemetry.spec_decode import spec_decode_block
 from infermeter.twin.deploy import Twin
@@ -86,13 +87,15 @@ def simulate(
     checkpoint_s: float | None = None,
     checkpoint_extra: dict[str, Any] | None = None,
     resume: dict[str, Any] | None = None,
+    thinking: Thinking | None = None,
 ) -> SimulationResult:
     """Run ``source`` through ``twin``'s engines in this process; write the run directory; return the summary.
 
     ``checkpoint_s``: every so many seconds (at a window's end) the whole simulation is saved to
     ``checkpoint.pkl`` (records so far in part files), with ``checkpoint_extra`` (what the caller needs
     to rebuild its plan); ``resume``: such a checkpoint, read back, to go on from (``source`` restored
-    from it and attached to its stream)."""
+    from it and attached to its stream); ``thinking``: a reasoning model's thinking tokens
+    (:mod:`infermeter.measure.thinking`; the engines keep per-token times for it)."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     try:  # ``source`` is closed however this ends (its stream may run in a child process)
@@ -103,11 +106,11 @@ def simulate(
             clock = VirtualClock(resume["now"])
             writer.on_flush = _collector()
         else:
-            engines = twin.engines(keep_token_times=token_times)
+            engines = twin.engines(keep_token_times=token_times or thinking is not None)
             loop = EventLoop(engines, lanes=twin.pp, router=router or twin.make_router(), frontend=twin.frontend,
                              known_arrivals=twin.lanes == 1)
             writer = open_writer(out_dir, run, token_times, exact_summary_limit, parts=checkpoint_s is not None)
-            sink = WindowSink(warmup=warmup, token_times=token_times)
+            sink = WindowSink(warmup=warmup, token_times=token_times, thinking=thinking)
             clock = VirtualClock()
             seen = 0
         last = time.monotonic()

@@ -1,31 +1,47 @@
-"""Speculative decoding in the performance model: acceptance arithmetic and the cost of one step.
+"""Speculative decoding in the performance model: the ``--speculative`` option, acceptance and the cost of a step.
 
-Promises (a stable API: the planner and the twin both use it):
+Promises (a stable API: the planner, the twin, ``simulate``/``emulate`` and studies all use it;
+the twin imports this parser, there is no other):
 
 - :func:`parse_spec` / :meth:`SpecConfig.parse` read ``METHOD:k=K,acceptance=A`` where METHOD is
-  ``draft:MODEL`` (a catalog id, HF id or config.json path), ``eagle``, ``mtp`` or ``ngram``;
-  bad text raises :class:`ConfigError` naming it.
-- :func:`expected_tokens_per_step` is the expected number of tokens one verification step emits
-  at per-token acceptance ``a`` with ``k`` drafted tokens (accepted prefix plus the target's own
-  token): ``E = (1 - a^(k+1)) / (1 - a)`` (``k + 1`` at ``a = 1``)::
+  ``draft:MODEL`` (a catalog id, HF id or config.json path), ``eagle``, ``mtp`` or ``ngram``,
+  with optional ``draft_cost=F`` (the draft's seconds per drafted token as a fraction of one target
+  decode step, instead of the performance model's draft) and ``seed=S`` (the twin's draws); bad
+  text raises :class:`ConfigError` naming it, on one line.
+- ``acceptance=A`` is **vLLM's acceptance rate**: accepted / drafted tokens, what
+  ``server_metrics.spec_decode.acceptance_rate`` reports from a server. ``rate=`` is an alias.
+  ``conditional=C`` gives instead the per-position conditional probability (a draft token is
+  accepted given that every one before it was); it is converted to the acceptance rate.
+- The per-position model: position ``i`` (1..k) is accepted with probability ``c^i``, ``c`` the
+  conditional probability, so the acceptance rate is ``A = (c + c^2 + ... + c^k) / k``
+  (:func:`acceptance_rate_of`) and ``c`` is solved from ``A`` (:func:`conditional_from_rate`,
+  increasing, ``c >= A``). Tokens per verification step (accepted drafts plus the target's own
+  token) are ``E = 1 + k A`` -- true for any acceptance pattern, the model only shapes the
+  per-position split -- which equals ``(1 - c^(k+1)) / (1 - c)`` under it::
 
-      >>> round(expected_tokens_per_step(4, 0.7), 4)
-      2.7731
-      >>> SpecConfig.parse("draft:llama-3.1-8b,k=4,acceptance=0.7").draft_model
-      'llama-3.1-8b'
+      >>> s = SpecConfig.parse("draft:llama-3.1-8b,k=4,acceptance=0.7")
+      >>> s.draft_model, s.expected_tokens, round(s.conditional, 4)
+      ('llama-3.1-8b', 3.8, 0.8623)
+      >>> round(geometric_tokens_per_step(4, s.conditional), 4)
+      3.8
+      >>> round(SpecConfig.parse("ngram:k=3,conditional=0.6").acceptance, 4)   # (0.6 + 0.36 + 0.216) / 3
+      0.392
 
-- :func:`position_acceptance` gives P(position i accepted) = ``a^i`` for i = 1..k (the
-  per-position counter vLLM exposes); :func:`sample_accepted` draws one step's accepted drafts.
+- :func:`position_acceptance` gives P(position i accepted) = ``c^i`` for i = 1..k (the
+  per-position counter vLLM exposes); :func:`sample_accepted` draws one step's accepted drafts
+  at conditional probability ``c``.
 - :func:`draft_time` is the draft's own seconds per step for ``num_seqs`` sequences on a target
   :class:`~infermeter.perfmodel.api.Deployment`: a draft model runs ``k`` sequential decode steps
   with its own weights and KV (built on the target's hardware configuration); EAGLE and MTP run
   ``k`` steps of a one-layer head shaped like one target layer, sharing the target's lm_head;
-  n-gram lookup costs nothing on the accelerator.
+  n-gram lookup costs nothing on the accelerator; ``draft_cost=F`` replaces all of these by
+  ``k F`` target decode steps.
 - :func:`verify_time` is the target's step over ``k + 1`` tokens per sequence;
   :func:`spec_step` combines both into a :class:`SpecStep` whose ``speedup`` is
   ``E x t_base / (t_verify + t_draft)``. Since ``t_verify >= t_base`` and ``t_draft >= 0`` the
-  speedup never exceeds ``E`` (the physical bound at batch 1); at high batch the verify step is
-  compute-bound, grows ~``(k + 1)`` times, and the speedup shrinks below 1.
+  speedup never exceeds ``E = 1 + k A`` (the physical bound at batch 1; the issue's
+  ``(1 - a^(k+1)) / (1 - a)`` with ``a`` the conditional probability); at high batch the verify
+  step is compute-bound, grows ~``(k + 1)`` times, and the speedup shrinks below 1.
 """
 
 from __future__ import annotations
@@ -43,94 +59,152 @@ from infermeter.perfmodel.memory import layer_bytes_per_gpu
 from infermeter.perfmodel.serving import Estimate
 
 METHODS = ("draft", "eagle", "mtp", "ngram")
-_KEY_RE = re.compile(r"^\s*(k|acceptance|a)\s*=\s*(.+?)\s*$", re.I)
+MAX_K = 64
+_KEYS = {"k": "k", "acceptance": "acceptance", "a": "acceptance", "rate": "acceptance", "conditional": "conditional",
+         "draft_cost": "draft_cost", "seed": "seed"}
+_EXAMPLE = "e.g. 'ngram:k=3,acceptance=0.6' or 'draft:llama-3.1-8b,k=4,acceptance=0.7'"
+
+
+def acceptance_rate_of(k: int, c: float) -> float:
+    """vLLM's acceptance rate (accepted / drafted tokens) at conditional probability ``c``: ``(c + ... + c^k) / k``."""
+    return (geometric_tokens_per_step(k, c) - 1.0) / k
+
+
+def conditional_from_rate(k: int, rate: float) -> float:
+    """The conditional probability ``c`` whose :func:`acceptance_rate_of` is ``rate`` (bisection; increasing)."""
+    if rate >= 1.0 or rate <= 0.0:
+        return min(max(rate, 0.0), 1.0)
+    if k == 1:
+        return rate
+    lo, hi = rate, 1.0  # c >= rate: c^i <= c for every i
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if acceptance_rate_of(k, mid) < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
-    """One speculative-decoding configuration: method, drafted tokens per step, per-token acceptance."""
+    """One speculative-decoding configuration: method, drafted tokens per step, vLLM acceptance rate."""
 
     method: str  # draft | eagle | mtp | ngram
     k: int
-    acceptance: float
+    acceptance: float  # vLLM's acceptance rate: accepted / drafted tokens
     draft_model: str = ""  # the catalog id (or path) of a draft model; "" unless method == "draft"
+    draft_cost: float | None = None  # the draft's cost per drafted token, a fraction of one target decode step
+    seed: int = 0  # the twin's accepted-length draws (random.Random(seed + engine index))
 
     @classmethod
-    def parse(cls, text: str) -> SpecConfig:
-        return parse_spec(text)
+    def parse(cls, text: str, where: str = "--speculative") -> SpecConfig:
+        return parse_spec(text, where)
 
     @property
     def label(self) -> str:
-        head = f"draft:{self.draft_model}" if self.method == "draft" else self.method
-        return f"{head},k={self.k},acceptance={self.acceptance:g}"
+        head = f"draft:{self.draft_model}," if self.method == "draft" else f"{self.method}:"
+        extra = "" if self.draft_cost is None else f",draft_cost={self.draft_cost:g}"
+        return f"{head}k={self.k},acceptance={self.acceptance:.6g}{extra}"
+
+    @property
+    def conditional(self) -> float:
+        """The per-position conditional probability ``c`` of the acceptance model (``acceptance_rate_of(k, c) = A``)."""
+        return conditional_from_rate(self.k, self.acceptance)
 
     @property
     def expected_tokens(self) -> float:
+        """Tokens per sequence per verification step: ``1 + k A``."""
         return expected_tokens_per_step(self.k, self.acceptance)
 
 
-def parse_spec(text: str) -> SpecConfig:
-    """``METHOD:k=K,acceptance=A`` (``draft:MODEL,k=K,acceptance=A`` for a draft model)."""
-    where = f"--speculative {text!r}"
+def parse_spec(text: str, where: str = "--speculative") -> SpecConfig:
+    """``METHOD:k=K,acceptance=A[,draft_cost=F][,seed=S]`` (``draft:MODEL,k=K,...`` for a draft model;
+    ``conditional=C`` instead of ``acceptance``); a one-line ConfigError naming ``where`` otherwise."""
+    at = f"{where} {text!r}"
     m0 = re.match(r"^\s*([A-Za-z_-]*)\s*[:,]?(.*)$", text or "")  # "eagle:k=2,..." or "eagle,k=2,..."
     head, rest = (m0.group(1), m0.group(2)) if m0 else (text, "")
     method = head.strip().lower()
     if method not in METHODS:
-        raise ConfigError(f"{where}: unknown method {head!r}; use draft:MODEL, eagle, mtp or ngram, e.g. 'ngram:k=3,acceptance=0.6'")
-    parts = [p for p in rest.split(",") if p.strip()]
+        raise ConfigError(f"{at}: unknown method {head!r}; use draft:MODEL, eagle, mtp or ngram, {_EXAMPLE}")
+    parts = [p.strip() for p in rest.split(",") if p.strip()]
     draft = ""
     if method == "draft":
         if not parts or "=" in parts[0]:
-            raise ConfigError(f"{where}: draft needs a model, e.g. 'draft:llama-3.1-8b,k=4,acceptance=0.7'")
-        draft, parts = parts[0].strip(), parts[1:]
+            raise ConfigError(f"{at}: draft needs a model, e.g. 'draft:llama-3.1-8b,k=4,acceptance=0.7'")
+        draft, parts = parts[0], parts[1:]
     values: dict[str, str] = {}
     for p in parts:
-        m = _KEY_RE.match(p)
-        if not m:
-            raise ConfigError(f"{where}: expected k=K and acceptance=A, got {p.strip()!r}")
-        values["acceptance" if m.group(1).lower() == "a" else m.group(1).lower()] = m.group(2)
+        key, eq, val = p.partition("=")
+        name = _KEYS.get(key.strip().lower())
+        if not eq or name is None or not val.strip():
+            raise ConfigError(f"{at}: {p!r} is not one of k=K, acceptance=A (vLLM's accepted/drafted tokens; alias "
+                              f"rate=), conditional=C, draft_cost=F, seed=S")
+        if name in values:
+            raise ConfigError(f"{at}: {name} given twice")
+        values[name] = val.strip()
+    if "k" not in values or ("acceptance" in values) == ("conditional" in values):
+        raise ConfigError(f"{at}: give k=K (drafted tokens per step) and one of acceptance=A (0..1, vLLM's accepted / "
+                          f"drafted tokens) or conditional=C (0..1, per position given the ones before)")
+    form = "acceptance" if "acceptance" in values else "conditional"
     try:
-        k = int(values.get("k", ""))
-        a = float(values.get("acceptance", ""))
+        k = int(values["k"])
+        a = float(values[form])
+        cost = float(values["draft_cost"]) if "draft_cost" in values else None
+        seed = int(values.get("seed", "0"))
     except ValueError:
-        raise ConfigError(f"{where}: k must be an integer and acceptance a number, both required (k=4,acceptance=0.7)") from None
-    if not 1 <= k <= 64:
-        raise ConfigError(f"{where}: k={k} must be within 1..64")
+        raise ConfigError(f"{at}: k and seed must be integers, {form} and draft_cost numbers "
+                          f"(k=4,acceptance=0.7)") from None
+    if not 1 <= k <= MAX_K:
+        raise ConfigError(f"{at}: k={k} must be within 1..{MAX_K}")
     if not 0.0 <= a <= 1.0:
-        raise ConfigError(f"{where}: acceptance={a:g} must be within 0..1")
-    return SpecConfig(method=method, k=k, acceptance=a, draft_model=draft)
+        raise ConfigError(f"{at}: {form}={a:g} must be within 0..1")
+    if cost is not None and not 0.0 <= cost < 1e3:
+        raise ConfigError(f"{at}: draft_cost={cost:g} must be >= 0 (a fraction of one target decode step)")
+    if form == "conditional":
+        a = acceptance_rate_of(k, a)
+    return SpecConfig(method=method, k=k, acceptance=a, draft_model=draft, draft_cost=cost, seed=seed)
 
 
-def expected_tokens_per_step(k: int, a: float) -> float:
-    """Expected tokens emitted per verification step: ``(1 - a^(k+1)) / (1 - a)``; ``k + 1`` at ``a = 1``."""
-    if k < 0 or not 0.0 <= a <= 1.0:
-        raise ValueError(f"k={k} must be >= 0 and acceptance={a} within 0..1")
-    if a >= 1.0:
+def expected_tokens_per_step(k: int, acceptance: float) -> float:
+    """Expected tokens emitted per verification step at vLLM acceptance rate ``acceptance``: ``1 + k A``."""
+    if k < 0 or not 0.0 <= acceptance <= 1.0:
+        raise ValueError(f"k={k} must be >= 0 and acceptance={acceptance} within 0..1")
+    return 1.0 + k * acceptance
+
+
+def geometric_tokens_per_step(k: int, c: float) -> float:
+    """Tokens per step at conditional probability ``c``: ``(1 - c^(k+1)) / (1 - c)``; ``k + 1`` at ``c = 1``."""
+    if k < 0 or not 0.0 <= c <= 1.0:
+        raise ValueError(f"k={k} must be >= 0 and conditional={c} within 0..1")
+    if c >= 1.0:
         return float(k + 1)
-    return float(sum(a**i for i in range(k + 1)))  # the sum, not the ratio: exact near a = 1
+    return float(sum(c**i for i in range(k + 1)))  # the sum, not the ratio: exact near c = 1
 
 
-def position_acceptance(k: int, a: float) -> list[float]:
-    """P(draft position i is accepted) for i = 1..k: ``a^i`` (a position needs every one before it)."""
-    return [a**i for i in range(1, k + 1)]
+def position_acceptance(k: int, acceptance: float) -> list[float]:
+    """P(draft position i is accepted) for i = 1..k at acceptance rate ``acceptance``: ``c^i``."""
+    c = conditional_from_rate(k, acceptance)
+    return [c**i for i in range(1, k + 1)]
 
 
-def sample_accepted(rng: random.Random, k: int, a: float) -> int:
-    """Accepted drafts of one step (0..k): independent per-token acceptance, stop at the first rejection."""
+def sample_accepted(rng: random.Random, k: int, conditional: float) -> int:
+    """Accepted drafts of one step (0..k) at conditional probability ``conditional`` (see
+    :attr:`SpecConfig.conditional`): independent per-token trials, stop at the first rejection."""
     n = 0
-    while n < k and rng.random() < a:
+    while n < k and rng.random() < conditional:
         n += 1
     return n
 
 
-_DRAFTS: dict[tuple[str, str, str, str, int, SpecConfig], Deployment] = {}
+_DRAFTS: dict[tuple[str, str, str, str, int, str, str], Deployment] = {}
 
 
 def _draft_deployment(d: Deployment, spec: SpecConfig) -> Deployment | None:
     """The deployment whose decode step is one draft step (None for ngram); cached per target and spec."""
     if spec.method == "ngram":
         return None
-    key = (d.model_name, d.config.label, d.dtype, d.engine, d.max_model_len, spec)
+    key = (d.model_name, d.config.label, d.dtype, d.engine, d.max_model_len, spec.method, spec.draft_model)
     got = _DRAFTS.get(key)
     if got is None:
         got = _DRAFTS[key] = _build_draft(d, spec)
@@ -155,8 +229,12 @@ def draft_deployment(d: Deployment, spec: SpecConfig) -> Deployment | None:
 
 def draft_time(d: Deployment, spec: SpecConfig, num_seqs: int, kv_tokens: int) -> float:
     """Seconds the draft spends per verification step: ``k`` sequential decode steps of ``num_seqs`` sequences."""
+    if num_seqs <= 0:
+        return 0.0
+    if spec.draft_cost is not None:
+        return spec.k * spec.draft_cost * d.step_time(num_seqs, kv_tokens, num_seqs)
     dd = _draft_deployment(d, spec)
-    if dd is None or num_seqs <= 0:
+    if dd is None:
         return 0.0
     return dd.decode_span(num_seqs, kv_tokens, spec.k)
 
@@ -245,6 +323,7 @@ def apply_to_estimate(d: Deployment, spec: SpecConfig, est: Estimate, sat: float
     dd = draft_deployment(d, spec)
     block: dict[str, Any] = {
         "method": spec.method, "draft_model": spec.draft_model or None, "k": spec.k, "acceptance": spec.acceptance,
+        "conditional_acceptance": round(spec.conditional, 4),
         "expected_tokens_per_step": round(step.expected_tokens, 4),
         "speedup_bound": round(step.expected_tokens, 4),
         "speedup": round(step.speedup, 4),
@@ -254,8 +333,9 @@ def apply_to_estimate(d: Deployment, spec: SpecConfig, est: Estimate, sat: float
         "saturation_speedup": round(sat_step.speedup, 4), "saturation_concurrency": sat_batch * d.config.replicas,
         "speedup_at_acceptance": sens,
         "draft_weights_gib_per_gpu": _draft_weights_gib(d, spec, dd),
-        "basis": ("TPOT = plain TPOT x (t_verify + t_draft) / (E t_base) at the running batch; E = (1 - a^(k+1))/(1 - a) "
-                  "from the given acceptance; intervals are the plain plan's scaled by the same factor (acceptance not included); "
-                  "the draft's weights and KV are not subtracted from the target's KV capacity"),
+        "basis": ("TPOT = plain TPOT x (t_verify + t_draft) / (E t_base) at the running batch; E = 1 + k A "
+                  "from the given acceptance rate A (vLLM's accepted / drafted tokens); intervals are the plain plan's "
+                  "scaled by the same factor (acceptance not included); the draft's weights and KV are not subtracted "
+                  "from the target's KV capacity"),
     }
     return new, sat_new, ivs, block

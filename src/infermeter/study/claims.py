@@ -10,7 +10,10 @@ bandwidth and compute, no overheads), the calibrated model's prediction, the ver
 the study ran that configuration, its own figure for the same metric (one request at a time). A
 cost claim (``usd_per_1m_output_tokens``, ``usd_per_1m_requests``) of a priced configuration is
 checked the same way against the cost floor — its hourly price over the throughput ceiling at the
-claim's lengths — beside the calibrated model's cost and the study's own cost at its basis::
+claim's lengths — beside the calibrated model's cost and the study's own cost at its basis. A
+``speedup`` claim (speculative decoding: ``configuration`` with ``speculative:``, ``baseline``
+without) is checked against the physical bound at batch 1, ``1 + k A`` tokens per verify step
+(:func:`_speedup_check`), beside the model's batch-1 speedup and the study's own TPOT ratio::
 
     >>> c = Claim(text="70B AWQ 115 tok/s on H100", metric="decode_tokens_per_s", value=115,
     ...           config="h100-sxm", model="llama-3-70b", dtype="awq")
@@ -28,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # check_claim's metrics, and the figure of a study cell that measures the same thing (one request at a time)
 METRICS = {"decode_tokens_per_s": "tokens/s", "tpot_ms": "ms", "ttft_ms": "ms", "output_tokens_per_s": "tokens/s",
-           "usd_per_1m_output_tokens": "$ per 1M output tokens", "usd_per_1m_requests": "$ per 1M requests"}
+           "usd_per_1m_output_tokens": "$ per 1M output tokens", "usd_per_1m_requests": "$ per 1M requests",
+           "speedup": "x"}
 # cost claims: checked against the cost floor, the configuration's price over its throughput ceiling
 COST_METRICS = ("usd_per_1m_output_tokens", "usd_per_1m_requests")
 
@@ -49,15 +53,21 @@ class Claim(BaseModel):
     input_tokens: int = Field(1000, ge=1)
     output_tokens: int = Field(200, ge=1)
     source: str | None = Field(None, description="who published it")
+    baseline: str | None = Field(None, description="speedup: the configuration it is a speedup over (the same "
+                                 "deployment without speculative decoding)")
 
     @model_validator(mode="after")
     def _check(self) -> Claim:
         from infermeter.perfmodel.check import ALIASES
 
-        if self.metric.strip().lower() not in ALIASES and self.metric.strip().lower() not in COST_METRICS:
+        m = self.metric.strip().lower()
+        if m not in ALIASES and m not in COST_METRICS and m != "speedup":
             raise ValueError(f"metric {self.metric!r}: use one of {', '.join(METRICS)}")
         if not self.configuration and not self.config:
             raise ValueError("give configuration (a configuration of the study) or config (a hardware string)")
+        if m == "speedup" and not (self.configuration and self.baseline):
+            raise ValueError("a speedup claim needs configuration (with speculative:) and baseline (without), both "
+                             "configurations of the study")
         return self
 
     @field_validator("config")
@@ -72,7 +82,7 @@ class Claim(BaseModel):
         from infermeter.perfmodel.check import ALIASES
 
         m = self.metric.strip().lower()
-        return m if m in COST_METRICS else ALIASES[m]
+        return m if m in COST_METRICS or m == "speedup" else ALIASES[m]
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,77 @@ def _cost_check(claim: Claim, study: Any, cells: list[Any], prices: Any, model: 
                       own, f"{cc.cell.source}, {cc.cell.profile}, at {cc.basis}" if cc is not None else None)
 
 
+def _tpot_p50(cells: list[Any], label: str) -> dict[str, float]:
+    """TPOT p50 one request at a time of configuration ``label``, per profile."""
+    out = {}
+    for c in cells:
+        if c.config == label and not getattr(c, "unavailable", None):
+            tpot = (((c.latency or {}).get("unloaded") or {}).get("tpot_ms") or {}).get("p50")
+            if tpot:
+                out[c.profile] = float(tpot)
+    return out
+
+
+def _saturation_ratio(cells: list[Any], fast: str, base: str, profile: str) -> float | None:
+    """Output tokens/s at saturation of ``fast`` over ``base`` for ``profile`` (None when either lacks it)."""
+    def out(label: str) -> float | None:
+        for c in cells:
+            if c.config == label and c.profile == profile and not getattr(c, "unavailable", None):
+                v = (c.saturation or {}).get("output_tokens_per_s")
+                return float(v) if v else None
+        return None
+
+    a, b = out(fast), out(base)
+    return a / b if a and b else None
+
+
+def _speedup_check(claim: Claim, study: Any, cells: list[Any], model: str, hardware: str, dtype: str) -> ClaimCheck:
+    """A speculative-decoding speedup claim against the physical bound at batch 1, ``E = 1 + k A`` (accepted
+    drafts plus the target's token per verify step, at the configuration's acceptance rate ``A``: no speedup can
+    exceed it); the performance model's batch-1 speedup (``plan --speculative``) is the prediction and the study's
+    own figure is the baseline's TPOT p50 over the configuration's, one request at a time."""
+    from infermeter.errors import UserError
+    from infermeter.perfmodel.planner import plan
+    from infermeter.perfmodel.speculative import parse_spec
+
+    assert claim.configuration is not None and claim.baseline is not None
+    conf = study.configuration(claim.configuration)
+    text = study.sim_for(conf).speculative
+    if not text:
+        return ClaimCheck(claim, model, hardware, dtype, "not checked", None, None, None,
+                          f"not checked: configuration {claim.configuration} has no speculative: setting")
+    spec = parse_spec(text, "speculative")
+    bound = spec.expected_tokens
+    try:
+        p = plan(model, hardware, dtype=dtype, input_tokens=claim.input_tokens, output_tokens=claim.output_tokens,
+                 concurrency=1, speculative=text).to_json()
+        predicted = _finite(float((p.get("speculative") or {}).get("speedup") or math.nan))
+    except UserError:
+        predicted = None
+    ratio = claim.value / bound
+    verdict = ("impossible" if claim.value > bound else "implausible" if claim.value > 0.9 * bound else "possible")
+    sentence = (f"{verdict.upper()}: claimed {claim.value:g}x; at k={spec.k} and acceptance rate {spec.acceptance:g} "
+                f"a verify step emits at most {bound:.3g} tokens, so no batch-1 speedup exceeds {bound:.3g}x "
+                f"(k + 1 = {spec.k + 1}x even at acceptance 1)")
+    if predicted is not None:
+        sentence += f"; the performance model predicts {predicted:.3g}x at batch 1 with the draft's cost"
+    fast, base = _tpot_p50(cells, claim.configuration), _tpot_p50(cells, claim.baseline)
+    common = [pr for pr in fast if pr in base]
+    own = base[common[0]] / fast[common[0]] if common else None
+    src = (f"{claim.baseline} TPOT p50 / {claim.configuration} TPOT p50, {common[0]}, one request at a time"
+           if common else None)
+    if own is not None:
+        sentence += f"; this study: {own:.3g}x one request at a time"
+        sat = _saturation_ratio(cells, claim.configuration, claim.baseline, common[0])
+        if sat is not None:
+            sentence += f", {sat:.3g}x the output tokens/s at saturation"
+    near = [x for x in (predicted, own) if x is not None]
+    if near and claim.value > max(near) * 1.1:
+        sentence += (f" -- physically possible, but {claim.value:g}x is above what this deployment gets at this "
+                     f"acceptance")
+    return ClaimCheck(claim, model, hardware, dtype, verdict, bound, predicted, ratio, sentence, own, src)
+
+
 def fmt_usd4(v: float) -> str:
     return f"${v:,.4g}"
 
@@ -193,6 +274,9 @@ def check_claims(study: Any, cells: list[Any], claims: list[Claim] | tuple[Claim
         metric = claim.canonical_metric
         if metric in COST_METRICS:
             out.append(_cost_check(claim, study, cells, prices, model, hardware, dtype))
+            continue
+        if metric == "speedup":
+            out.append(_speedup_check(claim, study, cells, model, hardware, dtype))
             continue
         try:
             v = check_claim(metric, claim.value, model, hardware, dtype=dtype, input_tokens=claim.input_tokens,

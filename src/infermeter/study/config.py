@@ -247,6 +247,21 @@ class SimOptions(_Frozen):
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_prefix_caching: bool = True
+    speculative: str | None = Field(None, description="speculative decoding METHOD:k=K,acceptance=A (vLLM's "
+                                    "acceptance rate; perfmodel.speculative), e.g. "
+                                    "draft:llama-3.1-8b,k=4,acceptance=0.7")
+
+    @field_validator("speculative")
+    @classmethod
+    def _speculative(cls, v: str | None) -> str | None:
+        if v is not None:
+            from infermeter.perfmodel.speculative import parse_spec
+
+            try:
+                parse_spec(v, "speculative")
+            except ConfigError as exc:  # reported by pydantic with the field's place in the file
+                raise ValueError(str(exc)) from None
+        return v
 
     def spec(self, model: str, gpu: str) -> TwinSpec:
         """The twin's deployment of ``model`` on ``gpu`` with these settings."""
@@ -258,7 +273,9 @@ class Configuration(_Frozen):
 
     ``model`` is the model this configuration serves (a catalog name for a simulated one, the
     endpoint's model id for a measured one; default: the study's), ``dtype`` its weight dtype
-    (shorthand for ``sim.dtype``), ``provider`` / ``instance`` / ``commitment`` where its price
+    (shorthand for ``sim.dtype``: the quantization axis, e.g. ``awq``, ``gptq``, ``fp8``), ``speculative``
+    its speculative decoding (shorthand for ``sim.speculative``, ``METHOD:k=K,acceptance=A``), ``provider`` /
+    ``instance`` / ``commitment`` where its price
     comes from (over the study's ``pricing``), ``calibration`` a per-deployment calibration file
     (``infermeter calibrate``'s output) for its twin."""
 
@@ -269,6 +286,7 @@ class Configuration(_Frozen):
     engine_args: dict[str, Any] = {}
     model: str | None = None
     dtype: str | None = None
+    speculative: str | None = None
     profiles: tuple[str, ...] | None = None
     load: dict[str, Any] = {}
     sim: dict[str, Any] = {}
@@ -304,6 +322,11 @@ class Configuration(_Frozen):
             raise ValueError("engine_args needs engine")
         if self.dtype and "dtype" in self.sim:
             raise ValueError("give dtype or sim.dtype, not both")
+        if self.speculative and "speculative" in self.sim:
+            raise ValueError("give speculative or sim.speculative, not both")
+        if self.speculative and self.measured:
+            raise ValueError("speculative is the twin's (a simulated configuration); a measured one is what its "
+                             "server runs")
         if self.calibration is not None and not Path(self.calibration).is_file():
             raise ValueError(f"calibration {str(self.calibration)!r}: no such file")
         if self.price_per_hour is not None and (self.provider or self.instance or self.commitment):
@@ -390,7 +413,8 @@ class StudyConfig(_Frozen):
         return LoadPlan(**{**self.load.model_dump(), **c.load})
 
     def sim_for(self, c: Configuration) -> SimOptions:
-        return SimOptions(**{**self.sim.model_dump(), **({"dtype": c.dtype} if c.dtype else {}), **c.sim})
+        return SimOptions(**{**self.sim.model_dump(), **({"dtype": c.dtype} if c.dtype else {}),
+                             **({"speculative": c.speculative} if c.speculative else {}), **c.sim})
 
     def profiles_for(self, c: Configuration) -> tuple[str, ...]:
         return tuple(p for p in self.profiles if c.profiles is None or p in c.profiles)
@@ -472,7 +496,8 @@ def read_study_source(path: Path) -> tuple[dict[str, Any], str]:
 
 
 EXAMPLES = {"default": "study-example.yaml", "seed-000": "study-seed-000.yaml", "seed-002": "study-seed-002.yaml",
-            "seed-003": "study-seed-003.yaml"}
+            "seed-003": "study-seed-003.yaml", "seed-002-speculative": "study-seed-002-speculative.yaml",
+            "seed-002-quant": "study-seed-002-quant.yaml"}
 
 
 def example_text(name: str = "default") -> str:

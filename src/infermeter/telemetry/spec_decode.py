@@ -21,8 +21,9 @@ Definitions (vLLM's, ``vllm/v1/spec_decode/metrics.py`` and its offline example)
 - ``conditional_acceptance`` = Δaccepted / (Δaccepted + Δdrafts rejected before position ``k``),
   the drafts rejected being Δdrafts − Δaccepted at the last position: the probability that a draft
   token is accepted given that every one before it was (the maximum-likelihood ``a`` of the
-  position-by-position model ``P(L >= i) = a^i`` that ``emulate --speculative ...,acceptance=a``
-  draws from). Under that model ``acceptance_rate`` is ``(a + a^2 + ... + a^k) / k``, below ``a``.
+  position-by-position model ``P(L >= i) = a^i`` that ``emulate --speculative ...,conditional=a``
+  draws from). Under that model ``acceptance_rate`` is ``(a + a^2 + ... + a^k) / k``, below ``a``;
+  ``--speculative ...,acceptance=A`` is that ``acceptance_rate`` (the twin solves ``a`` from it).
 
 SGLang exposes gauges instead (``sglang:spec_accept_rate``, ``sglang:spec_accept_length``, the
 latter also "accepted drafts + bonus token per forward"): their mean over the scrapes, ``source``

@@ -382,7 +382,7 @@ class Engine(DecodeSpans):
         spec = self.spec
         assert spec is not None
         k = spec.k
-        acc = draw_accepted(self._rng, k, spec.acceptance)
+        acc = draw_accepted(self._rng, k, spec.conditional)
         free = self.pool.num_free + d0
         while acc and self._blocks_for(acc + 1) > free:
             acc -= 1

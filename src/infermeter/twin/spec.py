@@ -59,7 +59,8 @@ class TwinSpec(BaseModel):
                                                           "least-outstanding (one process only)")
     served_model_name: str | None = Field(None, description="model id served by /v1/models (default: the model)")
     speculative: str | None = Field(None, description="speculative decoding METHOD:k=K,acceptance=A (METHOD: "
-                                                      "ngram, eagle, mtp; or draft:MODEL,k=K,acceptance=A), e.g. "
+                                                      "ngram, eagle, mtp; or draft:MODEL,k=K,acceptance=A; A is "
+                                                      "vLLM's acceptance rate, accepted / drafted tokens), e.g. "
                                                       "ngram:k=3,acceptance=0.6")
     calibration: str | None = Field(None, description="a calibration file (`infermeter calibrate`): the twin of that "
                                                       "measured deployment; model and hardware come from it")
