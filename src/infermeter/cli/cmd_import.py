@@ -24,12 +24,17 @@ def register(app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="Result files: vllm bench serve JSON, GuideLLM benchmarks JSON, AIPerf profile export (JSON or JSONL).")],
         out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (one run) or parent directory (several).")] = None,
         fmt: Annotated[Optional[str], typer.Option("--format", help="vllm-bench | guidellm | aiperf (default: detected).")] = None,
+        hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware the server ran on (e.g. h100-sxm), for cost and capacity.")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the file's).")] = None,
     ) -> None:
         """Import other benchmark tools' results as infermeter run directories (summary.json: source imported)."""
         from infermeter.interop.common import write_imported
         from infermeter.interop.readers import read_file
 
         runs = [(f, imp) for f in files for imp in read_file(f, fmt)]  # every file read before anything is written
+        for _, imp in runs:
+            imp.hardware = hardware or imp.hardware
+            imp.model = model or imp.model
         console = SafeConsole()
         for k, (f, imp) in enumerate(runs):
             if len(runs) == 1:

@@ -37,6 +37,7 @@ class Imported:
     version: str | None
     path: Path
     model: str | None = None
+    hardware: str | None = None
     command: str | None = None
     label: str | None = None
     started_at: str | None = None
@@ -56,7 +57,7 @@ def run_header(imp: Imported) -> dict[str, Any]:
     return {
         "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "imported",
         "label": imp.label or f"{imp.tool}:{imp.path.stem}", "started_at": imp.started_at, "model": imp.model,
-        "load": imp.load, "target": {}, "workload": {}, "config": {},
+        "hardware": imp.hardware, "load": imp.load, "target": {}, "workload": {}, "config": {},
         "imported": {"tool": imp.tool, "version": imp.version, "command": imp.command, "file": str(imp.path),
                      "per_request": imp.rows is not None, **({"tool_figures": imp.extra} if imp.extra else {})},
     }

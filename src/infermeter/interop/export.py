@@ -132,11 +132,15 @@ def to_guidellm(run: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, An
 
 
 def to_aiperf(run: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    w_ns = _wall(run) * 1e9
+    w_ns = int(round(_wall(run) * 1e6)) * 1000  # integers: a float of ~1.8e18 ns is 256 ns coarse
+
+    def ns(t: float) -> int:
+        return w_ns + int(round(t * 1e9))
+
     out = []
     for r in rows:
-        meta = {"request_start_ns": int(w_ns + r["sent_at"] * 1e9), "credit_issued_ns": int(w_ns + r["intended_at"] * 1e9),
-                "request_end_ns": int(w_ns + r["ended_at"] * 1e9) if r.get("ended_at") is not None else None,
+        meta = {"request_start_ns": ns(r["sent_at"]), "credit_issued_ns": ns(r["intended_at"]),
+                "request_end_ns": ns(r["ended_at"]) if r.get("ended_at") is not None else None,
                 "benchmark_phase": "profiling", "was_cancelled": False}
         rec: dict[str, Any] = {"metadata": meta, "metrics": {}}
         if r["outcome"] == "ok":

@@ -349,14 +349,15 @@ def read_aiperf(d: Any, path: Path) -> Imported:
         meta = rec.get("metadata") if isinstance(rec, dict) else None
         if not isinstance(meta, dict):
             raise bad(path, f"line {i + 1}.metadata", "missing")
-        starts.append(_num(meta.get("request_start_ns"), path, f"line {i + 1}.metadata.request_start_ns") or 0.0)
-    t0 = min(starts, default=0.0)
+        _num(meta.get("request_start_ns"), path, f"line {i + 1}.metadata.request_start_ns")
+        starts.append(meta["request_start_ns"])  # kept as integers: a float of ~1.8e18 ns is 256 ns coarse
+    t0 = min(starts, default=0)
     for i, rec in enumerate(d):
         meta, m = rec["metadata"], rec.get("metrics") or {}
         where = f"line {i + 1}"
         sent = (starts[i] - t0) / 1e9
         credit = meta.get("credit_issued_ns")
-        intended = (float(credit) - t0) / 1e9 if isinstance(credit, (int, float)) and credit <= starts[i] else sent
+        intended = (credit - t0) / 1e9 if isinstance(credit, (int, float)) and credit <= starts[i] else sent
 
         def val(key: str) -> Any:
             v = m.get(key)
@@ -369,7 +370,7 @@ def read_aiperf(d: Any, path: Path) -> Imported:
         if err or meta.get("was_cancelled"):
             end_ns = meta.get("request_end_ns")
             row |= {"outcome": "cancelled" if not err else "error",
-                    "ended_at": (float(end_ns) - t0) / 1e9 if isinstance(end_ns, (int, float)) else None}
+                    "ended_at": (end_ns - t0) / 1e9 if isinstance(end_ns, (int, float)) else None}
             if err:
                 text = json.dumps(err) if not isinstance(err, str) else err
                 row |= {"error_class": error_class(text), "error_detail": f"AIPerf: {text}"[:300]}
