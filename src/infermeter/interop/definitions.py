@@ -56,7 +56,7 @@ def tool_of(run: dict[str, object]) -> str:
     """The tool whose rules a run's figures follow: ``imported.tool``, else infermeter."""
     imp = run.get("imported")
     if isinstance(imp, dict) and isinstance(imp.get("tool"), str):
-        return imp["tool"]
+        return str(imp["tool"])
     return "infermeter"
 
 

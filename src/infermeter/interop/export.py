@@ -113,7 +113,7 @@ def to_guidellm(run: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, An
                                          "error": None if ok else r.get("error_detail")},
                                 "prompt_tokens": r.get("prompt_tokens"), "output_tokens": n if ok else None,
                                 "request_start_time": timings["request_start"], "request_end_time": timings["request_end"]}
-        if ok:
+        if ok and first is not None and last_tok is not None:
             lat = r["ended_at"] - r["sent_at"]
             stat |= {"request_latency": lat, "time_to_first_token_ms": (first - r["sent_at"]) * 1e3,
                      "inter_token_latency_ms": (last_tok - first) / (n - 1) * 1e3 if n > 1 else None,

@@ -228,11 +228,11 @@ def _vllm_rows(d: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     starts = _list(d, "start_times", None, path)
     n = len(starts)
     ttfts, itls = _list(d, "ttfts", n, path), _list(d, "itls", n, path)
-    lat = _list(d, "latencies", n, path) if "latencies" in d else [None] * n
-    queue = _list(d, "queue_times", n, path) if "queue_times" in d else [None] * n
-    ins = _list(d, "input_lens", n, path) if "input_lens" in d else [None] * n
-    outs = _list(d, "output_lens", n, path) if "output_lens" in d else [None] * n
-    errs = _list(d, "errors", n, path) if "errors" in d else [""] * n
+    lat: list[Any] = _list(d, "latencies", n, path) if "latencies" in d else [None] * n
+    queue: list[Any] = _list(d, "queue_times", n, path) if "queue_times" in d else [None] * n
+    ins: list[Any] = _list(d, "input_lens", n, path) if "input_lens" in d else [None] * n
+    outs: list[Any] = _list(d, "output_lens", n, path) if "output_lens" in d else [None] * n
+    errs: list[Any] = _list(d, "errors", n, path) if "errors" in d else [""] * n
     t0 = min(_num(s, path, f"start_times[{i}]") or 0.0 for i, s in enumerate(starts)) if n else 0.0
     rows = []
     for i in range(n):
