@@ -87,6 +87,17 @@ def test_cost_prices_an_imported_run(imported):
     assert run["usd_per_1m_output_tokens"] == pytest.approx(run["usd_per_hour"] / (tok_s * 3600) * 1e6, rel=1e-9)
 
 
+def test_capacity_sizes_replicas_from_an_imported_run(imported):
+    p = cli("capacity", str(imported["vllm-bench"]), "--requests-per-day", "1M", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    [conf] = out["configs"]
+    s = Summary.read(imported["vllm-bench"] / "summary.json")
+    assert conf["source"] == "imported" and conf["capacity_rps_per_replica"] == pytest.approx(s.achieved_rate, rel=1e-9)
+    need = 1e6 / 86400 / (conf["capacity_rps_per_replica"] * (1 - out["headroom"]))
+    assert conf["replicas"] == int(-(-need // 1))
+
+
 def test_report_draws_an_imported_run_beside_a_native_one(imported, tmp_path):
     p = cli("report", str(NATIVE), str(imported["vllm-bench"]), "--out", str(tmp_path / "rep"))
     assert p.returncode == 0, p.stderr

@@ -123,3 +123,19 @@ def test_cli_import_and_errors(tmp_path):
     p = cli("import", str(f), "--out", str(tmp_path / "x"))
     assert p.returncode == 2 and "Traceback" not in p.stderr and str(f) in p.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_key_in_the_tools_command_or_errors_never_reaches_the_run(tmp_path):
+    key = "sk-test-abcdefghijklmnopqrstuvwx"
+    raw = json.loads(AIPERF_JSON.read_text())
+    raw["run_info"]["cli_command"] += f" --api-key {key}"
+    records = AIPERF_JSON.with_name("profile_export.jsonl").read_text().splitlines()
+    bad = json.loads(records[0])
+    bad["error"] = {"message": f"HTTP 401: invalid key {key}"}
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(raw))
+    (tmp_path / "profile_export.jsonl").write_text("\n".join([json.dumps(bad), *records[1:]]) + "\n")
+    s, run = _import(tmp_path / "profile_export_aiperf.json", tmp_path / "a")
+    assert s.failed == 1 and s.errors == {"http_4xx": 1}
+    assert "--api-key" in run["imported"]["command"]
+    for f in ("run.json", "summary.json", "requests.parquet"):
+        assert key.encode() not in (tmp_path / "a" / f).read_bytes(), f

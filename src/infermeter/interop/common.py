@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import shlex
+
 import pyarrow as pa
 
 from infermeter import __version__
@@ -21,6 +23,7 @@ from infermeter.analysis.accumulator import Accumulator
 from infermeter.analysis.results import Distribution, Summary
 from infermeter.errors import DataError
 from infermeter.interop.definitions import DEFINITIONS
+from infermeter.redact import redact_args, redact_obj, redact_text
 from infermeter.records.record import ARROW_SCHEMA, rows_to_table
 from infermeter.records.store import RUN, SUMMARY, write_json, write_run
 
@@ -53,14 +56,24 @@ def bad(path: Path, where: str, why: str) -> DataError:
     return DataError(f"{path}: {where}: {why}")
 
 
+def _command(cmd: str | None) -> str | None:
+    """The tool's command line with every secret flag's value and anything credential-shaped masked."""
+    if not cmd:
+        return None
+    try:
+        return " ".join(redact_args(shlex.split(cmd)))
+    except ValueError:  # unbalanced quotes: mask what looks like a secret in the text
+        return redact_text(cmd)
+
+
 def run_header(imp: Imported) -> dict[str, Any]:
-    return {
+    return redact_obj({
         "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "imported",
         "label": imp.label or f"{imp.tool}:{imp.path.stem}", "started_at": imp.started_at, "model": imp.model,
         "hardware": imp.hardware, "load": imp.load, "target": {}, "workload": {}, "config": {},
-        "imported": {"tool": imp.tool, "version": imp.version, "command": imp.command, "file": str(imp.path),
+        "imported": {"tool": imp.tool, "version": imp.version, "command": _command(imp.command), "file": str(imp.path),
                      "per_request": imp.rows is not None, **({"tool_figures": imp.extra} if imp.extra else {})},
-    }
+    })
 
 
 def summarize(imp: Imported) -> tuple[dict[str, Any], pa.Table | None, Summary]:
@@ -70,6 +83,9 @@ def summarize(imp: Imported) -> tuple[dict[str, Any], pa.Table | None, Summary]:
     if imp.rows is not None:
         if not imp.rows:
             raise bad(imp.path, "requests", "no per-request entries to import")
+        for r in imp.rows:  # a tool's error text may echo a key (docs/metrics.md "Errors")
+            if isinstance(r.get("error_detail"), str):
+                r["error_detail"] = redact_text(r["error_detail"])[:300]
         table = rows_to_table(imp.rows)
         no_times = all(not r.get("chunk_times") for r in imp.rows)
         acc = Accumulator.for_run(run, derive_itl=no_times)
