@@ -67,13 +67,14 @@ def _command(cmd: str | None) -> str | None:
 
 
 def run_header(imp: Imported) -> dict[str, Any]:
-    return redact_obj({
+    header: dict[str, Any] = redact_obj({
         "schema_version": 1, "tool": "infermeter", "version": __version__, "source": "imported",
         "label": imp.label or f"{imp.tool}:{imp.path.stem}", "started_at": imp.started_at, "model": imp.model,
         "hardware": imp.hardware, "load": imp.load, "target": {}, "workload": {}, "config": {},
         "imported": {"tool": imp.tool, "version": imp.version, "command": _command(imp.command), "file": str(imp.path),
                      "per_request": imp.rows is not None, **({"tool_figures": imp.extra} if imp.extra else {})},
     })
+    return header
 
 
 def summarize(imp: Imported) -> tuple[dict[str, Any], pa.Table | None, Summary]:
