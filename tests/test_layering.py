@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"records", "workload", "perfmodel", "telemetry"},
     {"analysis", "client"},
     {"load", "twin"},
-    {"report", "engines"},
+    {"report", "engines", "interop"},
     {"measure"},
     {"campaign", "study"},
     {"cli"},

@@ -109,6 +109,9 @@ def register(app: typer.Typer) -> None:
                               threshold=thr, error_threshold=err_thr, confidence=confidence, resamples=resamples,
                               metrics=names, min_effect=min_eff)
         warnings = [f"the runs differ in {d}" for d in differences(base_run, cand_run)]
+        from infermeter.interop.definitions import definition_warnings, tool_of  # imported runs keep their tool's rules
+
+        warnings += definition_warnings(tool_of(base_run.run), tool_of(cand_run.run), names)
         warnings += [f"{role} {r.label} is marked invalid: {'; '.join(r.summary.get('invalid_reasons') or [])}"
                      for role, r in (("baseline", base_run), ("candidate", cand_run)) if not r.summary.get("valid", True)]
         if json_out:
