@@ -58,3 +58,26 @@ def test_very_large_event_and_limit():
 def test_many_small_events_in_one_read():
     raw = b"".join(b'data: {"i":%d}\n\n' % i for i in range(500))
     assert [json.loads(e.data)["i"] for e in feed_all(SSEParser(), raw)] == list(range(500))
+
+
+@pytest.mark.parametrize("step", [None, 1, 2, 3, 5, 7, 64])
+def test_feed_data_gives_the_data_of_every_event_feed_gives(step):
+    # the hot path's data-only feed must agree with feed() on every format and split
+    raw = (b'data: {"a":1}\n\ndata:{"a":2}\r\n\r\n: ping\n\nevent: x\ndata: [DONE]\r\r'
+           b'\n\ndata: line1\ndata: line2\n\ndata: \xc3\xa9\xe2\x82\xac\n\nid: 3\n\ndata: {"b":3}\n\ndata: tail')
+    a, b = SSEParser(), SSEParser()
+    full, data = [], []
+    chunks = [raw] if step is None else [raw[i:i + step] for i in range(0, len(raw), step)]
+    for c in chunks:
+        full += a.feed(c)
+        data += b.feed_data(c)
+    full += a.close()
+    data += [e.data for e in b.close()]
+    assert data == [e.data for e in full]
+    assert data == ['{"a":1}', '{"a":2}', "[DONE]", "line1\nline2", "é€", '{"b":3}', "tail"]
+
+
+def test_feed_data_limits_event_size():
+    p = SSEParser(max_event_bytes=100)
+    with pytest.raises(SSEError):
+        p.feed_data(b"data: " + b"x" * 200)

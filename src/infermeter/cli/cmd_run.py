@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from infermeter.cli.fit import Fit, make_table
+from infermeter.client import eventloop
 from infermeter.cli.flags import (
     GRACE,
     LOAD,
@@ -195,7 +196,7 @@ def _measure(measurement: Measurement, console: Console, every: float, as_json: 
     from infermeter.errors import ResultsWriteError
 
     try:
-        return asyncio.run(_run_with_progress(measurement, console, every))
+        return eventloop.run(_run_with_progress(measurement, console, every))
     except ResultsWriteError as exc:
         if exc.summary is not None:
             if as_json:

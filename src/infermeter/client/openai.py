@@ -354,12 +354,13 @@ class OpenAIClient:
         times = rec.chunk_times
         rescheduled = False
         on_event = self._on_event
+        feed = parser.feed_data
         now = clock()
         async for raw in resp.content.iter_any():
             now = clock()  # the arrival of these bytes: every event they complete is stamped with it
             for piece in (raw,) if dec is None else dec.decode(raw):
-                for ev in parser.feed(piece):
-                    state = on_event(ev.data, now, rec, tally, chat, times)
+                for data in feed(piece):
+                    state = on_event(data, now, rec, tally, chat, times)
                     if state and not finished:
                         finished = True
                         rec.ended_at = now

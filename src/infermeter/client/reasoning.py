@@ -60,6 +60,12 @@ class ReasoningSplit:
         """One token-bearing chunk (``content`` + ``reasoning`` not both empty)."""
         if reasoning:
             self._fields = True
+        elif content and self._state == _OPEN and self._lead is None and not self._fields:
+            both = self._tail + content  # the usual chunk of a plain answer: _content's last branch, inlined
+            if CLOSE_TAG not in both:
+                self._tail = both[-_KEEP:]
+                self.flags.append(False)
+                return
         answer = self._content(content, len(self.flags)) if content else False
         self.flags.append(not answer)
 

@@ -92,6 +92,35 @@ class SSEParser:
             raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
         return out
 
+    def feed_data(self, data: bytes) -> list[str]:
+        """:meth:`feed`, keeping only each event's ``data`` (the hot path of a streamed completion, which
+        reads nothing else): the same events in the same order, without building an :class:`SSEEvent` for
+        the usual one-line ``data:`` block."""
+        if self._pending_cr or b"\r" in data:
+            return [ev.data for ev in self.feed(data)]
+        old = len(self._buf)
+        buf = self._buf + data if old else data
+        if buf.find(b"\n\n", max(0, old - 1)) < 0:
+            self._buf = buf
+            if len(buf) > self.max_event_bytes:
+                raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
+            return []
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop()
+        out: list[str] = []
+        for block in blocks:
+            if not block:
+                continue
+            if block[:6] == b"data: " and b"\n" not in block:  # the usual block: one data line
+                out.append(block[6:].decode("utf-8", errors="replace"))
+                continue
+            ev = _parse_block(block if block[0] != 10 else block.lstrip(b"\n"))
+            if ev is not None:
+                out.append(ev.data)
+        if len(self._buf) > self.max_event_bytes:
+            raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
+        return out
+
     def close(self) -> list[SSEEvent]:
         """End of stream: the last event, if the server omitted its blank line."""
         block = self._buf.strip(b"\n")

@@ -61,6 +61,7 @@ from infermeter.load.stats import LiveStats
 from infermeter.records.record import RequestRecord
 
 CAP_HELD_S = 0.010
+STOP_CHECK_S = 0.05  # the open-loop pacer looks at the stop flag at least this often while it waits
 EARLY_4XX = 8  # the first requests to finish, all refused with one 4xx: every request would be
 LOAD_4XX = (408, 429)  # 4xx statuses that depend on the load, never a reason to stop
 
@@ -226,8 +227,7 @@ class Runner:
 
     # -- schedules -----------------------------------------------------------------------------
     async def _open_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        t0_loop = loop.time() - self.clock()
+        clock = self.clock
         dur = self.limits.duration_s
         schedule = self.shape.schedule(self.rng, self.specs)
         for _ in itertools.islice(schedule, self.first_index):  # a resumed run starts further on
@@ -245,13 +245,16 @@ class Runner:
             if self.index_filter is not None and not self.index_filter(idx):
                 continue
             offset += self.shift_s
-            delay = t0_loop + offset - loop.time()
+            delay = offset - clock()
             if delay > 0:
-                try:
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                    return
-                except TimeoutError:
-                    pass
+                # a plain timer (no task and timeout per send, as wait_for made: its CPU capped the rate),
+                # checked against the run clock, never the loop's (uvloop's timers and time are in whole
+                # milliseconds): no request leaves before its time; the stop flag is looked at every STOP_CHECK_S
+                while delay > 0:
+                    await asyncio.sleep(delay if delay < STOP_CHECK_S else STOP_CHECK_S)
+                    if self._stop.is_set():
+                        return
+                    delay = offset - clock()
             else:
                 behind += 1
                 if behind % 64 == 0:  # behind schedule: still let responses and Ctrl-C through

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infermeter.client import eventloop
 from infermeter.client.openai import ClientConfig, OpenAIClient
 from infermeter.client.session import make_session
 from infermeter.errors import DataError, UserError
@@ -193,7 +194,7 @@ def _process_main(plan: WorkerPlan, k: int, journal_dir: str, conn: Any) -> None
         msg = conn.recv()
         if msg[0] != "start":
             return
-        conn.send(("done", asyncio.run(_serve(work, float(msg[1]), conn))))
+        conn.send(("done", eventloop.run(_serve(work, float(msg[1]), conn))))
     except BaseException as exc:  # report, never hang the parent
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
