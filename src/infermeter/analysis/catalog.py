@@ -165,7 +165,7 @@ CATALOG: tuple[Metric, ...] = (
            history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95", "p99"), per_request="ttft",
            definition="first_token_at − sent_at"),
     Metric("ttfo", "ttfo_ms", "TTFO", "ms", stats=_LAT, suffix="ms", views=_v("console", "report", "alert"),
-           console_label="TTFO (first answer token)", per_request="ttfo", definition="first_answer_at − sent_at"),
+           console_label="TTFO (first answer token)", definition="first_answer_at − sent_at"),
     Metric("ttft_from_intended", "ttft_from_intended_ms", "TTFT from intended send", "ms", stats=_LAT, suffix="ms",
            views=_v("console", "report", "csv", "alert"), per_request="ttft_intended",
            definition="first_token_at − intended_at"),
