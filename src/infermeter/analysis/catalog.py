@@ -63,6 +63,7 @@ class Metric:
     console_label: str | None = None
     history_stats: tuple[str, ...] = ()  # distributions: the history columns <stem>_<stat>_<suffix>
     compare_stats: tuple[str, ...] = ()  # distributions: default `compare` metrics
+    campaign_stats: tuple[str, ...] = ()  # distributions: the campaign's spread figures
     per_request: str | None = None  # analysis.metrics.RequestMetrics attribute (seconds unless ``unit`` says)
     aliases: tuple[str, ...] = ()
     definition: str = ""
@@ -128,6 +129,11 @@ class MetricRef:
     def min_samples(self) -> int:
         return MIN_SAMPLES.get(self.stat or "", 1)
 
+    def raw(self, summary: Any) -> Any:
+        """The value as summary.json holds it (an int stays an int, a text a text); None when absent."""
+        v = self.metric.block_of(summary)
+        return _get(v, self.stat) if self.stat else (None if isinstance(v, Mapping) else v)
+
     def value(self, summary: Any) -> float | None:
         """The number in a summary, a window or summary.json; None when not measured (or not a number)."""
         v = self.metric.block_of(summary)
@@ -162,7 +168,8 @@ def _v(*views: str) -> frozenset[str]:
 CATALOG: tuple[Metric, ...] = (
     # -- latency distributions (ms) -------------------------------------------------------------
     Metric("ttft", "ttft_ms", "TTFT", "ms", stats=_LAT, suffix="ms", views=_ALL | {"compare", "campaign", "banded"},
-           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95", "p99"), per_request="ttft",
+           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95", "p99"), campaign_stats=("p50", "p99"),
+           per_request="ttft", fmt=".1f",
            definition="first_token_at − sent_at"),
     Metric("ttfo", "ttfo_ms", "TTFO", "ms", stats=_LAT, suffix="ms", views=_v("console", "report", "alert"),
            console_label="TTFO (first answer token)", definition="first_answer_at − sent_at"),
@@ -170,12 +177,13 @@ CATALOG: tuple[Metric, ...] = (
            views=_v("console", "report", "csv", "alert"), per_request="ttft_intended",
            definition="first_token_at − intended_at"),
     Metric("tpot", "tpot_ms", "TPOT", "ms", stats=_LAT, suffix="ms", views=_ALL | {"compare", "campaign", "banded"},
-           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95"), per_request="tpot",
+           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95"), campaign_stats=("p50",), per_request="tpot",
            definition="(ended_at − first_token_at) / (output tokens − 1)"),
     Metric("itl", "itl_ms", "ITL", "ms", stats=_LAT, suffix="ms", views=_ALL, history_stats=("p50", "p95", "p99"),
            definition="gaps between token-bearing chunks, pooled"),
     Metric("e2e", "e2e_ms", "E2E", "ms", stats=_LAT, suffix="ms", views=_ALL | {"compare", "campaign"},
-           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95"), per_request="e2e",
+           history_stats=("p50", "p95", "p99"), compare_stats=("p50", "p95"), campaign_stats=("p50",), per_request="e2e",
+           fmt=".1f",
            definition="ended_at − sent_at"),
     Metric("e2e_from_intended", "e2e_from_intended_ms", "E2E from intended send", "ms", stats=_LAT, suffix="ms",
            views=_v("alert"), per_request="e2e_intended", definition="ended_at − intended_at"),
@@ -200,7 +208,8 @@ CATALOG: tuple[Metric, ...] = (
     Metric("total_tokens_per_s", "total_token_throughput", "total tok/s", "tok/s", ".0f", "higher", views=_ALL,
            aliases=("total_token_throughput",)),
     Metric("goodput", "goodput", "goodput req/s", "req/s", ".2f", "higher", views=_ALL),
-    Metric("error_rate", "error_rate", "error rate", "fraction", ".1%", views=_ALL | {"compare"},
+    Metric("error_rate", "error_rate", "error rate", "fraction", ".1%",
+           views=_v("report", "csv", "history", "alert", "compare"),
            per_request="error", definition="failed / (completed + failed)"),
     Metric("target_rate", "target_rate", "target rate (req/s)", "req/s", ".2f", None, views=_v("report", "csv", "history")),
     Metric("achieved_rate", "achieved_rate", "achieved rate (req/s)", "req/s", ".2f", "higher",
@@ -344,6 +353,13 @@ def compare_refs() -> list[MetricRef]:
     return out
 
 
-def console_value(m: Metric, v: Any) -> str:
-    """One value as the console shows it (the metric's format); "n/a" when missing."""
-    return "n/a" if not isinstance(v, (int, float)) or isinstance(v, bool) else format(v, m.fmt)
+def campaign_refs() -> list[MetricRef]:
+    """The figures a campaign spreads over its repeats, run figures first (the capacity is the campaign's own)."""
+    ms = metrics("campaign")
+    return [m.ref() for m in ms if not m.distribution] + [MetricRef(m, s) for m in ms if m.distribution
+                                                           for s in m.campaign_stats]
+
+
+def banded() -> list[MetricRef]:
+    """The simulated run's headline figures with 80% prediction intervals: TTFT p50, TPOT p50, output tok/s."""
+    return [m.ref("p50") if m.distribution else m.ref() for m in metrics("banded")]
