@@ -56,7 +56,6 @@ class RequestMetrics:
     ttfo: np.ndarray
     n_reasoning: np.ndarray  # thinking tokens (NaN: not known)
     n_answer: np.ndarray  # answer tokens (NaN: not known)
-    decode: np.ndarray  # ended_at - first_token_at: the stream after its first token
 
 
 def request_metrics(table: pa.Table) -> RequestMetrics:
@@ -86,7 +85,6 @@ def request_metrics(table: pa.Table) -> RequestMetrics:
         ttfo=first_answer - sent,
         n_reasoning=n_reasoning,
         n_answer=col(table, "answer_tokens"),
-        decode=ended - first,
     )
 
 

@@ -184,7 +184,6 @@ class Summary(BaseModel):
     tpot_ms: Distribution = Distribution()
     itl_ms: Distribution = Distribution()
     e2e_ms: Distribution = Distribution()
-    decode_ms: Distribution = Distribution()
     ttft_from_intended_ms: Distribution = Distribution()
     e2e_from_intended_ms: Distribution = Distribution()
     schedule_lag_ms: Distribution = Distribution()
