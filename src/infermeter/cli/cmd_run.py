@@ -125,7 +125,7 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
 
 def _calibrate_to(run_dir: Path, path: Path, console: Console) -> None:
     """``run --calibrate-twin FILE``: the twin fitted to the run just measured (its results stay whatever happens)."""
-    from infermeter.cli.cmd_calibrate import show_calibration
+    from infermeter.cli.calview import show_calibration
     from infermeter.measure.calibrate import calibrate
 
     try:
