@@ -22,6 +22,7 @@ import typer
 
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
+from infermeter.numbers import rate
 from infermeter.terminal import SafeConsole, escape, safe_text
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
@@ -68,7 +69,7 @@ def differences(base: Any, cand: Any) -> list[str]:
             out.append(f"{key}: {a} vs {b}")
     ra, rb = base.summary.get("target_rate"), cand.summary.get("target_rate")
     if ra != rb:
-        out.append(f"target rate: {ra} vs {rb} req/s")
+        out.append(f"target rate: {rate(ra)} vs {rate(rb)}")  # never "23.06169428689927 vs None"
     return out
 
 
