@@ -29,8 +29,19 @@ def test_parse_rejects_malformed_rules_naming_them(bad):
 
 
 def test_unknown_metric_suggests_close_names():
-    with pytest.raises(ConfigError, match="did you mean ttft_p95_ms"):
-        parse_alert("ttft_p95>500")
+    with pytest.raises(ConfigError, match="did you mean .*ttft_p95_ms"):
+        parse_alert("ttft_p96_ms>500")
+
+
+@pytest.mark.parametrize("alias", ["ttft_p95", "ttft_ms.p95", "TTFT_P95_MS"])
+def test_old_spellings_of_a_metric_are_aliases(alias):
+    fired = evaluate_alerts([parse_alert(f"{alias}>500")], {"ttft_ms": {"p95": 612.0}}, [])
+    assert [f["value"] for f in fired] == [612.0]
+
+
+def test_throughput_alert_reads_the_summary_under_both_names():
+    s = {"output_token_throughput": 90.0}
+    assert [len(evaluate_alerts([parse_alert(f"{n}<100")], s, [])) for n in ("output_tokens_per_s", "output_token_throughput")] == [1, 1]
 
 
 def test_whole_run_evaluation():

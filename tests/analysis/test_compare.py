@@ -68,7 +68,7 @@ def test_per_request_metrics_from_records():
 def test_quantile_bootstrap_matches_explicit_resampling():
     """The Beta order-statistic draw equals resampling with replacement (fast path vs slow reference)."""
     values = np.random.default_rng(3).lognormal(0, 1, 40)
-    spec = METRICS["ttft_p95"]
+    spec = METRICS["ttft_p95_ms"]
     fast = _bootstrap(spec, values, 1.0, 40_000, np.random.default_rng(4))
     rng = np.random.default_rng(5)
     resampled = values[rng.integers(0, values.size, size=(40_000, values.size))]
@@ -87,17 +87,17 @@ def test_real_ttft_regression_fails_and_names_the_metrics():
     result = run(synthetic(2000, 0), synthetic(2000, 1, ttft_scale=1.3))
     v = verdicts(result)
     assert result.regressed
-    assert v["ttft_p50"] == v["ttft_p95"] == "regression"
-    assert v["tpot_p50"] != "regression"  # TPOT did not change
-    ttft = next(c for c in result.changes if c.spec.name == "ttft_p50")
+    assert v["ttft_p50_ms"] == v["ttft_p95_ms"] == "regression"
+    assert v["tpot_p50_ms"] != "regression"  # TPOT did not change
+    ttft = next(c for c in result.changes if c.spec.name == "ttft_p50_ms")
     assert ttft.ci_low > 0.05 and ttft.ci_low < 0.3 < ttft.ci_high
     assert ttft.change == pytest.approx(0.3, abs=0.08)
 
 
 def test_throughput_drop_is_a_regression_and_a_rise_an_improvement():
     base = synthetic(3000, 0)
-    assert verdicts(run(base, synthetic(3000, 1, tokens_scale=0.8)))["output_throughput"] == "regression"
-    assert verdicts(run(base, synthetic(3000, 1, tokens_scale=1.25)))["output_throughput"] == "improvement"
+    assert verdicts(run(base, synthetic(3000, 1, tokens_scale=0.8)))["output_tokens_per_s"] == "regression"
+    assert verdicts(run(base, synthetic(3000, 1, tokens_scale=1.25)))["output_tokens_per_s"] == "improvement"
 
 
 def test_error_rate_uses_percentage_points():
@@ -113,13 +113,13 @@ def test_error_rate_uses_percentage_points():
 
 def test_latency_improvement_is_not_a_regression():
     result = run(synthetic(2000, 0, ttft_scale=1.5), synthetic(2000, 1))
-    assert verdicts(result)["ttft_p50"] == "improvement"
+    assert verdicts(result)["ttft_p50_ms"] == "improvement"
     assert not result.regressed
 
 
 def test_missing_data_and_bad_arguments():
     empty = synthetic(10, 0, error_rate=1.0)  # nothing completed
-    result = run(empty, synthetic(10, 1), metrics=("ttft_p50",))
+    result = run(empty, synthetic(10, 1), metrics=("ttft_p50",))  # an old spelling: an alias of ttft_p50_ms
     assert result.changes[0].verdict == "no data" and result.changes[0].baseline is None
     with pytest.raises(ValueError, match="unknown metric"):
         run(synthetic(10, 0), synthetic(10, 1), metrics=("ttft_p42",))

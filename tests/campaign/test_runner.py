@@ -135,3 +135,18 @@ def test_stop_leftover_only_touches_its_own_processes():
     finally:
         if cmdline.exists():
             subprocess.run(["kill", "-9", str(pid)])
+
+
+def test_a_leftover_emulator_is_recognised_and_stopped():
+    # issue 32: the campaign's emulator marker must match the command the emulator really runs as
+    from infermeter.campaign.runner import MARKERS
+    from infermeter.engines.emulator.process import EmulatorProcess
+
+    with EmulatorProcess(["--ttft-ms", "1", "--itl-ms", "1"]) as emu:
+        pid = emu.pid
+        assert pid is not None
+        assert stop_leftover(pid, MARKERS["emulator"]) is True  # what a resumed campaign does to a leftover one
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{pid}/cmdline").exists() or not Path(f"/proc/{pid}/cmdline").read_bytes()

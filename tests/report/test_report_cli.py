@@ -40,10 +40,10 @@ def test_compare_passes_on_noise_and_fails_on_a_regression(make_run, tmp_path):
     assert bad.exit_code == 1, bad.output
     doc = json.loads(bad.output)
     by_metric = {m["metric"]: m for m in doc["metrics"]}
-    assert doc["regressed"] is True and by_metric["ttft_p50"]["verdict"] == "regression"
-    assert by_metric["ttft_p50"]["change"] == pytest.approx(0.2 / 0.15 - 1, abs=0.08)
-    assert by_metric["ttft_p50"]["ci_low"] > 0.05
-    assert by_metric["tpot_p50"]["verdict"] != "regression"
+    assert doc["regressed"] is True and by_metric["ttft_p50_ms"]["verdict"] == "regression"
+    assert by_metric["ttft_p50_ms"]["change"] == pytest.approx(0.2 / 0.15 - 1, abs=0.08)
+    assert by_metric["ttft_p50_ms"]["ci_low"] > 0.05
+    assert by_metric["tpot_p50_ms"]["verdict"] != "regression"
     # a loose enough threshold lets the same change pass
     assert invoke("compare", base, slow, "--threshold", "60%").exit_code == 0
 

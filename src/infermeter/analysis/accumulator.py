@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infermeter.analysis import catalog
 from infermeter.analysis.metrics import RequestMetrics, col, itl_samples, not_streamed, request_metrics
 from infermeter.analysis.results import MIN_SAMPLES, SCHEMA_VERSION, Distribution, Summary, Window, Windows
 from infermeter.analysis.sketch import LogHistogram
@@ -52,6 +53,11 @@ EXACT_LIMIT = 2_000_000  # samples per metric kept exactly
 SKETCH_METHOD = "log-bucket histograms (exact counts, means, min, max; percentiles within 0.5%)"
 _MAX_MESSAGES = 32  # distinct error messages remembered per class
 
+# the summary distributions of completed requests, one per catalog metric with a per-request formula:
+# RequestMetrics attribute -> summary key (schedule lag covers every sent request, ITL pools chunk gaps: apart)
+_PER_REQUEST = {m.per_request: m.key for m in catalog.CATALOG
+                if m.distribution and m.per_request and m.per_request != "schedule_lag"}
+_UNITS = {m.per_request: m.unit for m in catalog.CATALOG if m.per_request}
 
 class Samples:
     """One metric's samples: exact while at most ``limit``, then a :class:`LogHistogram`."""
@@ -318,8 +324,7 @@ class Accumulator:
         self.n_server = self.mismatches = self.not_streamed = self.usage_implausible = 0
         self.cached: float | None = None
         self.good = 0
-        self.dists = {k: Samples(exact_limit) for k in ("ttft", "ttft_intended", "tpot", "itl", "e2e", "e2e_intended",
-                                                        "lag", "out_tps")}
+        self.dists = {k: Samples(exact_limit) for k in (*_PER_REQUEST, "itl", "lag")}
         self.reasoning = _Reasoning(exact_limit)
         self.trend = _Trend()
         self.edges: _Edges | None = _Edges()
@@ -333,6 +338,8 @@ class Accumulator:
         state.setdefault("edges", None)
         state.setdefault("usage_implausible", 0)
         state.setdefault("reasoning", _Reasoning())
+        for k in (*_PER_REQUEST, "itl", "lag"):  # a metric added to the catalog since: its samples start empty
+            state["dists"].setdefault(k, Samples())
         self.__dict__.update(state)
 
     @classmethod
@@ -390,7 +397,7 @@ class Accumulator:
             self.trend.add(intended[got], (first - intended)[got])
         okt = table.filter(pa.array(ok))
         m = request_metrics(okt)
-        for name in ("ttft", "ttft_intended", "tpot", "e2e", "e2e_intended", "out_tps"):
+        for name in _PER_REQUEST:
             self.dists[name].add(getattr(m, name))
         self._add_itl(okt, m)
         self.reasoning.add(m)
@@ -508,7 +515,7 @@ class Accumulator:
             offered = (self.scheduled - 1) / span_all
         completion = self.edges.completion_rate(self.completed, gap) if self.edges is not None else None
         target = float(load["target_rate"]) if open_loop and load.get("target_rate") else scheduled_rate
-        dist = {k: d.distribution(1.0 if k == "out_tps" else MS) for k, d in self.dists.items()}
+        dist = {k: d.distribution(MS if _UNITS.get(k, "ms") == "ms" else 1.0) for k, d in self.dists.items()}
         runtime = run.get("runtime") or {}
         sm = run.get("server_metrics") or {}
         blocks, span = self.trend.blocks()
@@ -537,9 +544,8 @@ class Accumulator:
             slo_attainment=self.good / scheduled if self.slo and scheduled else None,
             valid=verdict.valid, saturated=verdict.saturation.saturated, invalid_reasons=verdict.invalid_reasons,
             warnings=verdict.warnings, findings=verdict.findings, saturation=verdict.saturation,
-            ttft_ms=dist["ttft"], tpot_ms=dist["tpot"], itl_ms=dist["itl"], e2e_ms=dist["e2e"],
-            ttft_from_intended_ms=dist["ttft_intended"], e2e_from_intended_ms=dist["e2e_intended"],
-            schedule_lag_ms=dist["lag"], output_tokens_per_s_per_request=dist["out_tps"],
+            itl_ms=dist["itl"], schedule_lag_ms=dist["lag"],
+            **{key: dist[attr] for attr, key in _PER_REQUEST.items()},  # ttft_ms, tpot_ms, e2e_ms, ...
             itl_source="per-request mean gap (per-token times not stored)" if self.derive_itl else None,
             percentiles={"method": "exact (linear interpolation)" if exact else SKETCH_METHOD,
                          "min_samples": {k: v for k, v in MIN_SAMPLES.items() if v > 1}},

@@ -11,18 +11,20 @@ list means all clear. A metric the run did not measure (``None``) never fires;
     >>> evaluate_alerts([a], {"ttft_ms": {"p95": 612.0}}, [])[0]["message"]
     'ttft_p95_ms = 612 > 500 (whole run)'
 
-Names (see :func:`known_names` and docs/telemetry.md):
+Names are the metric catalog's (:mod:`infermeter.analysis.catalog`, the grammar ``--slo``,
+``compare --metric`` and ``history --trend`` share; old spellings such as ``ttft_ms.p95``,
+``ttft_p95`` or ``output_throughput`` are aliases). See :func:`known_names` and docs/telemetry.md:
 
 * ``<d>_<stat>_ms`` for ``d`` in ttft, tpot, itl, e2e, ttft_from_intended,
   e2e_from_intended, schedule_lag and ``stat`` in mean, stdev, min, max, p50,
   p90, p95, p99, p999 — from ``summary["<d>_ms"][stat]``;
 * ``output_tps_per_user`` (mean output tokens/s of a request) and
   ``output_tps_per_user_<stat>``;
-* run scalars: error_rate, failed, dropped, completed, request_throughput,
-  output_token_throughput, input_token_throughput, total_token_throughput,
-  goodput, achieved_rate, usage_mismatches;
-* server: kv_cache_usage (max over the run/window), kv_cache_usage_mean,
-  num_requests_waiting (max), num_requests_running (max),
+* run scalars: error_rate, failed, dropped, completed, requests_per_s,
+  output_tokens_per_s, input_tokens_per_s, total_tokens_per_s (or their summary keys
+  request_throughput, output_token_throughput, ...), goodput, achieved_rate, usage_mismatches;
+* server: kv_cache_usage_max (alias kv_cache_usage), kv_cache_usage_mean,
+  num_requests_waiting_max, num_requests_running_max (aliases without ``_max``),
   prefix_cache_hit_rate, num_preemptions;
 * GPU: gpu_temperature_c (max), gpu_temperature_c_mean, gpu_throttled_fraction,
   gpu_thermal_throttled_fraction, gpu_power_throttled_fraction, gpu_power_w (max),
@@ -36,69 +38,33 @@ reported as one entry spanning them, with the worst value.
 from __future__ import annotations
 
 import difflib
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from infermeter.analysis.catalog import ALIASES, MetricRef, refs
 from infermeter.errors import ConfigError
 
-_DISTS = ("ttft", "tpot", "itl", "e2e", "ttft_from_intended", "e2e_from_intended", "schedule_lag")
-_STATS = ("mean", "stdev", "min", "max", "p50", "p90", "p95", "p99", "p999")
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq, "!=": operator.ne,
 }
-_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_RULE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
-Path_ = tuple[str, ...]
-
-
-def _registry() -> dict[str, Path_]:
-    reg: dict[str, Path_] = {}
-    for d in _DISTS:
-        for s in _STATS:
-            reg[f"{d}_{s}_ms"] = (f"{d}_ms", s)
-    reg["output_tps_per_user"] = ("output_tokens_per_s_per_request", "mean")
-    for s in _STATS:
-        reg[f"output_tps_per_user_{s}"] = ("output_tokens_per_s_per_request", s)
-    for k in ("error_rate", "failed", "dropped", "completed", "request_throughput", "output_token_throughput",
-              "input_token_throughput", "total_token_throughput", "goodput", "achieved_rate", "usage_mismatches"):
-        reg[k] = (k,)
-    server = {
-        "kv_cache_usage": "kv_cache_usage_max", "kv_cache_usage_mean": "kv_cache_usage_mean",
-        "num_requests_waiting": "num_requests_waiting_max", "num_requests_running": "num_requests_running_max",
-        "prefix_cache_hit_rate": "prefix_cache_hit_rate", "num_preemptions": "num_preemptions",
-    }
-    reg.update({k: ("server_metrics", v) for k, v in server.items()})
-    gpu = {
-        "gpu_temperature_c": "temperature_c_max", "gpu_temperature_c_mean": "temperature_c_mean",
-        "gpu_throttled_fraction": "throttled_fraction", "gpu_thermal_throttled_fraction": "thermal_throttled_fraction",
-        "gpu_power_throttled_fraction": "power_throttled_fraction", "gpu_power_w": "power_w_max",
-        "gpu_utilization_pct": "utilization_pct_mean", "energy_per_output_token_j": "energy_per_output_token_j",
-    }
-    reg.update({k: ("gpu", v) for k, v in gpu.items()})
-    return reg
+def _alertable() -> dict[str, MetricRef]:
+    """Every name an alert accepts: the catalog's alert metrics by canonical name and by alias."""
+    out = {r.name: r for r in refs() if r.metric.shows("alert")}
+    out.update({a: r for a, r in ALIASES.items() if r.metric.shows("alert")})
+    return out
 
 
-_NAMES = _registry()
+_NAMES = _alertable()
 
 
 def known_names() -> list[str]:
-    """Every metric name an alert may use."""
+    """Every metric name an alert may use (canonical names and their aliases)."""
     return sorted(_NAMES)
-
-
-def _lookup(data: dict[str, Any], path: Path_) -> float | None:
-    cur: Any = data
-    for key in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(key)
-    if isinstance(cur, bool) or not isinstance(cur, (int, float)) or math.isnan(cur):
-        return None
-    return float(cur)
 
 
 @dataclass(frozen=True)
@@ -115,7 +81,7 @@ class Alert:
         if self.metric == "error_rate" and "error_rate" not in data and "completed" in data:
             done = (data.get("completed") or 0) + (data.get("failed") or 0)
             return (data.get("failed") or 0) / done if done else None
-        return _lookup(data, _NAMES[self.metric])
+        return _NAMES[self.metric].value(data)
 
     def fires(self, value: float | None) -> bool:
         return value is not None and _OPS[self.op](value, self.threshold)

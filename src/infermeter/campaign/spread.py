@@ -20,31 +20,19 @@ from typing import Any
 
 import numpy as np
 
+from infermeter.analysis import catalog
 from infermeter.campaign.spec import Campaign
 from infermeter.report.markdown import md_escape
 
-FIGURES = (
-    ("request_throughput", "req/s", ".2f"),
-    ("output_token_throughput", "output tok/s", ".1f"),
-    ("ttft_p50_ms", "TTFT p50 (ms)", ".1f"),
-    ("ttft_p99_ms", "TTFT p99 (ms)", ".1f"),
-    ("tpot_p50_ms", "TPOT p50 (ms)", ".2f"),
-    ("e2e_p50_ms", "E2E p50 (ms)", ".1f"),
-    ("capacity", "capacity", ".4g"),
-)
+# (key in campaign.json, column label, format): the catalog's campaign figures, then the capacity
+FIGURES = tuple((r.column, r.title, r.metric.fmt) for r in catalog.campaign_refs()) + (("capacity", "capacity", ".4g"),)
 
 
 def cell_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     """The figures a campaign compares, from one run's summary.json."""
-    def p(key: str, q: str) -> float | None:
-        return (summary.get(key) or {}).get(q)
-
     cap = summary.get("capacity") or {}
     return {
-        "request_throughput": summary.get("request_throughput"),
-        "output_token_throughput": summary.get("output_token_throughput"),
-        "ttft_p50_ms": p("ttft_ms", "p50"), "ttft_p99_ms": p("ttft_ms", "p99"),
-        "tpot_p50_ms": p("tpot_ms", "p50"), "e2e_p50_ms": p("e2e_ms", "p50"),
+        **{r.column: r.raw(summary) for r in catalog.campaign_refs()},
         "capacity": cap.get(cap.get("dimension", ""), None) if cap else None,
         "completed": summary.get("completed"), "failed": summary.get("failed"), "valid": summary.get("valid"),
     }

@@ -1,7 +1,7 @@
 """``infermeter compare BASELINE CANDIDATE``: did the candidate regress? An exit code for CI.
 
     infermeter compare results/main results/pr-123 --threshold 5%
-    infermeter compare results/main results/pr-123 --metric ttft_p95 --metric output_throughput --json
+    infermeter compare results/main results/pr-123 --metric ttft_p95_ms --metric output_tokens_per_s --json
 
 Per metric: both values, the change, and its bootstrap confidence interval from
 the per-request records (``infermeter.analysis.compare``). Exit codes: 0 when
@@ -22,6 +22,7 @@ import typer
 
 from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
+from infermeter.numbers import rate
 from infermeter.terminal import SafeConsole, escape, safe_text
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
@@ -68,7 +69,7 @@ def differences(base: Any, cand: Any) -> list[str]:
             out.append(f"{key}: {a} vs {b}")
     ra, rb = base.summary.get("target_rate"), cand.summary.get("target_rate")
     if ra != rb:
-        out.append(f"target rate: {ra} vs {rb} req/s")
+        out.append(f"target rate: {rate(ra)} vs {rate(rb)}")  # never "23.06169428689927 vs None"
     return out
 
 
@@ -87,7 +88,7 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     ) -> None:
         """Compare two runs metric by metric with bootstrap confidence intervals; exit 1 on a regression."""
-        from infermeter.analysis.compare import DEFAULT_METRICS, METRICS, compare_runs
+        from infermeter.analysis.compare import DEFAULT_METRICS, compare_runs, spec
 
         thr = parse_fraction(threshold, "--threshold")
         err_thr = parse_fraction(error_threshold, "--error-threshold")
@@ -96,10 +97,10 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--confidence {confidence}: must be between 0 and 1, e.g. 0.95")
         if resamples < 100:
             raise ConfigError(f"--resamples {resamples}: use at least 100")
-        names = tuple(metric) if metric else DEFAULT_METRICS
-        unknown = [m for m in names if m not in METRICS]
-        if unknown:
-            raise ConfigError(f"--metric {', '.join(unknown)}: unknown; choose from {', '.join(METRICS)}")
+        try:  # the metric catalog's names, or their aliases (ttft_p95, output_throughput)
+            names = tuple(spec(m).name for m in metric) if metric else DEFAULT_METRICS
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         from infermeter.report.rundir import load_for_compare
 
         base_run, base = load_for_compare(baseline, "baseline")

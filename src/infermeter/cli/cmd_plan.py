@@ -70,16 +70,15 @@ def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -
 
 
 def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
-    from rich.table import Table
-
+    from infermeter.cli.fit import Fit, make_table
     from infermeter.terminal import SafeConsole, escape
 
     con = SafeConsole()
     con.print(title, highlight=False)
-    table = Table()
-    table.add_column("", style="bold")
-    for p in plans:
-        table.add_column(p["config"], justify="right")
+    # Fit: too wide for the console (plan --compare --cost at 80 columns), it splits into column groups
+    # rather than cutting a figure ("($1,902.10–$2,9…")
+    table = make_table(None, [("", "text"), *((str(p["config"]), "num") for p in plans)], show_edge=True)
+    table.columns[0].style = "bold"
     for label, key, fmt in _ROWS:
         if all(p.get(key) is None for p in plans):
             continue  # e.g. memory rows of a calibrated deployment: not modelled
@@ -88,7 +87,7 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
         for label, key, fmt in _COST_ROWS:
             table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key), key, (p.get("cost") or {}).get("intervals"))
                                    for p in plans])
-    con.print(table)
+    con.print(Fit(table))
     for p in plans:
         c = p.get("cost")
         if c and "price" in c:

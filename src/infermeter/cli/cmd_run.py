@@ -36,6 +36,7 @@ from infermeter.cli.options import with_flags
 from infermeter.cli.view import progress_panel, summary_table, target_line
 from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError, UserError
+from infermeter.numbers import limits
 from infermeter.terminal import SafeConsole, escape
 
 if TYPE_CHECKING:  # annotations only: the command imports measure.run when it runs
@@ -126,7 +127,7 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
 
 def _calibrate_to(run_dir: Path, path: Path, console: Console) -> None:
     """``run --calibrate-twin FILE``: the twin fitted to the run just measured (its results stay whatever happens)."""
-    from infermeter.cli.cmd_calibrate import show_calibration
+    from infermeter.cli.calview import show_calibration
     from infermeter.measure.calibrate import calibrate
 
     try:
@@ -173,7 +174,7 @@ def steps_table(s: dict[str, Any]) -> Group:
             if cap.get("stopped") and hi is None:
                 within = " or more (the search stopped before the SLO broke)"
             parts.append(Text(f"capacity under the SLO: {dim} {cap[dim]:.4g}{unit}{within} "
-                              f"(step {cap['step']}, p{cap['slo']['percentile']:g} of {cap['slo']['limits']})",
+                              f"(step {cap['step']}, p{cap['slo']['percentile']:g} of {limits(cap['slo']['limits'])})",
                               style="bold yellow" if cap.get("stopped") else "bold green"))
     return Group(*parts)
 

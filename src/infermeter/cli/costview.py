@@ -21,6 +21,7 @@ from rich.console import Console
 from infermeter.analysis.cost import HOURS_PER_MONTH, CostResult, best_by_group, profile_of
 from infermeter.analysis.prices import Price, PriceOptions, staleness_warnings
 from infermeter.cli.fit import Fit, make_table
+from infermeter.numbers import usd
 from infermeter.terminal import escape, safe_text
 
 Provider = Annotated[Optional[str], typer.Option("--provider", help="Price at this provider (aws, azure, gcp, lambda, runpod, vastai, vultr, coreweave, ...).")]
@@ -60,11 +61,7 @@ def with_price_flags(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def money(v: float | None) -> str:
-    if v is None:
-        return "–"
-    if v >= 100:
-        return f"${v:,.0f}"
-    return f"${v:,.2f}" if v >= 0.1 else f"${v:.4f}"
+    return usd(v)  # the one money format (infermeter.numbers)
 
 
 def count(v: float | None) -> str:

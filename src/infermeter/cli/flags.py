@@ -16,7 +16,7 @@ from typing import Any, Optional
 from infermeter.cli.options import Flag, FlagSpec, model_flags
 from infermeter.durations import parse_duration
 from infermeter.errors import ConfigError
-from infermeter.measure.config import RunConfig, parse_slo
+from infermeter.measure.config import RunConfig, parse_slo_rules
 from infermeter.twin.spec import TwinSpec
 
 
@@ -39,8 +39,11 @@ def _json_object(v: Any, flag: str) -> dict[str, Any]:
     return obj
 
 
-def _slo(v: Any, flag: str) -> dict[str, float]:
-    return parse_slo(v)
+def _slo(v: Any, flag: str) -> str:
+    """Checked here (ConfigError naming --slo); RunConfig reads the text, so a percentile in the names
+    (``ttft_p95_ms=500``) sets its ``slo_percentile``."""
+    parse_slo_rules(v)
+    return str(v)
 
 
 def _pairs(items: Any, flag: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from infermeter.analysis import catalog
 from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
 from infermeter.cli.fit import Fit, make_table
 from infermeter.client.errors import status_of
@@ -66,22 +67,18 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         head.add_row(Text("tokens", style="bold"), tok, "")
     if s.get("reasoning_requests"):
         head.add_row(Text("reasoning", style="bold"), reasoning_line(s), "")
-    thr = make_table("Throughput", [(c, "num") for c in ("req/s", "input tok/s", "output tok/s", "total tok/s",
-                                                         "goodput req/s")], title_justify="left")
-    thr.add_row(_f(s["request_throughput"], ".2f"), _f(s["input_token_throughput"], ".0f"),
-                _f(s["output_token_throughput"], ".0f"), _f(s.get("total_token_throughput"), ".0f"),
-                _f(s.get("goodput"), ".2f"))
-    lat = make_table("Latency (ms)", [("metric", "text"), *((c, "num") for c in ("mean", "p50", "p90", "p95", "p99",
-                                                                                "p99.9"))], title_justify="left")
-    rows = [("TTFT", "ttft_ms"), ("TTFO (first answer token)", "ttfo_ms"),  # TTFO: reasoning runs only
-            ("TTFT from intended send", "ttft_from_intended_ms"), ("TPOT", "tpot_ms"),
-            ("ITL", "itl_ms"), ("E2E", "e2e_ms"), ("schedule lag", "schedule_lag_ms")]
+    figures = [m for m in catalog.metrics("console", block=None) if not m.distribution]
+    thr = make_table("Throughput", [(m.console_label or m.label, "num") for m in figures], title_justify="left")
+    thr.add_row(*(_f(m.ref().value(s), m.fmt) for m in figures))
+    lat = make_table("Latency (ms)", [("metric", "text"), *((PERCENTILE_LABELS.get(k, k), "num")
+                                                             for k in catalog.CONSOLE_STATS)], title_justify="left")
+    rows = [(m.console_label or m.label, m.key) for m in catalog.metrics("console", block=None) if m.distribution]
     short: dict[str, int] = {}  # percentile -> the fewest samples of a row that could not show it
     for name, key in rows:
         d = s.get(key) or {}
         if not d.get("count"):
             continue
-        lat.add_row(name, *(_f(d.get(k), ".2f") for k in ("mean", "p50", "p90", "p95", "p99", "p999")))
+        lat.add_row(name, *(_f(d.get(k), ".2f") for k in catalog.CONSOLE_STATS))
         for k, need in MIN_SAMPLES.items():
             if d.get(k) is None and d["count"] < need:
                 short[k] = min(short.get(k, d["count"]), d["count"])
@@ -93,11 +90,9 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     sm = s.get("server_metrics") or {}
     if sm:
         title = "Engine (simulated)" if src == "simulated" else "Server (scraped /metrics)"
-        keys = [("KV mean", "kv_cache_usage_mean", ".1%"), ("KV max", "kv_cache_usage_max", ".1%"),
-                ("waiting max", "num_requests_waiting_max", ".0f"), ("running max", "num_requests_running_max", ".0f"),
-                ("prefix hit rate", "prefix_cache_hit_rate", ".1%"), ("preemptions", "num_preemptions", ".0f")]
-        srv = make_table(title, [(name, "num") for name, _, _ in keys], title_justify="left")
-        srv.add_row(*("n/a" if sm.get(k) is None else format(sm[k], f) for _, k, f in keys))
+        keys = catalog.metrics("console", block="server_metrics")
+        srv = make_table(title, [(m.console_label or m.label, "num") for m in keys], title_justify="left")
+        srv.add_row(*(m.ref().format(s, "n/a") for m in keys))
         parts.append(Fit(srv, key_columns=0))
     g = s.get("gpu") or {}
     if g and not g.get("available", True):
@@ -140,8 +135,9 @@ def error_table(s: dict[str, Any]) -> Fit:
     return Fit(t)
 
 
-_BANDS = (("ttft_ms", "TTFT p50", "ms", "{:,.1f}"), ("tpot_ms", "TPOT p50", "ms", "{:,.2f}"),
-          ("output_token_throughput", "output", "tok/s", "{:,.0f}"))
+# the banded trio (TTFT p50, TPOT p50, output tok/s): (summary key, name, unit, format), from the catalog
+_BANDS = tuple((r.metric.key, r.label.removesuffix(" " + r.metric.unit), r.metric.unit, "{:," + r.metric.fmt + "}")
+               for r in catalog.banded())
 
 
 def interval_line(s: dict[str, Any]) -> Text | None:

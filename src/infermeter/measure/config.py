@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from infermeter.analysis import catalog
+from infermeter.analysis.results import PERCENTILES
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.load.search import FindMaxPlan
 from infermeter.load.shapes import (
@@ -108,7 +110,7 @@ class RunConfig(BaseModel):
     first_token_timeout_s: float | None = Field(120.0, gt=0, description="first-token timeout, 0 = none")
     timeout_s: float | None = Field(600.0, gt=0, description="total per-request timeout, 0 = none")
     # analysis / output
-    slo: dict[str, float] = Field({}, description="goodput SLO, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=10000")
+    slo: dict[str, float] = Field({}, description="goodput SLO, e.g. ttft_ms=500,tpot_ms=50,e2e_ms=10000 or ttft_p95_ms=500 (sets --slo-percentile)")
     alerts: tuple[str, ...] = Field((), description="alert rule, e.g. 'ttft_p95_ms>500' (repeatable); exit 3 when one fires")
     out: str | None = Field(None, description="result directory (default results/<UTC time>-<label>/)")
     label: str | None = Field(None, description="a name for this run")
@@ -122,6 +124,21 @@ class RunConfig(BaseModel):
                                         "without a GPU it says so")
     dcgm_url: str | None = Field(None, description="a DCGM exporter's /metrics URL to sample GPU telemetry from")
     history: bool = Field(True, description="index the run in the history database (see `infermeter history`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _slo_text(cls, data: Any) -> Any:
+        """``--slo`` as text: its limits, and the percentile its names carry (``ttft_p95_ms=500``) as the
+        ``slo_percentile`` unless that was given too (then the two must agree)."""
+        if isinstance(data, dict) and isinstance(data.get("slo"), str):
+            limits, pct = parse_slo_rules(data["slo"])
+            data = {**data, "slo": limits}
+            if pct is not None:
+                given = data.get("slo_percentile")
+                if given is not None and float(given) != pct:
+                    raise ConfigError(f"--slo names p{pct:g} but --slo-percentile is {float(given):g}; give one")
+                data["slo_percentile"] = pct
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -177,21 +194,42 @@ class RunConfig(BaseModel):
         return d
 
 
-def parse_slo(text: str | None) -> dict[str, float]:
-    """``ttft_ms=500,tpot_ms=50,e2e_ms=10000`` -> dict; ConfigError naming --slo when malformed."""
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")  # what --slo limits (the catalog's distributions, by summary key)
+
+
+def parse_slo_rules(text: str | None) -> tuple[dict[str, float], float | None]:
+    """``ttft_ms=500,tpot_ms=50`` or, in the metric catalog's grammar, ``ttft_p95_ms=500,e2e_p95_ms=9000`` ->
+    (limits by SLO key, the percentile the names carry or None); ConfigError naming --slo when malformed.
+    The judge holds one percentile for every limit, so the names may not carry two different ones."""
     out: dict[str, float] = {}
+    pcts: dict[str, str] = {}
     for part in (p.strip() for p in (text or "").split(",") if p.strip()):
-        k, sep, v = part.partition("=")
-        k = k.strip()
-        if not sep or k not in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            raise ConfigError(f"--slo: {part!r} is not one of ttft_ms=, tpot_ms=, e2e_ms=")
+        name, sep, v = part.partition("=")
+        name = name.strip()
+        key, stat = name, None
+        ref = catalog.find(name)
+        if ref is not None and ref.metric.key in SLO_KEYS and (ref.stat is None or ref.stat in PERCENTILES):
+            key, stat = ref.metric.key, ref.stat
+        if not sep or key not in SLO_KEYS:
+            raise ConfigError(f"--slo: {part!r} is not one of ttft_ms=, tpot_ms=, e2e_ms= "
+                              "(or a percentile of them: ttft_p95_ms=, tpot_p99_ms=, e2e_p90_ms=)")
+        if stat is not None and name.lower() != key:
+            pcts[name] = stat
         try:
-            out[k] = float(v)
+            out[key] = float(v)
         except ValueError:
-            raise ConfigError(f"--slo: {k} value {v!r} is not a number") from None
-        if out[k] <= 0:
-            raise ConfigError(f"--slo: {k} must be > 0")
-    return out
+            raise ConfigError(f"--slo: {name} value {v!r} is not a number") from None
+        if out[key] <= 0:
+            raise ConfigError(f"--slo: {name} must be > 0")
+    if len(set(pcts.values())) > 1:
+        raise ConfigError(f"--slo: {', '.join(pcts)} name different percentiles; the SLO judges every limit at one "
+                          "percentile (--slo-percentile)")
+    return out, (PERCENTILES[next(iter(pcts.values()))] if pcts else None)
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """``ttft_ms=500,tpot_ms=50,e2e_ms=10000`` -> dict (see :func:`parse_slo_rules` for the grammar)."""
+    return parse_slo_rules(text)[0]
 
 
 def build_shape(cfg: RunConfig) -> BaseShape:

@@ -33,21 +33,12 @@ from infermeter.analysis.accumulator import EXACT_LIMIT
 from infermeter.errors import UserError
 from infermeter.measure.child import Child, start_child
 from infermeter.measure.config import workload_args
-from infermeter.measure.fleetpart import FleetJob, RouteSpec
+from infermeter.measure.fleetpart import RouteSpec, fleet_jobs
 from infermeter.measure.recorder import malloc_pool, merge_windows
 from infermeter.measure.simulate import WINDOW, SimulationResult, finish_run, gc_paused, open_writer
 from infermeter.twin.loop import LoopStats
 
 QUEUE_WINDOWS = 4  # windows buffered per worker in this process
-
-
-def fleet_jobs(plan: Any, workers: int) -> list[FleetJob]:
-    cfg, twin = plan.cfg, plan.twin
-    w = max(1, min(workers, twin.replicas))
-    return [FleetJob(twin=twin, router=twin.router, workload=workload_args(cfg), shape=plan.shape, seed=cfg.seed,
-                     requests=cfg.requests, warmup=cfg.warmup, duration_s=cfg.duration_s, cancel_at=plan.cancel_at,
-                     token_times=plan.token_times, chars_per_block=plan.calibrate(), window=WINDOW, workers=w,
-                     worker=k, timeouts=plan.timeouts, keys=plan.keys) for k in range(w)]
 
 
 @malloc_pool()  # the merged record batches on malloc (see there)

@@ -42,7 +42,8 @@ from infermeter.measure.feeder import (
     workload_specs,
 )
 from infermeter.measure.recorder import WindowSink, reuse_freed_memory
-from infermeter.measure.simulate import engine_stats
+from infermeter.measure.config import workload_args
+from infermeter.measure.simulate import WINDOW, engine_stats
 from infermeter.twin.deploy import Twin
 from infermeter.twin.hashing import KeyMaker, ranges
 from infermeter.twin.loop import Boundary, EventLoop, VirtualClock
@@ -290,3 +291,13 @@ def feed(spec: RouteSpec, conn: Any, *outs: Any) -> None:
         pass
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
         report_error(conn, exc)
+
+
+def fleet_jobs(plan: Any, workers: int) -> list[FleetJob]:
+    """The fleet's parts: one job per worker (at most one per replica), each simulating its share."""
+    cfg, twin = plan.cfg, plan.twin
+    w = max(1, min(workers, twin.replicas))
+    return [FleetJob(twin=twin, router=twin.router, workload=workload_args(cfg), shape=plan.shape, seed=cfg.seed,
+                     requests=cfg.requests, warmup=cfg.warmup, duration_s=cfg.duration_s, cancel_at=plan.cancel_at,
+                     token_times=plan.token_times, chars_per_block=plan.calibrate(), window=WINDOW, workers=w,
+                     worker=k, timeouts=plan.timeouts, keys=plan.keys) for k in range(w)]

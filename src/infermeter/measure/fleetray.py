@@ -20,7 +20,7 @@ from typing import Any
 
 from infermeter.load.ray_backend import ray_connect, ray_module
 from infermeter.measure.child import HASH_SEED
-from infermeter.measure.fleetpart import FleetJob, FleetPart
+from infermeter.measure.fleetpart import FleetJob, FleetPart, fleet_jobs
 
 BATCH_WINDOWS = 4  # windows an actor returns per call
 
@@ -65,8 +65,6 @@ class RayParts:
     backend = "ray"
 
     def __init__(self, plan: Any, address: str) -> None:
-        from infermeter.measure.fleet import fleet_jobs
-
         self.ray = ray = ray_module(address)
         self.address = address
         self._started = ray_connect(ray, address, max(1, plan.cfg.workers),

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from infermeter.analysis import catalog
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.uncertainty import METRIC_GROUPS, Regime, interval, regime_of
 from infermeter.twin.deploy import Twin
 
 # summary key -> (statistic, the uncertainty table's metric)
-FIGURES = {"ttft_ms": ("p50", "ttft_ms"), "tpot_ms": ("p50", "tpot_ms"),
-           "output_token_throughput": (None, "output_tokens_per_s")}
+# (the uncertainty table names a distribution by its summary key, a run figure by its catalog name)
+FIGURES = {r.metric.key: (r.stat, r.metric.key if r.stat else r.name) for r in catalog.banded()}
 
 
 def _value(summary: dict[str, Any], key: str, stat: str | None) -> float | None:

@@ -28,6 +28,7 @@ from infermeter.measure.header import check_fd_limit, check_samples, default_lab
 from infermeter.measure.run import Measurement, RunResult
 from infermeter.records import store
 from infermeter.records.outputs import claim_run_dir
+from infermeter.records.header import RunHeader
 
 
 def step_config(cfg: RunConfig, step: Step, k: int, run_dir: Path, label: str) -> RunConfig:
@@ -70,12 +71,13 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
         check_fd_limit(cfg, throughput, [], lambda w: None)
     run_dir.mkdir(parents=True, exist_ok=True)
     judge = plan_judge(cfg)
-    header: dict[str, Any] = {"schema_version": 1, "tool": "infermeter", "source": "emulated" if embedded else "measured",
+    header: dict[str, Any] = {"source": "emulated" if embedded else "measured",
                               "label": label, "model": model,
                               **({"target": {"url": url, "launch": m.launch}} if m.launch else {}),
                               "seed": cfg.seed, "slo": cfg.slo, "config": cfg.public(), "load": _plan_load(plan, None)}
     if plan_notices:
         header["notices"] = plan_notices
+    header = RunHeader.given(**header)
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
 

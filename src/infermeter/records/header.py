@@ -54,6 +54,14 @@ class RunHeader(BaseModel):
         return self.model_dump(mode="json")
 
     @classmethod
+    def given(cls, **fields: Any) -> dict[str, Any]:
+        """run.json for a writer that knows only some fields (a plan's head, a study cell): validated here,
+        so a wrong type fails the writer and not a later reader, with this schema's version and tool, and
+        nothing else added. The one way run.json gets its ``schema_version``."""
+        head = cls.model_validate({**fields, "schema_version": HEADER_SCHEMA, "tool": "infermeter"})
+        return head.model_dump(mode="json", exclude_unset=True)
+
+    @classmethod
     def read(cls, path: Path) -> RunHeader:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis import catalog
 from infermeter.errors import ConfigError, DataError, UserError
 from infermeter.records.tags import load_tag, workload_tag
 from infermeter.redact import redact_obj
@@ -40,22 +41,28 @@ from infermeter.report.rundir import RunDir, load_run_dir
 ENV_DB = "INFERMETER_HISTORY_DB"
 DEFAULT_DB = Path("~/.infermeter/history.duckdb")
 
-SCALAR_COLUMNS = ("completed", "failed", "dropped", "duration_s", "request_throughput", "input_token_throughput",
-                  "output_token_throughput", "total_token_throughput", "goodput", "error_rate", "target_rate",
-                  "achieved_rate")
-PERCENTILE_COLUMNS = {f"{m}_{p}_ms": (f"{m}_ms", p) for m in ("ttft", "tpot", "itl", "e2e") for p in ("p50", "p95", "p99")}
+# the figure columns come from the metric catalog: scalars by summary key, then <stem>_<stat>_ms
+FIGURES = catalog.history_columns()
+SCALAR_COLUMNS = tuple(r.column for r in FIGURES if r.stat is None)
+PERCENTILE_COLUMNS = {r.column: (r.metric.key, r.stat) for r in FIGURES if r.stat is not None}
 METRICS = SCALAR_COLUMNS + tuple(PERCENTILE_COLUMNS)
 LIST_COLUMNS = ("started_at", "label", "source", "model", "hardware", "profile", "valid", "completed",
                 "output_token_throughput", "ttft_p95_ms", "tpot_p95_ms", "error_rate", "run_id")
+
+
+def _sql_type(ref: catalog.MetricRef) -> str:
+    return "BIGINT" if ref.metric.unit == "count" and ref.stat is None else "DOUBLE"
+
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR PRIMARY KEY, path VARCHAR, requests_path VARCHAR, "
     "sweep VARCHAR, step VARCHAR, label VARCHAR, source VARCHAR, model VARCHAR, hardware VARCHAR, profile VARCHAR, "
     "started_at TIMESTAMPTZ, indexed_at TIMESTAMPTZ, valid BOOLEAN, "
-    + ", ".join(f"{c} {'BIGINT' if c in ('completed', 'failed', 'dropped') else 'DOUBLE'}" for c in SCALAR_COLUMNS)
-    + ", " + ", ".join(f"{c} DOUBLE" for c in PERCENTILE_COLUMNS)
+    + ", ".join(f"{r.column} {_sql_type(r)}" for r in FIGURES)
     + ", summary JSON, run JSON)"
 )
+# a database made before a metric joined the catalog gains its column (empty for the runs indexed then)
+_MIGRATE = [f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {r.column} {_sql_type(r)}" for r in FIGURES]
 
 
 def require_duckdb() -> Any:
@@ -89,6 +96,8 @@ def connect(db: str | Path | None = None, *, read_only: bool = False, attempts: 
             time.sleep(0.1)
     if not read_only:
         con.execute(_SCHEMA)
+        for sql in _MIGRATE:
+            con.execute(sql)
     return con
 
 
@@ -112,11 +121,9 @@ def _row(r: RunDir, now: dt.datetime) -> dict[str, Any]:
         "label": r.label, "source": r.source, "model": r.model, "hardware": r.hardware, "profile": r.profile,
         "started_at": _started(r), "indexed_at": now, "valid": bool(s.get("valid", True)),
     }
-    for c in SCALAR_COLUMNS:
-        v = s.get(c)
-        row[c] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    for c, (block, p) in PERCENTILE_COLUMNS.items():
-        row[c] = (s.get(block) or {}).get(p)
+    for ref in FIGURES:
+        v = ref.value(s)
+        row[ref.column] = int(v) if v is not None and _sql_type(ref) == "BIGINT" else v
     row["summary"] = json.dumps(redact_obj(s))  # a run written before redaction, or edited, brings no secret in
     row["run"] = json.dumps(redact_obj(r.run))
     return row
@@ -190,14 +197,12 @@ def list_runs(db: str | Path | None = None, *, limit: int | None = 50, **filters
 
 
 def metric_column(name: str) -> str:
-    """A runs column for a metric name: ``ttft_p95_ms``, or ``ttft_ms.p95`` as in summary.json."""
-    key = name.strip()
-    m = re.fullmatch(r"(ttft|tpot|itl|e2e)_ms\.(p50|p95|p99)", key)
-    if m:
-        key = f"{m.group(1)}_{m.group(2)}_ms"
-    if key not in METRICS:
-        raise ConfigError(f"--trend {name!r}: unknown metric; choose one of {', '.join(METRICS)}")
-    return key
+    """A runs column for a metric name of the catalog's grammar (``ttft_p95_ms``, ``output_tokens_per_s``)
+    or an alias (``ttft_ms.p95`` as in summary.json, ``output_token_throughput``)."""
+    try:
+        return catalog.resolve(name, "--trend", among=[r.name for r in FIGURES]).column
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 GROUPED_BY = "model @ hardware · profile · load and level · lengths · source"

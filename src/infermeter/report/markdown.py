@@ -22,17 +22,15 @@ import csv
 import io
 from typing import Any
 
+from infermeter.analysis import catalog
 from infermeter.report.content import Card, ReportContent
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
 from infermeter.report.table import Cell, Table
 from infermeter.terminal import clean
 
-CSV_DISTRIBUTIONS = ("ttft_ms", "ttft_from_intended_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")
-CSV_STATS = ("count", "mean", "stdev", "min", "max", "p50", "p90", "p95", "p99", "p999")
-CSV_SCALARS = ("completed", "failed", "dropped", "duration_s", "request_throughput", "input_token_throughput",
-               "output_token_throughput", "total_token_throughput", "goodput", "error_rate", "target_rate",
-               "achieved_rate", "mean_input_tokens", "mean_output_tokens", "token_count_source", "usage_mismatches")
+# summary.csv's figure columns: the metric catalog's "csv" view (analysis/catalog.py)
+CSV_COLUMNS = catalog.csv_columns()
 
 
 def md_escape(text: str) -> str:
@@ -98,14 +96,7 @@ def summary_rows(leaves: list[RunDir], costs: list[RunCost]) -> list[dict[str, A
             "profile": r.profile, "sweep": r.parent, "started_at": r.started_at, "valid": s.get("valid"),
             "invalid_reasons": "; ".join(str(x) for x in s.get("invalid_reasons") or []),
         }
-        row.update({k: s.get(k) for k in CSV_SCALARS})
-        for d in CSV_DISTRIBUTIONS:
-            block = s.get(d) or {}
-            row.update({f"{d}_{k}": block.get(k) for k in CSV_STATS})
-        sm: dict[str, Any] = s["server_metrics"] if isinstance(s.get("server_metrics"), dict) else {}
-        for k in ("kv_cache_usage_mean", "kv_cache_usage_max", "num_requests_waiting_max", "num_requests_running_max",
-                  "prefix_cache_hit_rate", "num_preemptions"):
-            row[k] = sm.get(k)
+        row.update({c.name: c.ref.raw(s) for c in CSV_COLUMNS})
         c = by_run.get(id(r))
         res = c.result if c else None
         row.update({

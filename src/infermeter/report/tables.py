@@ -18,26 +18,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis import catalog
+from infermeter.analysis.results import PERCENTILE_LABELS
 from infermeter.report.definitions import DEFINITIONS
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
 from infermeter.report.table import Cell, Table
 
-LATENCY_METRICS = [
-    ("ttft_ms", "TTFT"),
-    ("ttfo_ms", "TTFO"),  # reasoning runs only (the key is absent otherwise)
-    ("ttft_from_intended_ms", "TTFT from intended send"),
-    ("tpot_ms", "TPOT"),
-    ("itl_ms", "ITL"),
-    ("e2e_ms", "E2E"),
-]
-LATENCY_STATS = [("count", "count"), ("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p95", "p95"),
-                 ("p99", "p99"), ("p999", "p99.9"), ("max", "max")]
-SERVER_KEYS = [
-    ("kv_cache_usage_mean", "KV usage mean", "pct"), ("kv_cache_usage_max", "KV usage max", "pct"),
-    ("num_requests_waiting_max", "waiting max", "num"), ("num_requests_running_max", "running max", "num"),
-    ("prefix_cache_hit_rate", "prefix-cache hit rate", "pct"), ("num_preemptions", "preemptions", "num"),
-]
+# rows and columns come from the metric catalog (analysis/catalog.py): a metric it lists for the
+# "report" view appears here without a change to this file
+LATENCY_METRICS = [(m.key, m.label) for m in catalog.metrics("report", block=None) if m.distribution]
+LATENCY_STATS = [(k, PERCENTILE_LABELS.get(k, k)) for k in catalog.SUMMARY_STATS]
+SERVER_KEYS = [(m.key, m.label, "pct" if m.unit == "fraction" else "num")
+               for m in catalog.metrics("report", block="server_metrics")]
+THROUGHPUT = [m for m in catalog.metrics("report", block=None) if not m.distribution and m.unit != "fraction"]
+RATES = [m for m in catalog.metrics("report", block=None) if not m.distribution and m.unit == "fraction"]
 
 
 def run_cell(r: RunDir) -> Cell:
@@ -86,15 +81,12 @@ def runs_table(leaves: list[RunDir]) -> Table:
 
 
 def throughput_table(leaves: list[RunDir]) -> Table:
-    keys = [("request_throughput", "req/s"), ("input_token_throughput", "input tok/s"),
-            ("output_token_throughput", "output tok/s"), ("total_token_throughput", "total tok/s"),
-            ("goodput", "goodput req/s"), ("target_rate", "target rate (req/s)"),
-            ("achieved_rate", "achieved rate (req/s)")]
     rows = []
     for r in leaves:
         s = r.summary
-        rows.append([run_cell(r)] + [Cell.num(s.get(k)) for k, _ in keys] + [Cell.pct(s.get("error_rate"))])
-    return Table("throughput", "Throughput", ["run"] + [c for _, c in keys] + ["error rate"], rows,
+        rows.append([run_cell(r)] + [Cell.num(m.ref().raw(s)) for m in THROUGHPUT]
+                    + [Cell.pct(m.ref().raw(s)) for m in RATES])
+    return Table("throughput", "Throughput", ["run"] + [m.label for m in THROUGHPUT + RATES], rows,
                  note="Goodput is empty for runs without an SLO.")
 
 
@@ -157,7 +149,7 @@ def gpu_table(leaves: list[RunDir]) -> Table | None:
     return Table("gpu", "GPU telemetry", ["run"] + [k.replace("_", " ") for k in keys], rows)
 
 
-BANDED = [("ttft_ms", "TTFT p50 (ms)"), ("tpot_ms", "TPOT p50 (ms)"), ("output_token_throughput", "output tok/s")]
+BANDED = [(r.metric.key, r.title if r.stat else r.metric.label) for r in catalog.banded()]
 
 
 def interval_table(leaves: list[RunDir]) -> Table | None:

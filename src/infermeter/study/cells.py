@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from infermeter.analysis.verdict import client_limited
 from infermeter.records import store
+from infermeter.records.header import RunHeader
 from infermeter.study.config import Configuration, LoadPlan, Slo, StudyConfig
 from infermeter.study.saturation import arrival_throughput, steady_throughput
 from infermeter.study.sweep import (StepOutcome, capacity_step, judge, knee_bracket, plan_steps, saturation_step,
@@ -228,7 +229,7 @@ def write_cell(cell: CellResult, study: StudyConfig, load_text: str, key: str = 
     from infermeter import __version__
     from infermeter.analysis.results import SCHEMA_VERSION
 
-    head = {"schema_version": 1, "tool": "infermeter", "version": __version__, "source": cell.source,
+    head = {"version": __version__, "source": cell.source,
             "label": f"{cell.config} · {cell.profile}", "model": cell.model, "hardware": cell.hardware,
             "profile": cell.profile, "seed": study.seed, "slo": study.slo.limits or None,
             "load": {"describe": load_text, "kind": "study-sweep"}, "target": cell.target}
@@ -245,7 +246,7 @@ def write_cell(cell: CellResult, study: StudyConfig, load_text: str, key: str = 
                "valid": all(s.get("valid", True) for s in cell.steps), "study_cell": cell.to_json(),
                "study_fingerprint": key}
     path = Path(cell.run_dir)
-    store.write_json(path / store.RUN, head)
+    store.write_json(path / store.RUN, RunHeader.given(**head))
     store.write_json(path / store.SUMMARY, summary)
 
 

@@ -33,6 +33,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+MODULE = "infermeter.engines.emulator"  # what the emulator runs as: python -m MODULE (campaign markers match it)
+MARKER = f"-m {MODULE}"  # in /proc/PID/cmdline (NULs read as spaces) of an emulator this module started
+
+
 class EmulatorProcess:
     def __init__(self, args: list[str] | EmulatorConfig | None = None, *, startup_timeout_s: float = 60.0,
                  log_path: Path | None = None) -> None:
@@ -51,7 +55,7 @@ class EmulatorProcess:
         return self._proc.pid if self._proc is not None else None
 
     def __enter__(self) -> "EmulatorProcess":
-        cmd = [sys.executable, "-m", "infermeter.engines.emulator",
+        cmd = [sys.executable, "-m", MODULE,
                "--config", self.config.model_dump_json(exclude={"api_key"}),
                "--host", "127.0.0.1", "--port", str(self.port), "--exit-with-stdin"]
         # Its own session: a terminal's Ctrl-C reaches the client, which then stops the run cleanly,

@@ -33,6 +33,7 @@ from pydantic import Field, field_validator
 
 from infermeter.load.shapes.arrivals import SHAPED, check_arrival, operational_times
 from infermeter.load.shapes.base import BaseShape
+from infermeter.numbers import rate
 
 
 class ConstantArrivalRate(BaseShape):
@@ -80,4 +81,4 @@ class ConstantArrivalRate(BaseShape):
         if self.exact_over is not None:
             extra += f", exact mean over {self.exact_over} requests" + (
                 f" after {self.exact_after}" if self.exact_after else "")
-        return f"open loop, {self.rate_per_s:g} req/s ({self.arrival}{extra})"
+        return f"open loop, {rate(self.rate_per_s)} ({self.arrival}{extra})"  # 8.426, never 8.42637
