@@ -146,6 +146,9 @@ class Engine(DecodeSpans):
         self.spec_draft_tokens = 0  # vllm:spec_decode_num_draft_tokens_total
         self.spec_accepted = 0  # vllm:spec_decode_num_accepted_tokens_total
         self.spec_accepted_per_pos = [0] * (speculative.k if speculative is not None else 0)
+        # a disaggregated decode instance (twin.disagg): a request's prompt KV arrives from a prefill instance,
+        # so its admission computes only the last prompt token (as vLLM's decode side does), unless preempted
+        self.kv_remote = False
 
     def __reduce__(self) -> tuple[Any, ...]:  # checkpoints; both builds (twin.state)
         return (type(self), (self.predictor, self.config, self.pool.num_blocks), state_of(self))
@@ -420,9 +423,10 @@ class Engine(DecodeSpans):
                 break
             keys = r.keys
             hits = free_hits = 0
-            if len(keys) and keys[0] in index:  # most prompts miss on their first block
+            remote = self.kv_remote and not r.preemptions
+            if not remote and len(keys) and keys[0] in index:  # most prompts miss on their first block
                 hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
-            hit_tokens = hits * bs
+            hit_tokens = r.num_tokens - 1 if remote else hits * bs
             todo = r.num_tokens - hit_tokens
             if todo <= budget:
                 chunk = todo
@@ -444,8 +448,9 @@ class Engine(DecodeSpans):
             r.blocks = hits + nb
             r.computed = hit_tokens
             r.next_reg = hits
-            self.prefix_queries += r.num_tokens
-            self.prefix_hits += hit_tokens
+            if not remote:
+                self.prefix_queries += r.num_tokens
+                self.prefix_hits += hit_tokens
             if r.cached_tokens is None:
                 r.cached_tokens = hit_tokens
             if r.scheduled_at is None:
