@@ -49,6 +49,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of the table."),
         resume: Optional[Path] = typer.Option(None, "--resume", help="Go on with the interrupted run in DIR (simulated "
                                               "with --checkpoint) from its last checkpoint; other flags are ignored."),
+        disaggregate: Optional[str] = typer.Option(None, "--disaggregate", help="Disaggregated prefill/decode: "
+                                                   "prefill=CONFIG,decode=CONFIG[,link=auto|node|NETWORK][,pipelining="
+                                                   "none|layer][,route=least-loaded|kv-aware] (docs/disaggregation.md); "
+                                                   "--gpu is then unused."),
     ) -> None:
         """Simulate a continuous-batching engine (vLLM-like) on the chosen hardware, in virtual time."""
         from pydantic import ValidationError
@@ -71,6 +75,11 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             raise ConfigError("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
                                         for e in exc.errors())) from None
+        if disaggregate is not None:
+            from infermeter.cli.disagg import simulate_disaggregated
+
+            simulate_disaggregated(cfg, spec, disaggregate, token_times, err, as_json)
+            return
         plan = SimPlan(cfg, spec, token_times=token_times)
         twin = plan.twin
         fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")

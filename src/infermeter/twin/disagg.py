@@ -85,6 +85,7 @@ def parse_disaggregate(text: str, flag: str = "--disaggregate") -> DisaggSpec:
         '4xh100-sxm:tp2,pp2'
     """
     from infermeter.perfmodel.configspec import parse_config
+    from infermeter.perfmodel.hardware import get_hardware
 
     items: dict[str, str] = {}
     last: str | None = None
@@ -106,6 +107,7 @@ def parse_disaggregate(text: str, flag: str = "--disaggregate") -> DisaggSpec:
             raise ConfigError(f"{flag} {text!r}: {need}=CONFIG is missing (e.g. {need}=2xh100-sxm:tp2)")
         try:
             items[need] = parse_config(items[need]).label
+            get_hardware(parse_config(items[need]).hardware)
         except ConfigError as exc:
             raise ConfigError(f"{flag} {need}={items[need]}: {exc}") from None
     pipe = items.get("pipelining", "none")
@@ -418,17 +420,25 @@ class DisaggLoop:
             if t_dl < t_src and t_dl < t_ev:
                 if t_dl >= cancel_at:
                     break
-                clock.now = t_dl
                 if i_first < len(dl_first) and dl_first[i_first][0] == t_dl:
                     _, r = dl_first[i_first]
                     i_first += 1
-                    if r.state < FINISHED and not r.timed_out and r.first_token_at is None:
-                        give_up(r, t_dl, 0)
+                    kind = 0
+                    live = r.state < FINISHED and not r.timed_out and r.first_token_at is None
                 else:
                     _, r = dl_total[i_total]
                     i_total += 1
-                    if r.state < FINISHED and not r.timed_out:
-                        give_up(r, t_dl, 1)
+                    kind = 1
+                    live = r.state < FINISHED and not r.timed_out
+                if live and r.rid in legs:  # (a deadline of a request already done leaves the clock alone)
+                    clock.now = t_dl
+                    give_up(r, t_dl, kind)
+                if i_first > 4096 and i_first * 2 > len(dl_first):  # keep the deadline queues short
+                    del dl_first[:i_first]
+                    i_first = 0
+                if i_total > 4096 and i_total * 2 > len(dl_total):
+                    del dl_total[:i_total]
+                    i_total = 0
                 continue
             if t_src <= t_ev and t_src < _INF:
                 if t_src >= cancel_at:
