@@ -253,7 +253,7 @@ def verdict(w: Workload, aggs: Sequence[Layout], diss: Sequence[Layout], *, same
     elif a is not None and (d is None or a.gpus < d.gpus):
         out["winner"] = "aggregated"
         out["saving_gpus"] = None if d is None else d.gpus - a.gpus
-        out["statement"] = (f"Disaggregation loses here: aggregated serving ({a.name} of {a.replicas} replicas) meets "
+        out["statement"] = (f"Disaggregation loses here: aggregated serving ({a.replicas} replica{'s' if a.replicas > 1 else ''}) meets "
                             f"the SLO on {a.gpus} GPUs; the best split "
                             + (f"({d.name}) needs {d.gpus}." if d else "does not within the budget.")
                             + " " + _why(w, d, a))
@@ -292,7 +292,7 @@ def _why(w: Workload, d: Layout | None, a: Layout | None) -> str:
             kx = d.stat(f"kv_transfer_ms_{pct}")["mean"]
             if kx is not None:
                 bits.append(f"KV transfer {pct} {kx:,.1f} ms")
-    return ("; ".join(bits) + ".") if bits else ""
+    return ("; ".join(bits)[:1].upper() + "; ".join(bits)[1:] + ".") if bits else ""
 
 
 def _workload_json(w: Workload) -> dict[str, Any]:
