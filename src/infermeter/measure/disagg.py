@@ -38,19 +38,10 @@ from infermeter.measure.simulate import (
     open_writer,
     server_metrics,
 )
-from infermeter.twin.disagg import DisaggLoop, DisaggSpec, DisaggTwin, build_disagg, parse_disaggregate
+from infermeter.twin.disagg import DisaggLoop, DisaggSpec, DisaggTwin, disagg_twin
 from infermeter.twin.loop import ArrivalSource, LoopStats, VirtualClock
 from infermeter.twin.series import sum_series
 from infermeter.twin.spec import TwinSpec
-
-
-def disagg_twin(spec: TwinSpec, disaggregate: str | DisaggSpec) -> DisaggTwin:
-    """Both pools from ``spec``'s model and knobs, on the configurations ``disaggregate`` names."""
-    ds = parse_disaggregate(disaggregate) if isinstance(disaggregate, str) else disaggregate
-    if spec.calibration is not None:
-        raise ConfigError("--disaggregate with --calibration: a calibration file describes one aggregated "
-                          "deployment; drop one of them")
-    return build_disagg(ds, lambda config: spec.model_copy(update={"gpu": config, "tp": None, "pp": None}).twin())
 
 
 class DisaggPlan(SimPlan):

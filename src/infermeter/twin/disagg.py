@@ -236,6 +236,15 @@ def build_disagg(spec: DisaggSpec, make_twin: Callable[[str], Twin]) -> DisaggTw
                                "decode_instances": dec.replicas})
 
 
+def disagg_twin(spec: Any, disaggregate: str | DisaggSpec) -> DisaggTwin:
+    """Both pools from ``spec``'s model and knobs, on the configurations ``disaggregate`` names."""
+    ds = parse_disaggregate(disaggregate) if isinstance(disaggregate, str) else disaggregate
+    if spec.calibration is not None:
+        raise ConfigError("--disaggregate with --calibration: a calibration file describes one aggregated "
+                          "deployment; drop one of them")
+    return build_disagg(ds, lambda config: spec.model_copy(update={"gpu": config, "tp": None, "pp": None}).twin())
+
+
 @dataclass
 class PoolStats:
     """What the loop saw per pool beyond the engines' own counters."""
