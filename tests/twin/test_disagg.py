@@ -200,3 +200,34 @@ def test_cli_simulate_disaggregate(tmp_path):
     bad = runner.invoke(app, ["simulate", "--requests", "5", "--out", str(tmp_path / "bad"),
                               "--disaggregate", "prefill=h100-sxm"])
     assert isinstance(bad.exception, ConfigError) and "decode=CONFIG is missing" in str(bad.exception)
+
+
+def test_a_kv_remote_engine_computes_only_the_last_prompt_token():
+    from infermeter.twin.engine import Engine
+
+    e = Engine(LinearStepTime(base_s=0.01, per_token_s=1e-3), EngineConfig(enable_prefix_caching=False), num_blocks=64)
+    e.kv_remote = True
+    r = SimRequest(rid=0, arrival=0.0, prompt_tokens=100, max_tokens=3)
+    assert e.add(r)
+    d = e.schedule(0.0)
+    assert e.last_step_tokens == 1 and r.computed == 99
+    assert r.blocks == -(-100 // e.block_size)  # the whole prompt's KV is held from admission
+    assert d == pytest.approx(0.01 + 1e-3)
+    e.complete(d)
+    assert r.first_token_at == pytest.approx(d) and r.outputs == 1
+    assert e.prefix_queries == 0  # nothing looked up: the KV came over the link
+
+
+def test_summarize_keeps_the_transfer_figures(tmp_path):
+    out = tmp_path / "s"
+    res = runner.invoke(app, ["simulate", "--model", "llama-3.1-8b", "--rate", "2", "--requests", "20",
+                              "--input-tokens", "1000", "--output-tokens", "20", "--out", str(out), "--json",
+                              "--disaggregate", "prefill=h100-sxm,decode=h100-sxm"])
+    assert res.exit_code == 0, res.output
+    first = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()
+    again = runner.invoke(app, ["summarize", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    second = json.loads((out / "summary.json").read_text())
+    assert second["kv_transfer_ms"] == first["kv_transfer_ms"] and second["kv_transfer_ms"]["count"] == 20
+    assert second["disaggregation"]["decode"]["instances"] == 1

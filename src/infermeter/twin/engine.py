@@ -52,6 +52,10 @@ gains ``L + 1`` tokens, delivered together; a sequence that needs fewer finishes
 ``max_tokens``, the rest discarded). The step costs the target over ``k + 1`` tokens per decoding
 sequence plus the draft's cost. vLLM's counters are kept: drafts (one per decoding sequence per step),
 draft tokens (``k`` each), accepted tokens and accepted tokens per position.
+
+**Disaggregated decode** (``kv_remote``, set by :mod:`infermeter.twin.disagg`; off by default): a request's
+prompt KV came from a prefill instance, so it is admitted with all but its last prompt token computed (its
+blocks allocated, no prefix-cache lookup); a preempted one recomputes locally as usual.
 """
 
 from __future__ import annotations
