@@ -565,6 +565,8 @@ class Accumulator:
             windows=Windows(window_s=self.window_s, series=tuple(self.windows())) if self.window_s else None,
             # a simulated run's bands, fixed once by the simulation (it knows the twin's regime): run.json
             prediction_intervals=run.get("prediction_intervals"),
+            # a disaggregated simulation's KV transfer and per-pool figures (twin.disagg): run.json
+            kv_transfer_ms=run.get("kv_transfer_ms"), disaggregation=run.get("disaggregation"),
             **self.reasoning.figures(),
         )
 

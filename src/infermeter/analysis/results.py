@@ -35,6 +35,8 @@ PERCENTILE_LABELS = {"p50": "p50", "p90": "p90", "p95": "p95", "p99": "p99", "p9
 REASONING_KEYS = ("ttfo_ms", "reasoning_requests", "total_reasoning_tokens", "total_answer_tokens",
                   "mean_reasoning_tokens", "mean_answer_tokens")
 
+DISAGG_KEYS = ("kv_transfer_ms", "disaggregation")  # only in a disaggregated run's summary.json
+
 Severity = Literal["invalid", "warning", "note"]
 
 
@@ -246,6 +248,10 @@ class Summary(BaseModel):
     # multi-model fleets (simulate --fleet): per model, and per pool (its model, hardware, utilisation, autoscaling)
     models: dict[str, ModelResult] | None = None
     pools: dict[str, dict[str, Any]] | None = None
+    # disaggregated prefill/decode (simulate --disaggregate; left out of summary.json otherwise): the KV
+    # transfer per request (end of prefill -> KV at the decode instance, link queueing included) and per pool
+    kv_transfer_ms: Distribution | None = None
+    disaggregation: dict[str, Any] | None = None
     run_dir: str | None = None
 
     # -- access ---------------------------------------------------------------------------------
@@ -274,7 +280,7 @@ class Summary(BaseModel):
     # -- files ----------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")
-        for k in REASONING_KEYS:
+        for k in (*REASONING_KEYS, *DISAGG_KEYS):
             if d.get(k) is None:
                 d.pop(k, None)
         return d

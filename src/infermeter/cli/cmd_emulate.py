@@ -19,7 +19,7 @@ from infermeter.cli.options import FlagSpec, model_flags, with_flags
 from infermeter.engines.emulator.config import API_KEY_ENV, EmulatorConfig
 
 EMULATOR = model_flags(EmulatorConfig, {
-    "simple": FlagSpec(flag="--simple/--no-simple"), "ttft_ms": None, "itl_ms": None, "max_concurrency": None,
+    "disaggregate": FlagSpec(metavar="prefill=CONFIG,decode=CONFIG"), "simple": FlagSpec(flag="--simple/--no-simple"), "ttft_ms": None, "itl_ms": None, "max_concurrency": None,
     "zero_delay": None, "speedup": None, "faults": FlagSpec(metavar="KIND=SHARE,..."), "fault_seed": None,
     "stall_s": None, "cut_after": None, "api_key": FlagSpec(envvar=API_KEY_ENV, show_default=False),
     "served_model_name": None, "reasoning_tokens": FlagSpec(metavar="N|MEAN,STDEV,MIN,MAX"),

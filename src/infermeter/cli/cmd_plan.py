@@ -303,6 +303,12 @@ def register(app: typer.Typer) -> None:
         calibration: Annotated[Optional[str], typer.Option("--calibration", help="A calibration file (`infermeter calibrate`): plan the measured deployment (model, hardware and engine from the file) by simulating its calibrated twin.")] = None,
         speculative: Annotated[Optional[str], typer.Option("--speculative", help="Plan speculative decoding: METHOD:k=K,acceptance=A with METHOD draft:MODEL, eagle, mtp or ngram and A vLLM's acceptance rate (accepted / drafted tokens; conditional=C for the per-position form), e.g. draft:llama-3.1-8b,k=4,acceptance=0.7.")] = None,
         fleet: Annotated[Optional[str], typer.Option("--fleet", help="Size every pool of a fleet file (docs/fleet.md) to its SLO at the least total cost, by simulating each pool at its traffic (the file's rates) with --input-tokens/--output-tokens.")] = None,
+        disaggregate: Annotated[Optional[str], typer.Option("--disaggregate", help="Simulate disaggregated prefill/decode against aggregated serving on the same GPUs: prefill=CONFIG,decode=CONFIG[,...], or 'search' for the cheapest xPyD split within --gpus of --gpu/--tp/--pp instances (docs/disaggregation.md).")] = None,
+        rate: Annotated[Optional[float], typer.Option("--rate", help="With --disaggregate: Poisson arrival rate (requests/s).")] = None,
+        slo: Annotated[Optional[str], typer.Option("--slo", help="With --disaggregate: bounds, e.g. ttft_ms=3000,tpot_ms=40 (at --slo-percentile).")] = None,
+        slo_percentile: Annotated[float, typer.Option("--slo-percentile", help="With --disaggregate: the percentile the SLO bounds (50, 90, 95, 99, 99.9).")] = 99.0,
+        seeds: Annotated[int, typer.Option("--seeds", help="With --disaggregate: seeds each layout is simulated on (figures: mean and range).")] = 3,
+        requests: Annotated[int, typer.Option("--requests", help="With --disaggregate: requests per simulated run.")] = 300,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
@@ -346,6 +352,15 @@ def register(app: typer.Typer) -> None:
             return
         if not model:
             raise ConfigError("--model is required (e.g. --model llama-3.1-70b), unless --validate is given")
+        if disaggregate:
+            from infermeter.cli.disagg import plan_disaggregated
+            from infermeter.measure.disaggplan import plan_from_flags
+
+            plan_disaggregated(plan_from_flags(model, disaggregate, gpu=gpu, gpus=gpus, tp=tp, pp=pp, rate=rate,
+                                               slo=slo, percentile=slo_percentile, seeds=seeds, requests=requests,
+                                               input_tokens=input_tokens, output_tokens=output_tokens, dtype=dtype,
+                                               kv_dtype=kv_dtype), as_json)
+            return
         configs = [c for item in (compare or []) + (extra or []) for c in item.split()]
         if extra and not compare:
             raise ConfigError(f"unexpected argument(s) {' '.join(extra)!r}: list several configurations after --compare")

@@ -56,6 +56,10 @@ def register(app: typer.Typer) -> None:
         fleet_file: Optional[Path] = typer.Option(None, "--fleet", help="Simulate a multi-model fleet: a YAML file of pools "
                                              "(model, gpu, replicas or autoscale, share or rate, slo; docs/fleet.md); "
                                              "--model/--gpu and the engine flags are then unused."),
+        disaggregate: Optional[str] = typer.Option(None, "--disaggregate", help="Disaggregated prefill/decode: "
+                                                   "prefill=CONFIG,decode=CONFIG[,link=auto|node|NETWORK][,pipelining="
+                                                   "none|layer][,route=least-loaded|kv-aware] (docs/disaggregation.md); "
+                                                   "--gpu is then unused."),
     ) -> None:
         """Simulate a continuous-batching engine (vLLM-like) on the chosen hardware, in virtual time."""
         from pydantic import ValidationError
@@ -72,6 +76,11 @@ def register(app: typer.Typer) -> None:
             _show(plan.run(progress=plan.eta(lambda line: err.print(line, highlight=False, markup=False)), resume=state), as_json)
             return
         twin_fields = set(TwinSpec.model_fields)
+        if disaggregate is not None and (fleet_file is not None or reasoning_tokens is not None):
+            raise ConfigError("--disaggregate simulates one prefill/decode deployment: it does not combine with "
+                              + ("--fleet" if fleet_file is not None else "--reasoning-tokens"))
+        if fleet_file is not None and reasoning_tokens is not None:
+            raise ConfigError("--reasoning-tokens is not simulated for a --fleet yet: drop one of them")
         if fleet_file is not None:
             _fleet(fleet_file, {k: v for k, v in values.items() if k not in twin_fields}, token_times, as_json, err)
             return
@@ -81,6 +90,11 @@ def register(app: typer.Typer) -> None:
         except ValidationError as exc:
             raise ConfigError("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}"
                                         for e in exc.errors())) from None
+        if disaggregate is not None:
+            from infermeter.cli.disagg import simulate_disaggregated
+
+            simulate_disaggregated(cfg, spec, disaggregate, token_times, err, as_json)
+            return
         plan = SimPlan(cfg, spec, token_times=token_times, reasoning_tokens=reasoning_tokens)
         twin = plan.twin
         fleet = (f"{twin.replicas} replicas, router {twin.router}, " if twin.replicas > 1 else "")

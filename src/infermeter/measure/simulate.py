@@ -192,9 +192,10 @@ def open_writer(out_dir: Path, run: dict[str, Any], token_times: bool, exact_lim
 
 def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: Sequence[dict[str, Any]],
                waiting: Sequence[tuple[float, Sequence[float]]], loop: LoopStats, t0: float,
-               runtime: dict[str, Any] | None = None, twin: Twin | None = None) -> SimulationResult:
+               runtime: dict[str, Any] | None = None, twin: Twin | None = None,
+               summary_extra: dict[str, Any] | None = None) -> SimulationResult:
     """Close the records, write run.json and summary.json (engine stats in engine order; with ``twin``, the
-    summary's ``prediction_intervals``)."""
+    summary's ``prediction_intervals``; ``summary_extra``: more summary fields, kept in run.json too)."""
     writer.close()
     out_dir = Path(out_dir)
     os.replace(writer.path, out_dir / store.PARQUET)
@@ -211,6 +212,7 @@ def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     run["runtime"] = {"wall_s": wall, "virtual_s": loop.end, "records": writer.rows, "peak_rss_mib": rss,
                       "steps": sum(int(s["steps"]) for s in stats), "cancelled": loop.cancelled, **(runtime or {})}
+    run.update(summary_extra or {})  # the accumulator's summary carries them (as every later summary of the run)
     summary = writer.accumulator.summary(run).to_json()
     if twin is not None:  # kept in run.json, so that every summary of these records carries the same bands
         run["prediction_intervals"] = summary["prediction_intervals"] = prediction_intervals(twin, summary)

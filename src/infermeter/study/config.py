@@ -294,6 +294,8 @@ class Configuration(_Frozen):
     instance: str | None = None
     commitment: str | None = None
     calibration: Path | None = None
+    disaggregate: str | None = Field(None, description="simulate disaggregated prefill/decode on this configuration's "
+                                                       "GPUs: prefill=CONFIG,decode=CONFIG[,...] (docs/disaggregation.md)")
     price_per_hour: float | None = Field(None, gt=0)
     price_source: str | None = None
     price_date: dt.date | None = None

@@ -32,6 +32,7 @@ from infermeter.engines.target import running
 from infermeter.errors import ConfigError
 from infermeter.study.config import Configuration, StudyConfig
 from infermeter.study.sweep import StepSpec
+from infermeter.twin.disagg import DisaggTwin
 from infermeter.twin.spec import TwinSpec
 
 MEASURED_DEFAULT_CONCURRENCY = 16
@@ -85,6 +86,19 @@ def _calibrated(study: StudyConfig, conf: Configuration, calibration: Path) -> A
                            enable_prefix_caching=sim.enable_prefix_caching)
 
 
+def _disaggregated(spec: TwinSpec, conf: Configuration) -> DisaggTwin:
+    """A configuration's ``disaggregate`` layout, which must use exactly its GPUs (so its price is theirs)."""
+    from infermeter.perfmodel.configspec import parse_config
+    from infermeter.twin.disagg import disagg_twin, parse_disaggregate
+
+    ds = parse_disaggregate(str(conf.disaggregate), f"configuration {conf.label}: disaggregate")
+    have, p, d = parse_config(conf.config), parse_config(ds.prefill), parse_config(ds.decode)
+    if p.count + d.count != have.count or {p.hardware, d.hardware} != {have.hardware}:
+        raise ConfigError(f"configuration {conf.label}: disaggregate {ds.text} uses {p.count} + {d.count} GPUs of "
+                          f"{p.hardware}/{d.hardware}, not the configuration's {have.label} (its price)")
+    return disagg_twin(spec, ds)
+
+
 class SimulatedTarget:
     """The twin of the configuration's model on its hardware."""
 
@@ -94,8 +108,14 @@ class SimulatedTarget:
         self.study, self.conf = study, conf
         self.model = study.model_for(conf)
         self.spec = twin_spec(study, conf)
+        self.dtwin: DisaggTwin | None = None
         try:
-            self.twin = _calibrated(study, conf, conf.calibration) if conf.calibration is not None else self.spec.twin()
+            if conf.disaggregate is not None:  # the split on the configuration's GPUs (twin.disagg)
+                self.dtwin = _disaggregated(self.spec, conf)
+                self.twin = self.dtwin.prefill
+            else:
+                self.twin = (_calibrated(study, conf, conf.calibration) if conf.calibration is not None
+                             else self.spec.twin())
         except ConfigError as exc:
             text = str(exc)
             if "does not fit" in text or "no room for a single KV block" in text:
@@ -103,11 +123,13 @@ class SimulatedTarget:
             raise ConfigError(f"configuration {conf.label}: {exc}") from None
 
     def default_concurrency(self) -> int:
+        if self.dtwin is not None:
+            return self.dtwin.decode.config.max_num_seqs * self.dtwin.decode.lanes
         return self.twin.config.max_num_seqs * self.twin.lanes
 
     def describe(self) -> dict[str, Any]:
-        info = {**self.twin.describe(), "kind": "twin", "engine": "infermeter-twin (vLLM-like continuous batching)",
-                "model": self.model}
+        info = {**(self.dtwin or self.twin).describe(), "kind": "twin",
+                "engine": "infermeter-twin (vLLM-like continuous batching)", "model": self.model}
         if self.conf.calibration is not None:
             info["calibration"] = {"file": str(self.conf.calibration), "applied": True,
                                    "note": "the twin's step time, scheduler and KV capacity come from this file"}
@@ -119,6 +141,10 @@ class SimulatedTarget:
 
         cfg = RunConfig(model=self.model, **_load_args(self.study, self.conf, spec, profile, out_dir, label),
                         profile_overrides=self.study.profile_overrides.get(profile) or {})
+        if self.dtwin is not None:
+            from infermeter.measure.disagg import DisaggPlan
+
+            return DisaggPlan(cfg, self.spec, self.dtwin.spec, token_times="off").run().summary
         plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
         return plan.run().summary
 

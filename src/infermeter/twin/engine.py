@@ -52,6 +52,10 @@ gains ``L + 1`` tokens, delivered together; a sequence that needs fewer finishes
 ``max_tokens``, the rest discarded). The step costs the target over ``k + 1`` tokens per decoding
 sequence plus the draft's cost. vLLM's counters are kept: drafts (one per decoding sequence per step),
 draft tokens (``k`` each), accepted tokens and accepted tokens per position.
+
+**Disaggregated decode** (``kv_remote``, set by :mod:`infermeter.twin.disagg`; off by default): a request's
+prompt KV came from a prefill instance, so it is admitted with all but its last prompt token computed (its
+blocks allocated, no prefix-cache lookup); a preempted one recomputes locally as usual.
 """
 
 from __future__ import annotations
@@ -146,6 +150,9 @@ class Engine(DecodeSpans):
         self.spec_draft_tokens = 0  # vllm:spec_decode_num_draft_tokens_total
         self.spec_accepted = 0  # vllm:spec_decode_num_accepted_tokens_total
         self.spec_accepted_per_pos = [0] * (speculative.k if speculative is not None else 0)
+        # a disaggregated decode instance (twin.disagg): a request's prompt KV arrives from a prefill instance,
+        # so its admission computes only the last prompt token (as vLLM's decode side does), unless preempted
+        self.kv_remote = False
 
     def __reduce__(self) -> tuple[Any, ...]:  # checkpoints; both builds (twin.state)
         return (type(self), (self.predictor, self.config, self.pool.num_blocks), state_of(self))
@@ -420,9 +427,10 @@ class Engine(DecodeSpans):
                 break
             keys = r.keys
             hits = free_hits = 0
-            if len(keys) and keys[0] in index:  # most prompts miss on their first block
+            remote = self.kv_remote and not r.preemptions
+            if not remote and len(keys) and keys[0] in index:  # most prompts miss on their first block
                 hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
-            hit_tokens = hits * bs
+            hit_tokens = r.num_tokens - 1 if remote else hits * bs
             todo = r.num_tokens - hit_tokens
             if todo <= budget:
                 chunk = todo
@@ -444,8 +452,9 @@ class Engine(DecodeSpans):
             r.blocks = hits + nb
             r.computed = hit_tokens
             r.next_reg = hits
-            self.prefix_queries += r.num_tokens
-            self.prefix_hits += hit_tokens
+            if not remote:
+                self.prefix_queries += r.num_tokens
+                self.prefix_hits += hit_tokens
             if r.cached_tokens is None:
                 r.cached_tokens = hit_tokens
             if r.scheduled_at is None:

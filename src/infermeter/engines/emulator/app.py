@@ -37,6 +37,13 @@ def build_backend(cfg: EmulatorConfig) -> Any:
                              itl_s=0 if zero else (10.0 if cfg.itl_ms is None else cfg.itl_ms) / 1000,
                              max_concurrency=cfg.max_concurrency or 256,
                              model_name=cfg.served_model_name or "infermeter-emulator", speedup=cfg.speedup)
+    if cfg.disaggregate:
+        from infermeter.engines.emulator.disagg import DisaggBackend
+        from infermeter.twin.disagg import disagg_twin
+
+        dt = disagg_twin(cfg, cfg.disaggregate)
+        return DisaggBackend(dt, speedup=cfg.speedup,
+                             chars_per_block=workload_chars_per_block(block_size=dt.prefill.block_size))
     twin = cfg.twin()
     return TwinBackend(twin, speedup=cfg.speedup, chars_per_block=workload_chars_per_block(block_size=twin.block_size))
 

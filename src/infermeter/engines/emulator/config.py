@@ -34,6 +34,9 @@ class EmulatorConfig(TwinSpec):
     """The emulated server's settings: the twin's deployment (:class:`TwinSpec`), then the simple
     backend, speed and faults; see the module docstring (flag = field name, kebab case)."""
 
+    # the twin split into a prefill and a decode pool (docs/disaggregation.md)
+    disaggregate: str | None = Field(None, description="disaggregated prefill/decode: prefill=CONFIG,decode=CONFIG[,...] "
+                                                       "(docs/disaggregation.md); --gpu is then unused")
     # the simple backend
     simple: bool = Field(False, description="fixed timing instead of the twin")
     ttft_ms: float | None = Field(None, ge=0, description="simple backend: time to first token (ms, default 50)")
