@@ -11,6 +11,44 @@ import pytest
 
 BIN = Path(sys.executable).parent / "infermeter"
 
+# Parallel runs (`make test` runs pytest-xdist with --dist loadgroup): a file's tests stay on one worker
+# (module fixtures, emulators and servers a file starts are built once), and files that share a heavy
+# session fixture or a machine-wide resource share a worker, so it is built once and never contended.
+# Groups are listed heaviest first: they are scheduled first, so the longest one does not start last.
+GROUPS: dict[str, tuple[str, ...]] = {
+    # the real vLLM CPU engine: one at a time (CPU and memory; the converted GGUF model cache is shared)
+    "vllm-engine": ("tests/engines/test_vllm_real.py", "tests/campaign/test_vllm_campaign.py"),
+    # the corpus's refits (the leave-one-publication-out report and the leave-one-combination-out records)
+    "corpus-fits": ("tests/perfmodel/test_validate.py", "tests/perfmodel/test_uncertainty.py",
+                    "tests/perfmodel/test_paired.py"),
+    # local Ray clusters: one per machine at a time (a second `ray.init` joins the first)
+    "ray": ("tests/e2e/test_ray.py", "tests/e2e/test_ray_auth.py", "tests/twin/test_fleet.py"),
+    # headless Chromium, one browser per worker
+    "browser": ("tests/report/test_chart_marks_browser.py", "tests/report/test_report_browser.py",
+                "tests/study/test_study_e2e.py", "tests/study/test_decision.py"),
+}
+# groups whose first test builds a session fixture that takes minutes on a loaded machine (the timeout counts it)
+SLOW_SETUP = {"corpus-fits": 1200, "vllm-engine": 900}
+_GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
+_ORDER = {name: i for i, name in enumerate(GROUPS)}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Give every test an ``xdist_group`` (its group above, else its file) and put the named groups first."""
+    root = Path(str(config.rootpath))
+
+    def rel(item) -> str:
+        return Path(str(item.path)).resolve().relative_to(root).as_posix()
+
+    for item in items:
+        path = rel(item)
+        if not any(True for _ in item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(path, path)))
+        if _GROUP_OF.get(path) in SLOW_SETUP and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_SETUP[_GROUP_OF[path]]))
+    items.sort(key=lambda item: _ORDER.get(_GROUP_OF.get(rel(item), ""), len(_ORDER)))  # stable: file order kept
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_history(tmp_path_factory):

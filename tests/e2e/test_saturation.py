@@ -24,7 +24,10 @@ def test_an_overloaded_emulator_is_saturated_and_its_cancelled_requests_count(on
             "--out", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads((out / "summary.json").read_text())
-    assert s["valid"] is True and s["saturated"] is True
+    # overload is a verdict, not an invalid run; on a loaded machine the client may still fall behind
+    # (schedule lag), which is the only reason allowed to invalidate this run
+    assert s["saturated"] is True
+    assert all(r.startswith("schedule_lag") for r in s["invalid_reasons"]), s["invalid_reasons"]
     sat = s["saturation"]
     assert sat["completion_rate"] < 0.5 * sat["offered_rate"]  # ~4 req/s served of 10 offered
     assert any(e.startswith("completed") for e in sat["evidence"])

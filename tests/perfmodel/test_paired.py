@@ -2,15 +2,11 @@
 
 import yaml
 
-from infermeter.perfmodel.corpus import load_rows
 from infermeter.perfmodel.paired import PAIRED_FILE, family_of, ratio_interval, table_from_report
-from infermeter.perfmodel.validate import validate
-
-CORPUS = "tests/data/published-measurements.csv"
 
 
-def test_the_shipped_paired_table_is_a_fresh_derivation_and_within_a_family_errors_move_together():
-    fresh = table_from_report(validate(load_rows(CORPUS), holdout="source"))
+def test_the_shipped_paired_table_is_a_fresh_derivation_and_within_a_family_errors_move_together(lopo_report):
+    fresh = table_from_report(lopo_report)  # the corpus's leave-one-publication-out report (tests/perfmodel/conftest.py)
     shipped = yaml.safe_load(PAIRED_FILE.read_text())
     for kind in ("same_family", "cross_family"):
         assert shipped[kind] == fresh[kind], kind
