@@ -1,6 +1,8 @@
 """``run --calibrate-twin FILE``: a sweep measured and the twin fitted to it in one command; a calibration that
 cannot be made names the flag and keeps the run's results."""
 
+import json
+
 from infermeter.engines.emulator.process import EmulatorProcess
 from infermeter.twin.calibration import DeploymentCalibration
 
@@ -14,7 +16,10 @@ def test_a_sweep_and_the_twin_fitted_to_it_in_one_command(cli, tmp_path):
         assert p.returncode == 0, p.stderr[-3000:]
         assert (out / "summary.json").exists()
         back = DeploymentCalibration.read(cal)
-        assert len(back.fit.runs) == 3  # the sweep's steps: synchronous, throughput, one rate between
+        # every step of the sweep (synchronous, throughput, one rate between; and a step the client could not
+        # apply on a loaded machine, with its retry: the server's step times are data all the same)
+        steps = json.loads((out / "summary.json").read_text())["steps"]
+        assert len(back.fit.runs) == len(steps) >= 3
         assert back.fit.steps > 50 and back.step_time.base_s > 0
         # a GPU vLLM says num_gpu_blocks (of block_size tokens), vLLM CPU kv_cache_size_tokens: both read
         assert back.engine.kv_capacity_tokens > 10_000 and back.engine.kv_capacity_tokens % back.engine.block_size == 0

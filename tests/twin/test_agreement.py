@@ -40,16 +40,22 @@ def test_emulate_and_simulate_agree(tmp_path):
                             scrape_interval_s=0.25, **WORKLOAD)
             result = await Measurement(cfg).run()
         await backend.close()
-        return result.summary
+        return result.summary, backend.max_lag_s
 
-    s_emu = asyncio.run(live())
+    s_emu, lag_s = asyncio.run(live())
     assert s_emu["completed"] == s_sim["completed"] == N
     assert s_emu["request_throughput"] / SPEEDUP == pytest.approx(s_sim["request_throughput"], rel=0.05)
     assert s_emu["output_token_throughput"] / SPEEDUP == pytest.approx(s_sim["output_token_throughput"], rel=0.05)
+    # On a loaded machine the emulator's loop can fall behind (it then delivers tokens late, and says by how much
+    # at worst: max_lag_s). A request's E2E grows by at most that lag and its TPOT by at most the lag over its
+    # token gaps, so that allowance (scaled back to virtual time) is added to the stated 10 %.
+    out_tokens = int(WORKLOAD["output_tokens"])
+    allowance = {"tpot_ms": lag_s * 1000 * SPEEDUP / (out_tokens - 1), "e2e_ms": lag_s * 1000 * SPEEDUP}
     for key in ("tpot_ms", "e2e_ms"):
-        assert s_emu[key]["mean"] * SPEEDUP == pytest.approx(s_sim[key]["mean"], rel=0.10), key
+        emu, sim_mean = s_emu[key]["mean"] * SPEEDUP, s_sim[key]["mean"]
+        assert abs(emu - sim_mean) <= 0.10 * sim_mean + allowance[key], (key, emu, sim_mean, lag_s)
     ttft_sim, ttft_emu = s_sim["ttft_ms"]["mean"], s_emu["ttft_ms"]["mean"] * SPEEDUP
-    assert abs(ttft_emu - ttft_sim) <= max(0.25 * ttft_sim, 25.0)
+    assert abs(ttft_emu - ttft_sim) <= max(0.25 * ttft_sim, 25.0) + lag_s * 1000 * SPEEDUP
     hit_sim = s_sim["server_metrics"]["prefix_cache_hit_rate"]
     hit_emu = s_emu["server_metrics"]["prefix_cache_hit_rate"]  # scraped from the twin's /metrics
     assert hit_sim > 0.3
