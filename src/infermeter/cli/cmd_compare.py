@@ -65,6 +65,8 @@ def differences(base: Any, cand: Any) -> list[str]:
     out = []
     for key in ("model", "hardware", "profile", "source"):
         a, b = getattr(base, key), getattr(cand, key)
+        if a is None or b is None:  # not recorded (an imported run has no infermeter profile): unknown, not different
+            continue
         if a != b:
             out.append(f"{key}: {a} vs {b}")
     ra, rb = base.summary.get("target_rate"), cand.summary.get("target_rate")
