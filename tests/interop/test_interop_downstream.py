@@ -155,3 +155,17 @@ def test_export_then_import_gives_the_same_summary(tmp_path, fmt, dists):
 def test_cli_export_refuses_an_unknown_format(tmp_path):
     p = cli("export", str(NATIVE), "--format", "llmperf", "--out", str(tmp_path / "x.json"))
     assert p.returncode == 2 and "--format" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cost_prices_an_aggregates_only_import(tmp_path):
+    raw = json.loads((DATA / "vllm-bench" / "vllm-bench-random.json").read_text())
+    for k in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
+        raw.pop(k)  # vllm bench without --save-detailed
+    f = tmp_path / "plain.json"
+    f.write_text(json.dumps(raw))
+    assert cli("import", str(f), "--out", str(tmp_path / "v"), "--hardware", "h100-sxm").returncode == 0
+    p = cli("cost", str(tmp_path / "v"), "--json")
+    assert p.returncode == 0, p.stderr
+    [run] = json.loads(p.stdout)["runs"]
+    assert run["throughput"]["requests_per_s"] == raw["request_throughput"]
+    assert run["throughput"]["input_tokens_per_s"] == pytest.approx(raw["total_input_tokens"] / raw["duration"], rel=1e-12)

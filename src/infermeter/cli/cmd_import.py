@@ -4,7 +4,7 @@
     infermeter import benchmarks.json profile_export.jsonl --out results/imported
 
 One file giving one run writes it to ``--out`` (default ``results/imported-<file stem>``); several files
-or runs (a GuideLLM sweep) write ``--out/<stem>`` (``<stem>-<k>`` per benchmark). The format is detected
+or runs (a GuideLLM or inference-benchmarker sweep) write ``--out/<stem>`` (``<stem>-<k>`` per benchmark). The format is detected
 from the content (``--format`` forces it). Bad files: one line naming the file and the field, exit 2.
 """
 
@@ -21,9 +21,9 @@ from infermeter.terminal import SafeConsole, escape
 def register(app: typer.Typer) -> None:
     @app.command("import")
     def import_(
-        files: Annotated[list[Path], typer.Argument(help="Result files: vllm bench serve JSON, GuideLLM benchmarks JSON, AIPerf profile export (JSON or JSONL).")],
+        files: Annotated[list[Path], typer.Argument(help="Result files: vllm bench serve JSON, GuideLLM benchmarks JSON, AIPerf profile export (JSON or JSONL), inference-benchmarker results JSON.")],
         out: Annotated[Optional[Path], typer.Option("--out", help="Run directory (one run) or parent directory (several).")] = None,
-        fmt: Annotated[Optional[str], typer.Option("--format", help="vllm-bench | guidellm | aiperf (default: detected).")] = None,
+        fmt: Annotated[Optional[str], typer.Option("--format", help="vllm-bench | guidellm | aiperf | inference-benchmarker (default: detected).")] = None,
         hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware the server ran on (e.g. h100-sxm), for cost and capacity.")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="Model name (default: the file's).")] = None,
     ) -> None:

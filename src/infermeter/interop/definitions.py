@@ -4,7 +4,7 @@ Promise: :data:`DEFINITIONS` maps a tool name (``run.json`` ``imported.tool``; i
 ``infermeter``) to {metric family: that tool's rule}, one entry per family whose imported values keep the
 tool's rule (the timestamps or counts it recorded follow it). :func:`definition_warnings` lists, for two
 runs, the compared families the two tools define differently. The rules are docs/metrics.md's table
-"infermeter vs vllm bench vs GuideLLM vs AIPerf".
+"infermeter vs vllm bench vs GuideLLM vs AIPerf vs inference-benchmarker".
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ INFERMETER = {
     "tpot": "(end - first token) / (n - 1), the end being [DONE] or the final usage chunk",
     "itl": "pooled gaps between token-bearing chunks, one per token",
     "e2e": "from the send to [DONE] or the final usage chunk",
+    "output_throughput": "output tokens of successful requests / (last end - first intended send)",
+    "request_throughput": "successful requests / (last end - first intended send)",
 }
 
 DEFINITIONS: dict[str, dict[str, str]] = {
@@ -36,10 +38,14 @@ DEFINITIONS: dict[str, dict[str, str]] = {
         "e2e": "AIPerf's request_latency ends at the last content response, not at [DONE]",
         "tpot": "AIPerf's end is its last content response, not [DONE]",
     },
-    "inference-benchmarker": {
-        "ttft": "inference-benchmarker's TTFT ends at the first non-empty delta.content",
-        "itl": "inference-benchmarker's ITL is a per-request mean over client-tokenised deltas",
-        "output_throughput": "inference-benchmarker's token_throughput_secs counts output tokens over the first completed response's start to the last end",
+    "inference-benchmarker": {  # aggregates only (its results JSON has no per-request data)
+        "ttft": "inference-benchmarker's TTFT ends at the first non-empty delta.content (reasoning deltas skipped)",
+        "tpot": "inference-benchmarker's inter_token_latency (imported as TPOT) is a per-request mean over "
+                "client-tokenised deltas, ending at the last content delta, not [DONE]",
+        "output_throughput": "inference-benchmarker's token_throughput_secs counts client-tokenised output tokens "
+                             "over the first completed response's start to the last end",
+        "request_throughput": "inference-benchmarker's request_rate divides by the first completed response's "
+                              "start to the last end",
     },
 }
 
@@ -48,8 +54,12 @@ def families(metrics: Iterable[str]) -> set[str]:
     """Metric families of compare's metric names (``ttft_p95`` -> ``ttft``)."""
     out = set()
     for m in metrics:
-        out.add(m if m in ("output_throughput", "request_throughput", "error_rate") else m.split("_")[0])
+        out.add(_FAMILY.get(m, m if m in ("output_throughput", "request_throughput", "error_rate") else m.split("_")[0]))
     return out
+
+
+_FAMILY = {"output_tokens_per_s": "output_throughput", "output_token_throughput": "output_throughput",
+           "requests_per_s": "request_throughput"}  # compare's catalog names
 
 
 def tool_of(run: dict[str, object]) -> str:

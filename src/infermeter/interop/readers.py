@@ -14,6 +14,9 @@ kept as records (``records.RequestRecord`` fields, seconds from the first send):
 - AIPerf ``profile_export.jsonl`` (``metadata.request_start_ns``, ``metrics.time_to_first_token``,
   ``inter_chunk_latency``, ``request_latency``, usage or sequence lengths); ``profile_export_aiperf.json``
   uses the JSONL beside it when present, else its aggregates are copied.
+- inference-benchmarker results JSON (``config``, ``results``; v1.1.0's ``BenchmarkReportWriter``): no
+  per-request data, so each result but the ``warmup`` step is one run of copied aggregates, each with the
+  tool's definition (its ``inter_token_latency_ms`` is a per-request mean, infermeter's TPOT family).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from infermeter.analysis.results import MIN_SAMPLES
 from infermeter.errors import DataError
 from infermeter.interop.common import Imported, bad
 
-FORMATS = ("vllm-bench", "guidellm", "aiperf")
+FORMATS = ("vllm-bench", "guidellm", "aiperf", "inference-benchmarker")
 
 
 def _load_json(path: Path) -> Any:
@@ -98,6 +101,10 @@ def _aiperf_csv(text: str, path: Path) -> dict[str, Any]:
 def detect(data: Any, path: Path) -> str:
     first = data[0] if isinstance(data, list) and data else data
     if isinstance(first, dict):
+        results, config = first.get("results"), first.get("config")
+        if isinstance(results, list) and isinstance(config, dict) and (
+                "benchmark_kind" in config or any(isinstance(r, dict) and "executor_type" in r for r in results)):
+            return "inference-benchmarker"
         if "benchmarks" in first and ("guidellm_version" in (first.get("metadata") or {}) or isinstance(first["benchmarks"], list)):
             return "guidellm"
         if "aiperf_version" in first or ("metadata" in first and "request_start_ns" in (first.get("metadata") or {})):
@@ -105,7 +112,7 @@ def detect(data: Any, path: Path) -> str:
         if "duration" in first and ("backend" in first or "endpoint_type" in first or "ttfts" in first):
             return "vllm-bench"
     raise DataError(f"{path}: not a result file infermeter can import (vllm bench serve JSON, GuideLLM "
-                    f"benchmarks JSON, AIPerf profile export); use --format to name it")
+                    f"benchmarks JSON, AIPerf profile export, inference-benchmarker results JSON); use --format to name it")
 
 
 def read_file(path: Path, fmt: str | None = None) -> list[Imported]:
@@ -119,6 +126,8 @@ def read_file(path: Path, fmt: str | None = None) -> list[Imported]:
         return [read_vllm_bench(d, path, i if len(items) > 1 else None) for i, d in enumerate(items)]
     if fmt == "guidellm":
         return read_guidellm(data, path)
+    if fmt == "inference-benchmarker":
+        return read_inference_benchmarker(data, path)
     return [read_aiperf(data, path)]
 
 
@@ -207,6 +216,10 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
         "total_input_tokens": int(d.get("total_input_tokens") or 0),
         "total_output_tokens": int(d.get("total_output_tokens") or 0),
     }
+    n_in, n_out = imp.copied["total_input_tokens"], imp.copied["total_output_tokens"]
+    imp.copied |= {"input_token_throughput": n_in / duration if duration else None,  # cost prices input tokens too
+                   "mean_input_tokens": n_in / completed if completed else None,
+                   "mean_output_tokens": n_out / completed if completed else None}
     for ours, theirs in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2el")):
         if f"mean_{theirs}_ms" in d:
             imp.copied[ours] = _dist(completed, d.get(f"mean_{theirs}_ms"), d.get(f"std_{theirs}_ms"),
@@ -216,6 +229,7 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
         "duration_s": "vllm bench: wall time of the benchmark, first send to last completion",
         "request_throughput": "vllm bench: completed / duration",
         "output_token_throughput": "vllm bench: total output tokens / duration",
+        "input_token_throughput": "vllm bench: total input tokens / duration",
         "ttft_ms": "vllm bench: to the first payload with choices (chat: the role chunk)",
         "tpot_ms": "vllm bench: (latency - TTFT) / (output tokens - 1)",
         "itl_ms": "vllm bench: pooled gaps between payloads with choices",
@@ -428,3 +442,80 @@ def _aiperf_aggregates(d: dict[str, Any], path: Path, version: str | None) -> Im
                               "e2e_ms": "AIPerf's request_latency: to the last content response",
                               "output_token_throughput": "AIPerf: sum of OSL / benchmark_duration"}
     return imp
+
+
+# -- inference-benchmarker ----------------------------------------------------------------------------
+_IB_DISTS = (("ttft_ms", "time_to_first_token_ms"), ("tpot_ms", "inter_token_latency_ms"), ("e2e_ms", "e2e_latency_ms"))
+_IB_DEFINITIONS = {
+    "duration_s": "inference-benchmarker duration_ms: the first completed response's start to the last one's end",
+    "request_throughput": "inference-benchmarker request_rate: successful requests / its duration",
+    "output_token_throughput": "inference-benchmarker token_throughput_secs: generated tokens (the client's "
+                               "tokenizer on each content delta) / its duration",
+    "input_token_throughput": "total_tokens_sent (the dataset's prompt token counts, successful requests) / its duration",
+    "total_token_throughput": "(total_tokens + total_tokens_sent) / its duration",
+    "ttft_ms": "inference-benchmarker time_to_first_token_ms: the send to the first non-empty delta.content",
+    "tpot_ms": "inference-benchmarker inter_token_latency_ms: per request, (last content delta - first) / "
+               "(tokens - 1), percentiles over successful requests (infermeter's TPOT family; its end is the "
+               "last content delta, not [DONE])",
+    "e2e_ms": "inference-benchmarker e2e_latency_ms: the send to [DONE]",
+}
+
+
+def read_inference_benchmarker(d: Any, path: Path) -> list[Imported]:
+    if not isinstance(d, dict) or not isinstance(d.get("results"), list):
+        raise bad(path, "results", "expected the list of benchmark results")
+    config: dict[str, Any] = d["config"] if isinstance(d.get("config"), dict) else {}
+    steps = [(k, r) for k, r in enumerate(d["results"]) if not (isinstance(r, dict) and r.get("id") == "warmup")]
+    if not steps:
+        raise bad(path, "results", "only the warmup step; nothing measured to import")
+    model = config.get("model_name") if isinstance(config.get("model_name"), str) else None
+    out = []
+    for k, r in steps:
+        where = f"results[{k}]"
+        if not isinstance(r, dict):
+            raise bad(path, where, "expected a JSON object")
+
+        def count(key: str) -> int:
+            v = _num(r.get(key), path, f"{where}.{key}")
+            return int(v or 0)
+
+        ok, failed, total = count("successful_requests"), count("failed_requests"), count("total_requests")
+        duration_ms = _num(r.get("duration_ms"), path, f"{where}.duration_ms") or 0.0
+        if duration_ms <= 0:
+            raise bad(path, f"{where}.duration_ms", f"expected a positive number, got {r.get('duration_ms')!r}")
+        duration = duration_ms / 1e3
+        n_out, n_in = count("total_tokens"), count("total_tokens_sent")
+        ex: dict[str, Any] = r["config"] if isinstance(r.get("config"), dict) else {}
+        kind = r.get("executor_type") if isinstance(r.get("executor_type"), str) else "unknown executor"
+        vus = ex.get("max_vus")
+        rate = ex.get("rate") if kind == "ConstantArrivalRate" else math.inf
+        imp = Imported(tool="inference-benchmarker", version=None, path=path if len(steps) == 1 else Path(f"{path}[{k}]"),
+                       model=model, label=f"inference-benchmarker:{r.get('id', k)}",
+                       started_at=d.get("start_time") if isinstance(d.get("start_time"), str) else None,
+                       load=_rate_load(f"inference-benchmarker {kind}", rate, f", max {vus} VUs" if vus else ""))
+        if kind == "ConstantVUs" and isinstance(vus, int):
+            imp.load["concurrency"] = vus
+        imp.copied = {
+            "duration_s": duration, "completed": ok, "failed": failed, "scheduled": total,
+            "error_rate": failed / total if total else None,
+            "request_throughput": _num(r.get("request_rate"), path, f"{where}.request_rate"),
+            "output_token_throughput": _num(r.get("token_throughput_secs"), path, f"{where}.token_throughput_secs"),
+            "input_token_throughput": n_in / duration, "total_token_throughput": (n_in + n_out) / duration,
+            "total_input_tokens": n_in, "total_output_tokens": n_out,
+            "mean_input_tokens": n_in / ok if ok else None, "mean_output_tokens": n_out / ok if ok else None,
+        }
+        others: dict[str, Any] = {}
+        for ours, theirs in _IB_DISTS:
+            p = r.get(theirs)
+            if not isinstance(p, dict):
+                raise bad(path, f"{where}.{theirs}", "missing (expected its p50 ... p99 and avg)")
+            for q in ("avg", "p50", "p90", "p95", "p99"):
+                _num(p.get(q), path, f"{where}.{theirs}.{q}")
+            imp.copied[ours] = _dist(ok, p["avg"], None, p["p50"], p["p90"], p["p95"], p["p99"])
+            others[theirs] = {q: p[q] for q in ("p60", "p70", "p80") if isinstance(p.get(q), (int, float))}
+        imp.copied_definitions = dict(_IB_DEFINITIONS)
+        imp.extra = {"id": r.get("id"), "executor_type": kind, "executor_config": ex, "other_percentiles": others,
+                     **{key: config[key] for key in ("run_id", "benchmark_kind", "tokenizer", "prompt_options",
+                                                     "decode_options", "meta") if config.get(key) is not None}}
+        out.append(imp)
+    return out
