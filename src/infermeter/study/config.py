@@ -16,7 +16,9 @@ completed with flags on top::
 Rules checked here, each error naming the field (``configurations[2].target`` ...):
 a configuration is a hardware configuration string (``8xa10g:tp4,pp2``; see
 :mod:`infermeter.perfmodel.configspec`) or a mapping with ``config`` and optionally a display
-``name``, a measured ``target`` URL or an ``engine`` to launch (not both), the ``model`` the
+``name``, a measured ``target`` URL or an ``engine`` to launch (not both) -- or a ``target`` of runs that
+already exist, ``{runs: {PROFILE: [PATH, ...]}}`` (run directories or other tools' result files, one list
+for each of its profiles, each path present; see :mod:`infermeter.study.imported`) -- the ``model`` the
 target serves, a subset of ``profiles``, ``load`` fields that replace the study's for it, and a
 dated ``price_per_hour``. Names are unique. Durations take ``90s``, ``30m``, ``72h``, ``2d`` or
 seconds.
@@ -268,6 +270,33 @@ class SimOptions(_Frozen):
         return TwinSpec(model=model, gpu=gpu, **self.model_dump())
 
 
+class ImportedRuns(_Frozen):
+    """A configuration's cells from existing results instead of a measurement: per profile, infermeter run
+    directories (its own runs, or ``infermeter import``'s) and other tools' result files (imported when the
+    study runs: vllm bench serve, GuideLLM, AIPerf, inference-benchmarker); each becomes one load step."""
+
+    runs: dict[str, tuple[Path, ...]]
+
+    @field_validator("runs", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return {k: [x] if isinstance(x, (str, Path)) else x for k, x in v.items()} if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> ImportedRuns:
+        if not self.runs:
+            raise ValueError("runs: give {PROFILE: [run directory or result file, ...]}")
+        for profile, paths in self.runs.items():
+            if not paths:
+                raise ValueError(f"runs.{profile}: give at least one run directory or result file")
+            for i, p in enumerate(paths):
+                if not Path(p).exists():
+                    raise ValueError(f"runs.{profile}[{i}] {str(p)!r}: no such file or directory")
+                if Path(p).is_dir() and not (Path(p) / "summary.json").is_file():
+                    raise ValueError(f"runs.{profile}[{i}] {str(p)!r}: not a run directory (no summary.json)")
+        return self
+
+
 class Configuration(_Frozen):
     """One hardware configuration of the study; measured when ``target`` or ``engine`` is set.
 
@@ -281,7 +310,7 @@ class Configuration(_Frozen):
 
     config: str
     name: str | None = None
-    target: str | None = None
+    target: str | ImportedRuns | None = None
     engine: Launchable | None = None
     engine_args: dict[str, Any] = {}
     model: str | None = None
@@ -309,12 +338,28 @@ class Configuration(_Frozen):
         except ConfigError as exc:  # reported by pydantic with the field's place in the file
             raise ValueError(str(exc)) from None
 
+    @field_validator("target", mode="before")
+    @classmethod
+    def _runs(cls, v: Any) -> Any:
+        """A mapping is existing runs; its problems are named under ``target`` (not once per union member)."""
+        if v is None or isinstance(v, (str, ImportedRuns)):
+            return v
+        if not isinstance(v, dict):
+            raise ValueError(f"{v!r}: expected http(s)://HOST[:PORT], or {{runs: {{PROFILE: [PATH, ...]}}}}")
+        try:
+            return ImportedRuns.model_validate(v)
+        except ValidationError as exc:
+            raise ValueError("; ".join((f"{loc_text(e['loc'])}: " if e["loc"] else "")
+                                       + str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from None
+
     @field_validator("target")
     @classmethod
-    def _target(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError(f"{v!r}: expected http(s)://HOST[:PORT]")
-        return v.rstrip("/").removesuffix("/v1") if v else v
+    def _target(cls, v: str | ImportedRuns | None) -> str | ImportedRuns | None:
+        if not isinstance(v, str):
+            return v
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(f"{v!r}: expected http(s)://HOST[:PORT], or {{runs: {{PROFILE: [PATH, ...]}}}}")
+        return v.rstrip("/").removesuffix("/v1")
 
     @model_validator(mode="after")
     def _check(self) -> Configuration:
@@ -342,6 +387,11 @@ class Configuration(_Frozen):
     @property
     def measured(self) -> bool:
         return bool(self.target or self.engine)
+
+    @property
+    def imported(self) -> ImportedRuns | None:
+        """The existing runs this configuration's cells are made of (``target: {runs: ...}``), else None."""
+        return self.target if isinstance(self.target, ImportedRuns) else None
 
 
 def _configuration(value: Any) -> Any:
@@ -382,6 +432,14 @@ class StudyConfig(_Frozen):
             extra = sorted(set(c.profiles or ()) - set(self.profiles))
             if extra:
                 raise ValueError(f"configuration {c.label}: profiles {extra} are not among the study's {list(self.profiles)}")
+            if c.imported is not None:
+                given, wanted = set(c.imported.runs), set(self.profiles_for(c))
+                if given - wanted:
+                    raise ValueError(f"configuration {c.label}: target.runs for {sorted(given - wanted)}, which are "
+                                     f"not among its profiles {sorted(wanted)}")
+                if wanted - given:
+                    raise ValueError(f"configuration {c.label}: target.runs has no runs for {sorted(wanted - given)}; "
+                                     f"give them, or set its profiles to {sorted(given)}")
         unknown = sorted(set(self.profile_overrides) - set(self.profiles))
         if unknown:
             raise ValueError(f"profile_overrides: {unknown} are not among the study's profiles")
@@ -478,7 +536,7 @@ def read_study_mapping(text: str, where: str) -> dict[str, Any]:
 
 
 def read_study_file(path: Path) -> dict[str, Any]:
-    """A study file as a mapping; relative ``calibration`` paths are taken from the file's folder."""
+    """A study file as a mapping; relative ``calibration`` and ``target.runs`` paths are taken from the file's folder."""
     return read_study_source(path)[0]
 
 
@@ -494,6 +552,11 @@ def read_study_source(path: Path) -> tuple[dict[str, Any], str]:
         for c in confs:
             if isinstance(c, dict) and isinstance(c.get("calibration"), str) and not Path(c["calibration"]).is_absolute():
                 c["calibration"] = str(Path(path).parent / c["calibration"])
+            runs = c.get("target", {}).get("runs") if isinstance(c, dict) and isinstance(c.get("target"), dict) else None
+            if isinstance(runs, dict):  # relative run paths, like calibration, from the file's folder
+                for k, v in runs.items():
+                    runs[k] = [str(Path(path).parent / x) if isinstance(x, str) and not Path(x).is_absolute() else x
+                               for x in (v if isinstance(v, list) else [v])]
     return data, text
 
 

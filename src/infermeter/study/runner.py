@@ -2,7 +2,7 @@
 
 The contract: :func:`run_study` runs the cells configuration by configuration (an engine to
 launch is started once for all its profiles; a configuration that does not fit its model becomes
-"does not fit" rows), then prices them, decides per profile, checks the study's claims, runs the
+"does not fit" rows; one with ``target: {runs: ...}`` takes its cells from those runs, nothing run), then prices them, decides per profile, checks the study's claims, runs the
 optional soak and writes, under ``out_dir``::
 
     study.yaml     the resolved study that ran
@@ -31,6 +31,7 @@ import datetime as dt
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from infermeter.study.claims import ClaimCheck, check_claims
 from infermeter.study.config import Configuration, StudyConfig, dump_study
 from infermeter.study.decision import Decision, decide
 from infermeter.study.findings import Finding, write_findings
+from infermeter.study.imported import ImportedTarget, check_runs, imported_cell
 from infermeter.study.pricing import StudyPrices, price_study
 from infermeter.study.soak import SoakResult, run_soaks
 from infermeter.study.sweep import StepOutcome
@@ -156,15 +158,17 @@ def run_cells(study: StudyConfig, out_dir: Path, *, resume: bool = False, progre
 
 def _run_configuration(study: StudyConfig, conf: Configuration, todo: list[tuple[str, Path]], acc: _Cells) -> None:
     try:
-        with open_target(study, conf, log_dir=todo[0][1].parent.parent / "logs") as target:
+        opened = (open_target(study, conf, log_dir=todo[0][1].parent.parent / "logs") if conf.imported is None
+                  else nullcontext(ImportedTarget(study, conf)))
+        with opened as target:
             acc.targets[conf.label] = target.describe()
             for profile, cell_dir in todo:
                 if cell_dir.exists():
                     shutil.rmtree(cell_dir)
                 acc.event("cell", f"[{len(acc.cells) + 1}/{acc.total}] {conf.label} × {profile} ({target.source})")
                 t0 = time.perf_counter()
-                cell = run_cell(target, study, conf, profile, cell_dir,
-                                on_step=lambda o: acc.event("step", step_line(o)))
+                make = imported_cell if isinstance(target, ImportedTarget) else run_cell  # existing runs: no steps run
+                cell = make(target, study, conf, profile, cell_dir, on_step=lambda o: acc.event("step", step_line(o)))
                 cap = cell.capacity
                 acc.add(cell, f"    -> saturation {cell.saturation['output_tokens_per_s'] or 0:,.0f} out tok/s; "
                         + (f"SLO capacity {cap['requests_per_s']:.3g} req/s" if cap else "no step met the SLO")
@@ -199,6 +203,9 @@ def run_study(study: StudyConfig, out_dir: Path, *, resume: bool = False, progre
 
     t0 = time.perf_counter()
     for conf in (c for c in study.configurations if c.measured):
+        if conf.imported is not None:
+            check_runs(conf)  # every existing run read before anything runs
+            continue
         for profile in study.profiles_for(conf):
             override_flags(profile, study.profile_overrides.get(profile))
     out_dir = Path(out_dir)

@@ -2,7 +2,8 @@
 
 :func:`open_target` is a context manager that gives a :class:`Target` for one configuration:
 the twin when the configuration names no ``target``/``engine``, the URL when it names one,
-or an engine it launches on 127.0.0.1 (and stops afterwards)::
+or an engine it launches on 127.0.0.1 (and stops afterwards); a configuration with ``target: {runs: ...}``
+has no target (:mod:`infermeter.study.imported` makes its cells from those runs)::
 
     with open_target(study, conf) as target:
         target.source                       # "simulated" | "measured"
@@ -200,7 +201,9 @@ def override_flags(profile: str, overrides: dict[str, Any] | None) -> dict[str, 
 def open_target(study: StudyConfig, conf: Configuration, log_dir: Path | None = None) -> Iterator[Target]:
     """The configuration's target, started for the ``with`` block when it is an engine to launch (the
     same :func:`infermeter.engines.target.running` as a campaign's; its log goes to ``log_dir``)."""
-    if conf.target:
+    if conf.imported is not None:
+        raise ConfigError(f"configuration {conf.label}: its cells are existing runs (study.imported), not a target")
+    if isinstance(conf.target, str):
         yield MeasuredTarget(study, conf, conf.target, conf.model)
         return
     if conf.engine:
