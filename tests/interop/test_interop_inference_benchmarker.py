@@ -136,3 +136,12 @@ def test_a_garbled_file_is_one_line_naming_it(tmp_path):
     p = cli("import", str(f), "--out", str(tmp_path / "x"), "--format", "inference-benchmarker")
     assert p.returncode == 2 and "Traceback" not in p.stderr and str(f) in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_report_draws_it_beside_a_native_run(tmp_path):
+    assert cli("import", str(IB), "--out", str(tmp_path / "ib")).returncode == 0
+    p = cli("report", str(NATIVE), str(tmp_path / "ib"), "--out", str(tmp_path / "rep"))
+    assert p.returncode == 0, p.stderr
+    assert "inference-benchmarker:constant@8.00req/s" in (tmp_path / "rep" / "report.md").read_text()
+    rows = (tmp_path / "rep" / "summary.csv").read_text().splitlines()
+    assert len(rows) == 3 and any(",imported," in r for r in rows) and any(",emulated," in r for r in rows)

@@ -1,7 +1,7 @@
 """Read another tool's result file into :class:`~infermeter.interop.common.Imported` runs.
 
 Promise: :func:`detect` names the format of a file from its content (``vllm-bench``, ``guidellm``,
-``aiperf``), :func:`read_file` parses it; a file that is not one of them, or lacks a field the format
+``aiperf``, ``inference-benchmarker``), :func:`read_file` parses it; a file that is not one of them, or lacks a field the format
 needs, raises :class:`~infermeter.errors.DataError` naming the file and the field. Per-request data are
 kept as records (``records.RequestRecord`` fields, seconds from the first send):
 
