@@ -42,7 +42,7 @@ WEIGHT_BITS: dict[str, float] = {
 }
 GGUF_TYPES = frozenset({"f16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "iq4_xs", "q3_k_m", "q3_k_s", "q2_k"})
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "q8_0": 8.5 / 8, "q4_0": 4.5 / 8}
-MODELED_ENGINES = ("vllm", "trtllm", "sglang", "llamacpp", "fastertransformer")  # engines the performance model knows
+MODELED_ENGINES = ("vllm", "trtllm", "sglang", "llamacpp", "fastertransformer", "lmdeploy")  # engines the performance model knows
 _ALIASES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "e4m3": "fp8", "w4a16": "int4"}
 
 

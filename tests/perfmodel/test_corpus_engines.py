@@ -1,0 +1,58 @@
+"""The corpus covers the engines users run: vLLM on NVIDIA GPUs, SGLang and LMDeploy, each row with its provenance.
+
+Read through :mod:`infermeter.perfmodel.corpus` (the loader the validation uses), not as raw text; the
+aside file (rows the model cannot represent yet, docs/performance-model.md section 8) has the same schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infermeter.perfmodel.calibration import load_calibration
+from infermeter.perfmodel.corpus import load_rows, publication
+from infermeter.perfmodel.hardware import get_hardware
+from infermeter.perfmodel.validate import deployment_for, predict
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+NVIDIA = ("hopper", "ampere", "ada", "blackwell")
+
+
+def _documented(row) -> bool:
+    return (row.source_url.startswith("https://") and row.date[:4].isdigit() and len(row.date) >= 7
+            and bool(row.conditions) and bool(row.engine_version))
+
+
+def test_vllm_runs_on_nvidia_hardware_from_more_than_one_publication(corpus):
+    rows = [r for r in corpus if r.engine == "vllm" and get_hardware(r.hardware).family in NVIDIA]
+    assert len(rows) >= 10
+    assert all(_documented(r) for r in rows), [r.id for r in rows if not _documented(r)]
+    assert len({publication(r) for r in rows}) >= 3
+    # both vLLM engine generations are represented: V0 (< 0.8) and V1
+    gens = {deployment_for(r, load_calibration()).engine_defaults.generation for r in rows}
+    assert {"vllm<0.8", ""} <= gens
+
+
+def test_sglang_and_lmdeploy_rows_carry_their_provenance(corpus):
+    sglang = [r for r in corpus if r.engine == "sglang"]
+    assert len(sglang) >= 5 and all(_documented(r) for r in sglang), [r.id for r in sglang if not _documented(r)]
+    assert len({publication(r) for r in sglang}) >= 2
+    lmdeploy = [r for r in corpus if r.engine == "lmdeploy"]
+    assert lmdeploy and all(_documented(r) for r in lmdeploy)
+    # every such row is predicted under its own engine's defaults (an unknown engine would be a DataError)
+    for r in sglang[:2] + lmdeploy[:2]:
+        d = deployment_for(r, load_calibration())
+        assert d.engine_defaults.name == r.engine and predict(r) > 0
+
+
+def test_mean_length_rows_say_so(corpus):
+    """Rows from length distributions (ShareGPT, SGLang's random range) carry the means, and their conditions say it."""
+    for r in corpus:
+        if "sharegpt" in r.id or "random_range_ratio 0.0" in r.conditions:
+            assert "mean" in r.conditions, r.id
+
+
+def test_aside_file_has_the_corpus_schema_and_no_corpus_row():
+    aside = load_rows(DATA / "published-measurements-aside.csv")
+    main = {r.id for r in load_rows(DATA / "published-measurements.csv")}
+    assert aside and not {r.id for r in aside} & main
+    assert all(_documented(r) for r in aside)
