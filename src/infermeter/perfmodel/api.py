@@ -15,7 +15,7 @@ twin can call it for every engine iteration::
 Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
-      + smax(4 L H d_h A / t_p / (P_16 * MFU), r K * kvb / (BW * MBU))         attention
+      + smax(4 L H d_h A / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
@@ -24,7 +24,11 @@ Step time (per engine iteration, latency through all pipeline stages)::
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
-whose decode attention is not group-aware). Efficiencies and engine costs come from the
+whose decode attention is not group-aware), ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
+attention score an engine without flash attention materialises: llama.cpp's F32 KQ over the step's
+tokens x all cached cells; 0 for fused attention). An engine with ``ubatch_tokens`` U (llama.cpp's
+n_ubatch 512) runs a step of T > U tokens as ``ceil(T/U)`` equal passes, each with the whole formula
+(weights, dequantisation and overheads again) at the cache it has reached. Efficiencies and engine costs come from the
 calibration (the shipped table, or a per-deployment file overlaid on it); ``engine`` may name a
 version (``trtllm@0.6.1``). :meth:`Deployment.with_values` rescales a built replica to other
 calibrated values (the fit's fast path).
@@ -107,6 +111,8 @@ class Deployment:
     _oh_seq: float = field(repr=False, default=0.0)
     _dequant: float = field(repr=False, default=0.0)  # seconds of a dequantisation pass (steps of > DEQUANT_MIN_TOKENS tokens)
     _k: float = field(repr=False, default=2.0)
+    _score: float = field(repr=False, default=0.0)  # seconds per attention score element in DRAM (engines without flash attention)
+    _ubatch: int = field(repr=False, default=0)  # micro-batch tokens: a longer step re-reads the weights per micro-batch (0: one pass)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
     _cost: StepCost = field(init=False, repr=False, compare=False)  # the arithmetic (perfmodel.steptime)
 
@@ -117,7 +123,7 @@ class Deployment:
         return StepCost(lin_tok=self._lin_tok, lin_seq=self._lin_seq, w_dense=self._w_dense, w_expert=self._w_expert,
                         moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
                         comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
-                        dequant=self._dequant, k=self._k)
+                        dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch)
 
     @property
     def step_cost(self) -> StepCost:
@@ -142,6 +148,7 @@ class Deployment:
             seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
+            _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
             request_overhead_s=request_overhead_ms * 1e-3)
@@ -172,6 +179,7 @@ class Deployment:
         return {
             "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs,
             "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens
+            + self._score * new_tokens * kv_tokens
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
             "overhead": self._oh_step + self._oh_seq * num_seqs,
@@ -295,5 +303,6 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,
+        _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
     )

@@ -1,0 +1,76 @@
+"""Physical terms of the step-time model (issue 29): each shown by the effect it exists for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from infermeter.perfmodel import build_deployment
+from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.calibration import Calibration, load_calibration
+from infermeter.perfmodel.serving import engine_of
+
+
+def _with_engine(name: str, **fields: object) -> Calibration:
+    """The shipped table with engine ``name``'s defaults changed."""
+    cal = load_calibration()
+    return cal.with_entries(cal.entries, tuple(replace(e, **fields) if e.name == name else e for e in cal.engines))
+
+
+def _pp_rate(d: Deployment, tokens: int) -> float:
+    """llama-bench ``pp``: prompt tokens over their prefill time, in steps of the engine's n_batch."""
+    return tokens / d.prefill_time(tokens, engine_of(d).max_batched_tokens)
+
+
+@pytest.mark.parametrize(("model", "gpu", "dtype"), [("llama-2-7b", "a100-80gb-pcie", "fp16"), ("llama-3.1-8b", "rtx-4090", "q4_k_m")])
+def test_llamacpp_prompt_rate_falls_with_prompt_length(model, gpu, dtype):
+    """llama.cpp: 512-token micro-batches each re-read the weights, and the KQ scores grow with the square of the length."""
+    d = build_deployment(model, gpu, dtype=dtype, engine="llamacpp")
+    rates = [_pp_rate(d, n) for n in (512, 1024, 2048, 4096, 8192)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert rates[-1] < 0.8 * rates[0]
+    fused = build_deployment(model, gpu, dtype=dtype, engine="llamacpp", calibration=_with_engine("llamacpp", ubatch_tokens=0, score_bytes=0.0))
+    assert _pp_rate(fused, 2048) > _pp_rate(fused, 512)  # one pass per 2048-token batch, no score traffic: the rate would rise
+
+
+def test_each_llamacpp_term_slows_long_prompts_only():
+    one_pass = _with_engine("llamacpp", ubatch_tokens=0)
+    no_scores = _with_engine("llamacpp", score_bytes=0.0)
+    full = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp")
+    split_only = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp", calibration=no_scores)
+    scores_only = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp", calibration=one_pass)
+    assert full.prefill_time(512) == pytest.approx(scores_only.prefill_time(512), rel=1e-12)  # one micro-batch: nothing to split
+    assert split_only.prefill_time(2048, 2048) > 1.05 * build_deployment(
+        "llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp",
+        calibration=_with_engine("llamacpp", ubatch_tokens=0, score_bytes=0.0)).prefill_time(2048, 2048)
+    # the score traffic grows with the square of the length: from 2k to 8k its share of the prompt time grows
+    share = [1 - split_only.prefill_time(n, 2048) / full.prefill_time(n, 2048) for n in (2048, 8192)]
+    assert 0 < share[0] < share[1]
+    # decode of one sequence reads 16 bytes per score and head next to its K/V: a little slower, not another regime
+    dec, dec0 = full.step_time(1, 4096, 1), split_only.step_time(1, 4096, 1)
+    assert dec0 < dec < 1.2 * dec0
+
+
+def test_engines_with_flash_attention_have_no_score_traffic():
+    d = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")
+    assert engine_of(d).score_bytes == 0 and engine_of(d).ubatch_tokens == 0
+    assert d.breakdown(1, 100_000, 1)["memory"] == pytest.approx(d.weight_time(1) + d._kv_write + d._kv_read * 100_000)
+
+
+def test_micro_batched_decode_span_tracks_its_steps():
+    """A decode batch larger than the micro-batch: the span's linear form stays within 0.1% of the summed steps."""
+    d = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp16", engine="llamacpp", max_num_seqs=1024)
+    n, k0, steps = 600, 600 * 900, 20
+    total = sum(d.step_time(n, k0 + i * n, n) for i in range(steps))
+    assert d.decode_span(n, k0, steps) == pytest.approx(total, rel=1e-3)
+
+
+def test_bad_engine_physics_is_refused(tmp_path):
+    from infermeter.errors import ConfigError
+    from infermeter.perfmodel.calibration import parse_calibration
+
+    data = {"engines": {"x": {"overhead_ms": 1, "per_seq_us": 1, "request_overhead_ms": 1, "max_num_seqs": 1,
+                              "max_batched_tokens": 1, "source": "s", "ubatch_tokens": -1}}}
+    with pytest.raises(ConfigError, match="engine 'x': ubatch_tokens and score_bytes must be >= 0"):
+        parse_calibration(data, "t.yaml")
