@@ -74,3 +74,40 @@ def test_bad_engine_physics_is_refused(tmp_path):
                               "max_batched_tokens": 1, "source": "s", "ubatch_tokens": -1}}}
     with pytest.raises(ConfigError, match="engine 'x': ubatch_tokens and score_bytes must be >= 0"):
         parse_calibration(data, "t.yaml")
+
+
+def _nvlink_twin(tmp_path, gpu: str) -> str:
+    """A hardware file: ``gpu`` with its PCIe link (same bandwidth and latency) but every device in one P2P domain."""
+    from infermeter.perfmodel.hardware import get_hardware
+
+    ic = get_hardware(gpu).interconnect
+    f = tmp_path / "flat.yaml"
+    f.write_text(f"{gpu}: {{interconnect: {{kind: flat, bandwidth_gbs: {ic.bandwidth_gbs}, latency_us: {ic.latency_us}, p2p_domain: 0}}}}\n")
+    return str(f)
+
+
+def test_pcie_all_reduce_beyond_four_gpus_crosses_the_sockets(tmp_path):
+    """L40S TP8 (an 8-GPU PCIe box: the ring spans both CPU sockets) is slower than the same link without the crossing."""
+    flat = _nvlink_twin(tmp_path, "l40s")
+    tp8 = build_deployment("llama-3.1-70b", "8xl40s:tp8", dtype="fp8", engine="trtllm")
+    tp8_flat = build_deployment("llama-3.1-70b", "8xl40s:tp8", dtype="fp8", engine="trtllm", hardware_file=flat)
+    assert tp8.hw.interconnect.p2p_domain == 4 and tp8.hw.interconnect.cross_domain_factor < 1
+    assert tp8._comm_tok == pytest.approx(tp8_flat._comm_tok / tp8.hw.interconnect.cross_domain_factor)
+    assert tp8.step_time(64, 64 * 1000, 64) > 1.02 * tp8_flat.step_time(64, 64 * 1000, 64)
+    tp4 = build_deployment("llama-3.1-8b", "4xl40s:tp4", dtype="fp8", engine="trtllm")
+    tp4_flat = build_deployment("llama-3.1-8b", "4xl40s:tp4", dtype="fp8", engine="trtllm", hardware_file=flat)
+    assert tp4.step_time(64, 64 * 1000, 64) == tp4_flat.step_time(64, 64 * 1000, 64)  # four GPUs: one socket, no crossing
+
+
+def test_nvlink_tp8_keeps_its_bandwidth():
+    d = build_deployment("llama-3.1-70b", "8xh100-sxm:tp8", dtype="fp8", engine="trtllm")
+    assert d.hw.interconnect.allreduce_factor(8) == 1.0
+
+
+def test_bad_cross_domain_factor_is_refused(tmp_path):
+    from infermeter.errors import ConfigError
+
+    f = tmp_path / "bad.yaml"
+    f.write_text("l40s: {interconnect: {cross_domain_factor: 1.5}}\n")
+    with pytest.raises(ConfigError, match="interconnect.cross_domain_factor' must be within 0..1"):
+        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))

@@ -16,7 +16,7 @@ Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
       + smax(4 L H d_h A / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
-      + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
+      + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
@@ -24,7 +24,8 @@ Step time (per engine iteration, latency through all pipeline stages)::
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
-whose decode attention is not group-aware), ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
+whose decode attention is not group-aware), ``x_tp`` the interconnect's ``cross_domain_factor`` when
+``tp`` exceeds its ``p2p_domain`` (PCIe boxes: a ring over more than 4 GPUs crosses the CPU sockets), else 1, ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
 attention score an engine without flash attention materialises: llama.cpp's F32 KQ over the step's
 tokens x all cached cells; 0 for fused attention). An engine with ``ubatch_tokens`` U (llama.cpp's
 n_ubatch 512) runs a step of T > U tokens as ``ceil(T/U)`` equal passes, each with the whole formula
@@ -277,9 +278,9 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
-    if tp > 1:
+    if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
         comm_step += 2 * L * _allreduce_latency(hw, tp)
-        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / link
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * hw.interconnect.allreduce_factor(tp))
     if pp > 1:
         comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
         comm_tok += (pp - 1) * d * ACT_BYTES / link
