@@ -111,3 +111,38 @@ def test_bad_cross_domain_factor_is_refused(tmp_path):
     f.write_text("l40s: {interconnect: {cross_domain_factor: 1.5}}\n")
     with pytest.raises(ConfigError, match="interconnect.cross_domain_factor' must be within 0..1"):
         build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
+
+
+def _decode_kv_seconds(d: Deployment, kv_tokens: int) -> float:
+    """Seconds decode attention spends reading ``kv_tokens`` cached tokens (its memory side)."""
+    return d._kv_read * kv_tokens
+
+
+def test_old_tensorrt_llm_reads_gqa_kv_per_query_head():
+    """TensorRT-LLM before v0.8 (no XQA): each query head reads its K/V, so a GQA model's cache traffic is not the grouped one."""
+    mistral_new = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.12")
+    mistral_old = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1")
+    mha_old = build_deployment("llama-2-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1")
+    assert engine_of(mistral_old).gqa_kv_reads == "per_query_head" and engine_of(mistral_new).gqa_kv_reads == "grouped"
+    ctx = 64 * 2048
+    grouped, old, mha = (_decode_kv_seconds(d, ctx) / d.mbu for d in (mistral_new, mistral_old, mha_old))  # at equal bandwidth
+    assert grouped < old < mha  # the fitted share of re-reads reaching DRAM lies between none and all
+    # every re-read from DRAM (kv_reread 1): the GQA model reads as much as an MHA model of its shape, no faster
+    all_dram = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1",
+                                calibration=_with_generation("trtllm<0.8", kv_reread=1.0))
+    assert _decode_kv_seconds(all_dram, ctx) / all_dram.mbu == pytest.approx(mha, rel=1e-9)
+    step_old = all_dram.step_time(64, ctx, 64)
+    assert step_old >= mha_old.with_values(mfu=all_dram.mfu, mbu=all_dram.mbu, step_overhead_ms=all_dram.step_overhead_ms,
+                                           layer_overhead_us=all_dram.layer_overhead_us, kv_reread=0.0,
+                                           request_overhead_ms=all_dram.request_overhead_s * 1e3,
+                                           seq_overhead_us=all_dram.seq_overhead_us).step_time(64, ctx, 64)
+    # a grouped release of the same model is faster at this batch and context
+    assert mistral_new.step_time(64, ctx, 64) < mistral_old.step_time(64, ctx, 64)
+
+
+def _with_generation(gen_id: str, **fields: object) -> Calibration:
+    """The shipped table with generation ``gen_id``'s fields changed and its fitted kv_reread entry removed."""
+    cal = load_calibration()
+    gens = tuple(replace(g, fields=tuple({**dict(g.fields), **fields}.items())) if g.id == gen_id else g for g in cal.generations)
+    entries = tuple(e for e in cal.entries if not (e.engine == gen_id and e.phase == "kv_reread"))
+    return replace(cal, entries=entries, generations=gens)
