@@ -146,3 +146,24 @@ def _with_generation(gen_id: str, **fields: object) -> Calibration:
     gens = tuple(replace(g, fields=tuple({**dict(g.fields), **fields}.items())) if g.id == gen_id else g for g in cal.generations)
     entries = tuple(e for e in cal.entries if not (e.engine == gen_id and e.phase == "kv_reread"))
     return replace(cal, entries=entries, generations=gens)
+
+
+def test_the_request_floor_is_fitted_only_on_rows_that_measure_it(corpus):
+    """TTFTs and small static-batch latencies identify the per-request cost; llama-bench rates do not contain it."""
+    from infermeter.perfmodel.fit import _request_floor, fit
+
+    cal = fit(corpus)
+    eng = {e.name: e for e in cal.engines}
+    assert eng["llamacpp"].request_overhead_prior_ms is None  # no llama.cpp row measures it: the prior stands
+    assert eng["trtllm"].request_overhead_prior_ms is not None and "nim70-c1-ttft" in eng["trtllm"].source
+    assert "tr8-h100-128" not in eng["trtllm"].source  # a saturated throughput says nothing of it
+    by_id = {r.id: r for r in corpus}
+    assert _request_floor(by_id["trt05-h100-7b-128"]) and _request_floor(by_id["mi300x-oci24-405b-lat-bs1"])
+    assert not _request_floor(by_id["lcpp-h100pcie-8b-f16-pp512"]) and not _request_floor(by_id["mi300x-oci24-405b-lat-bs256"])
+    # the floor is paid before the first token: a TTFT moves with it one for one
+    d = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
+    from infermeter.perfmodel.serving import at_concurrency
+
+    slow = d.with_values(mfu=d.mfu, mbu=d.mbu, step_overhead_ms=d.step_overhead_ms, layer_overhead_us=d.layer_overhead_us,
+                         kv_reread=d.kv_reread, request_overhead_ms=d.request_overhead_s * 1e3 + 300, seq_overhead_us=d.seq_overhead_us)
+    assert at_concurrency(slow, 128, 64, 1).ttft_s - at_concurrency(d, 128, 64, 1).ttft_s == pytest.approx(0.3, rel=1e-6)
