@@ -62,8 +62,15 @@ def test_twin_engines_time_steps_with_the_deployments_formula():
         for t, kv, n, pairs in ((64, 64 * 900, 64, None), (544, 2000, 3, 5000.0), (1, 300, 1, None)):
             a = t * (kv / n - 0.5 * t / n + 0.5) if pairs is None else pairs
             w = d._w_dense + d._w_expert * ((1.0 - d._moe_miss**t) if d._moe_miss else 1.0)
+            if 0 < d._ubatch < t:  # llama.cpp: equal micro-batches, pass j at the cache it has reached
+                m = math.ceil(t / d._ubatch)
+                want = sum(math.hypot(d._lin_tok * (t / m) + d._lin_seq * (n / m), w + d._kv_write * (t / m))
+                           + math.hypot(d._att_pair * a / m, (d._kv_read + d._score * (t / m)) * max(kv - t + j * t / m, t / m))
+                           + d._comm_step + d._comm_tok * t / m + d._oh_step + d._dequant for j in range(1, m + 1)) + d._oh_seq * n
+                assert d.step_time(t, kv, n, pairs) == pytest.approx(want, rel=1e-12)
+                continue
             want = (math.hypot(d._lin_tok * t + d._lin_seq * n, w + d._kv_write * t)
-                    + math.hypot(d._att_pair * a, d._kv_read * kv) + d._comm_step + d._comm_tok * t + d._oh_step
+                    + math.hypot(d._att_pair * a, d._kv_read * kv + d._score * t * kv) + d._comm_step + d._comm_tok * t + d._oh_step
                     + d._oh_seq * n + (d._dequant if t > DEQUANT_MIN_TOKENS else 0.0))
             assert d.step_time(t, kv, n, pairs) == want  # the same operations in the same order: the same bits
     twin = build_twin("llama-3.1-70b", "4xa100-80gb:tp4")

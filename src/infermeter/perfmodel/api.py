@@ -15,8 +15,8 @@ twin can call it for every engine iteration::
 Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
-      + smax(4 L H d_h A / t_p / (P_16 * MFU), r K * kvb / (BW * MBU))         attention
-      + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / bw_link)                          TP all-reduces
+      + smax(4 L H d_h A / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
+      + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
@@ -24,7 +24,12 @@ Step time (per engine iteration, latency through all pipeline stages)::
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
-whose decode attention is not group-aware). Efficiencies and engine costs come from the
+whose decode attention is not group-aware), ``x_tp`` the interconnect's ``cross_domain_factor`` when
+``tp`` exceeds its ``p2p_domain`` (PCIe boxes: a ring over more than 4 GPUs crosses the CPU sockets), else 1, ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
+attention score an engine without flash attention materialises: llama.cpp's F32 KQ over the step's
+tokens x all cached cells; 0 for fused attention). An engine with ``ubatch_tokens`` U (llama.cpp's
+n_ubatch 512) runs a step of T > U tokens as ``ceil(T/U)`` equal passes, each with the whole formula
+(weights, dequantisation and overheads again) at the cache it has reached. Efficiencies and engine costs come from the
 calibration (the shipped table, or a per-deployment file overlaid on it); ``engine`` may name a
 version (``trtllm@0.6.1``). :meth:`Deployment.with_values` rescales a built replica to other
 calibrated values (the fit's fast path).
@@ -107,6 +112,8 @@ class Deployment:
     _oh_seq: float = field(repr=False, default=0.0)
     _dequant: float = field(repr=False, default=0.0)  # seconds of a dequantisation pass (steps of > DEQUANT_MIN_TOKENS tokens)
     _k: float = field(repr=False, default=2.0)
+    _score: float = field(repr=False, default=0.0)  # seconds per attention score element in DRAM (engines without flash attention)
+    _ubatch: int = field(repr=False, default=0)  # micro-batch tokens: a longer step re-reads the weights per micro-batch (0: one pass)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
     _cost: StepCost = field(init=False, repr=False, compare=False)  # the arithmetic (perfmodel.steptime)
 
@@ -117,7 +124,7 @@ class Deployment:
         return StepCost(lin_tok=self._lin_tok, lin_seq=self._lin_seq, w_dense=self._w_dense, w_expert=self._w_expert,
                         moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
                         comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
-                        dequant=self._dequant, k=self._k)
+                        dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch)
 
     @property
     def step_cost(self) -> StepCost:
@@ -142,6 +149,7 @@ class Deployment:
             seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
+            _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
             request_overhead_s=request_overhead_ms * 1e-3)
@@ -172,6 +180,7 @@ class Deployment:
         return {
             "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs,
             "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens
+            + self._score * new_tokens * kv_tokens
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
             "overhead": self._oh_step + self._oh_seq * num_seqs,
@@ -269,9 +278,9 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
-    if tp > 1:
+    if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
         comm_step += 2 * L * _allreduce_latency(hw, tp)
-        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / link
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * hw.interconnect.allreduce_factor(tp))
     if pp > 1:
         comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
         comm_tok += (pp - 1) * d * ACT_BYTES / link
@@ -295,5 +304,6 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,
+        _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
     )

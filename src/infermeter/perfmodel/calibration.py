@@ -173,9 +173,13 @@ def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
                 request_overhead_prior_ms=float(v["request_overhead_ms"]) if fe else None,
                 max_num_seqs=int(v["max_num_seqs"]), max_batched_tokens=int(v["max_batched_tokens"]),
                 kv_reserve=str(v.get("kv_reserve", "current")), kv_fraction_of=str(v.get("kv_fraction_of", "total")),
-                layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")), source=source))
+                layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")),
+                ubatch_tokens=int(v.get("ubatch_tokens", 0)), score_bytes=float(v.get("score_bytes", 0.0)), source=source))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: bad engine entry ({exc})") from None
+    for e in engines:
+        if e.ubatch_tokens < 0 or e.score_bytes < 0:
+            raise ConfigError(f"{origin}: engine {e.name!r}: ubatch_tokens and score_bytes must be >= 0")
     return engines
 
 

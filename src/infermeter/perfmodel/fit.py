@@ -7,7 +7,9 @@ value the previous one gives (partial pooling: hardware class, then family, then
 
 0. by memory class (lambda 0.1): one efficiency per (memory class hbm/gddr, engine group, dtype
    class, phase) -- the engine group keeps llama.cpp's kernels apart from the serving engines';
-   per engine the request overhead; per engine (or engine generation, e.g. vLLM's V0 engine) and
+   per engine the request overhead (the per-request floor: admission, scheduling, launch), fitted
+   on the rows that measure it -- TTFTs and static-batch latencies with at most 16 sequences --
+   so an engine without such rows keeps its prior; per engine (or engine generation, e.g. vLLM's V0 engine) and
    hardware family -- the runtime stack, CUDA or ROCm -- the step overhead (the batch-1 cost the
    literature puts at 0.5 to several ms), fitted on the rows with at most 16 sequences in flight,
    where it shows; for engines that pay per-layer kernel launches (llama.cpp)
@@ -196,6 +198,14 @@ def _small_batch(row: Row) -> bool:
     return row.scenario != "saturated" and (row.concurrency or 1) <= SMALL_BATCH
 
 
+def _request_floor(row: Row) -> bool:
+    """Rows that measure the per-request cost: a TTFT, or a static batch's latency, with at most SMALL_BATCH sequences.
+
+    Elsewhere it is paid once among many steps (or, for llama-bench's pp/tg rates, not at all) and says nothing of it."""
+    few = (row.concurrency or 1) <= SMALL_BATCH and row.scenario != "saturated"
+    return few and (row.metric == "ttft_ms" or (row.scenario == "static_batch" and row.metric == "output_tokens_per_s"))
+
+
 def _phases(row: Row) -> tuple[str, ...]:
     """The efficiencies a row measures: a decode-only figure (TPOT, single-stream tokens/s) says nothing of prefill."""
     return ("decode",) if row.metric in ("tpot_ms", "decode_tokens_per_s") else ("prefill", "decode")
@@ -212,7 +222,7 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
-        out: list[Param] = [("req", eng.name)]
+        out: list[Param] = [("req", eng.name)] if _request_floor(row) else []
         if _small_batch(row):
             out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:

@@ -36,6 +36,12 @@ class Interconnect:
     kind: str
     bandwidth_gbs: float  # bidirectional aggregate per device
     latency_us: float  # start-up latency of one small all-reduce
+    p2p_domain: int = 0  # devices that reach each other peer-to-peer (0: all); a larger group crosses the CPU sockets
+    cross_domain_factor: float = 1.0  # fraction of the all-reduce bandwidth a ring keeps beyond p2p_domain devices
+
+    def allreduce_factor(self, devices: int) -> float:
+        """The fraction of the link's all-reduce bandwidth a ring over ``devices`` devices keeps (1 within the P2P domain)."""
+        return self.cross_domain_factor if 0 < self.p2p_domain < devices else 1.0
 
     @property
     def per_direction_bytes_per_s(self) -> float:
@@ -140,7 +146,11 @@ def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
         kind=str(ic.get("kind", "none")),
         bandwidth_gbs=_num(where, "interconnect.bandwidth_gbs", ic.get("bandwidth_gbs", 0), allow_zero=True),
         latency_us=_num(where, "interconnect.latency_us", ic.get("latency_us", 0), allow_zero=True),
+        p2p_domain=int(_num(where, "interconnect.p2p_domain", ic.get("p2p_domain", 0), allow_zero=True)),
+        cross_domain_factor=_num(where, "interconnect.cross_domain_factor", ic.get("cross_domain_factor", 1.0)),
     )
+    if interconnect.cross_domain_factor > 1:
+        raise ConfigError(f"{where}: field 'interconnect.cross_domain_factor' must be within 0..1, got {interconnect.cross_domain_factor!r}")
     return Hardware(
         id=hid,
         name=str(entry["name"]),

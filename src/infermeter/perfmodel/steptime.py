@@ -2,7 +2,9 @@
 
 Promise: :class:`StepCost` holds plain floats (seconds per unit) and computes the step time of
 ``infermeter.perfmodel.api``'s formula (its docstring), the closed-form decode span and its
-inverse, with nothing else: no catalog, no validation, no allocation but a small cache of decode
+inverse, with nothing else (a step of more than ``ubatch`` tokens runs as equal micro-batches, each a pass
+over the weights with its own overheads; pure decode is ``C0(n) + D K``, fitted on two contexts when
+even a decode batch is micro-batched): no catalog, no validation, no allocation but a small cache of decode
 coefficients per batch size. A ``Deployment`` delegates its ``step_time``, ``decode_span`` and
 ``steps_within`` here (one definition), and hands this object to the twin's engines
 (``Deployment.step_cost``), which call it at every engine iteration; the fast build (setup.py)
@@ -31,7 +33,7 @@ class StepCost:
 
     def __init__(self, *, lin_tok: float, lin_seq: float, w_dense: float, w_expert: float, moe_miss: float,
                  kv_write: float, att_pair: float, kv_read: float, comm_step: float, comm_tok: float,
-                 oh_step: float, oh_seq: float, dequant: float, k: float) -> None:
+                 oh_step: float, oh_seq: float, dequant: float, k: float, score: float = 0.0, ubatch: int = 0) -> None:
         self.lin_tok = lin_tok
         self.lin_seq = lin_seq
         self.w_dense = w_dense
@@ -46,13 +48,16 @@ class StepCost:
         self.oh_seq = oh_seq
         self.dequant = dequant  # a dequantisation pass (steps of more than DEQUANT_MIN_TOKENS tokens)
         self.k = k  # the smooth maximum's exponent
+        self.score = score  # seconds per attention score element (new token x cached token) materialised in DRAM
+        self.ubatch = ubatch  # a step of more tokens runs as ceil(T / ubatch) passes over the weights (0: one pass)
         self._coeffs: dict[int, tuple[float, float]] = {}
 
-    def _args(self) -> dict[str, float]:
+    def _args(self) -> dict[str, float]:  # ubatch travels as a float (a whole number) and is restored by _rebuild
         return {"lin_tok": self.lin_tok, "lin_seq": self.lin_seq, "w_dense": self.w_dense, "w_expert": self.w_expert,
                 "moe_miss": self.moe_miss, "kv_write": self.kv_write, "att_pair": self.att_pair,
                 "kv_read": self.kv_read, "comm_step": self.comm_step, "comm_tok": self.comm_tok,
-                "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k}
+                "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k, "score": self.score,
+                "ubatch": float(self.ubatch)}
 
     def __reduce__(self) -> tuple[Any, ...]:  # both builds (a compiled class has no __dict__): the coefficients
         return (_rebuild, (self._args(),))
@@ -80,16 +85,39 @@ class StepCost:
             pairs = new_tokens * (kv_tokens / num_seqs - 0.5 * new_tokens / num_seqs + 0.5)
         else:
             pairs = attn_pairs
-        lin = self.smax(self.lin_tok * new_tokens + self.lin_seq * num_seqs,
-                        self.weight_time(new_tokens) + self.kv_write * new_tokens)
-        att = self.smax(self.att_pair * pairs, self.kv_read * kv_tokens)
-        t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs
+        ub = self.ubatch
+        if ub > 0 and new_tokens > ub:
+            return self._micro_batched(new_tokens, kv_tokens, pairs, num_seqs) + self.oh_seq * num_seqs
+        t = self._pass(float(new_tokens), float(kv_tokens), pairs, num_seqs) + self.oh_seq * num_seqs
         return t + self.dequant if new_tokens > DEQUANT_MIN_TOKENS else t
+
+    def _pass(self, tokens: float, kv: float, pairs: float, num_seqs: float) -> float:
+        """One pass over the weights for ``tokens`` new tokens (all but the per-sequence cost and the dequantisation)."""
+        lin = self.smax(self.lin_tok * tokens + self.lin_seq * num_seqs,
+                        self.weight_time(int(math.ceil(tokens))) + self.kv_write * tokens)
+        att = self.smax(self.att_pair * pairs, self.kv_read * kv + self.score * tokens * kv)
+        return lin + att + self.comm_step + self.comm_tok * tokens + self.oh_step
+
+    def _micro_batched(self, new_tokens: int, kv_tokens: int, pairs: float, num_seqs: int) -> float:
+        """``ceil(T / ubatch)`` equal passes; pass ``j`` sees the cache up to its own tokens (``K - T + j T/m``)."""
+        m = (new_tokens + self.ubatch - 1) // self.ubatch
+        tok = new_tokens / m
+        total = 0.0
+        for j in range(1, m + 1):
+            kv = max(kv_tokens - new_tokens + j * tok, tok)
+            total += self._pass(tok, kv, pairs / m, num_seqs / m) + (self.dequant if tok > DEQUANT_MIN_TOKENS else 0.0)
+        return total
 
     def _decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
         got = self._coeffs.get(num_seqs)  # the twin's decode spans ask for the same batch sizes over and over
         if got is None:
-            got = (self.step_time(num_seqs, 0, num_seqs, 0.0), self.smax(self.att_pair, self.kv_read))
+            if 0 < self.ubatch < num_seqs:  # micro-batched decode: nearly linear in the context, fitted on two contexts
+                k1, k2 = float(num_seqs * 64), float(num_seqs * 4096)
+                t1, t2 = self.step_time(num_seqs, int(k1), num_seqs), self.step_time(num_seqs, int(k2), num_seqs)
+                slope = (t2 - t1) / (k2 - k1)
+                got = (t1 - slope * k1, slope)
+            else:
+                got = (self.step_time(num_seqs, 0, num_seqs, 0.0), self.smax(self.att_pair, self.kv_read + self.score * num_seqs))
             self._coeffs[num_seqs] = got
         return got
 
@@ -116,4 +144,5 @@ class StepCost:
 
 
 def _rebuild(args: dict[str, float]) -> StepCost:
-    return StepCost(**args)
+    rest = {k: v for k, v in args.items() if k != "ubatch"}
+    return StepCost(**rest, ubatch=int(args.get("ubatch", 0)))

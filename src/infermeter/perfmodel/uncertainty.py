@@ -37,7 +37,11 @@ wide default ``W`` (the ``unseen`` cell's half-width over all metrics)::
 
     h = (n q + 4 W) / (n + 4)        80% interval of log(measured/predicted): m +- h
 
-so 4 rows give half the way to ``W`` and 100 rows almost none. Reciprocal metrics (tokens/s of
+so 4 rows give half the way to ``W`` and 100 rows almost none. An ``unseen`` regime, whatever its
+metric, takes the ``*/*/unseen`` cell, built only from rows predicted without their whole
+combination (when LOCO records are given; LOPO rows that happened to be unseen are left to them),
+as a band about the prediction: ``+- q_abs``, the ``ceil((n+1) * 0.8)``-th smallest ``|e|`` (the
+sign of a bias on a combination no fit has seen is not known from the others). Reciprocal metrics (tokens/s of
 one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage` checks the
 stated coverage with each row's interval built from errors without its publication;
 :func:`loco_coverage` with each row's interval built without its whole combination.
@@ -135,6 +139,7 @@ class Cell:
     mean: float  # of log(measured/predicted) in the group's orientation
     sd: float
     q80: float = math.nan  # conformal half-width: the ceil((n+1)*0.8)-th smallest |e - mean| (nan: too few rows)
+    q80_abs: float = math.nan  # the same about zero: the ceil((n+1)*0.8)-th smallest |e| (the band of an unseen combination)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,10 @@ class IntervalTable:
 
     def cell_of(self, regime: Regime) -> tuple[Cell, Cell | None]:
         """The cell an interval in ``regime`` uses and the coarser cell its centre is shrunk towards."""
+        if regime.calibration == "unseen":
+            wide = self._get(("*", "*", "unseen"))
+            if wide is not None and wide.n >= MIN_CELL and math.isfinite(wide.q80_abs):
+                return wide, None  # an unseen combination: the band of every row that was unseen, whatever its metric
         chain = self.chain(regime)
         if regime.calibration == "deployment" and not any(c.key[2] == "deployment" for c in chain):
             chain = self.chain(Regime(regime.group, regime.bound, "calibrated"))  # no residuals given: as calibrated rows
@@ -173,6 +182,9 @@ class IntervalTable:
     def multipliers(self, regime: Regime) -> tuple[float, float, str]:
         """(low, high) bounds of measured/predicted in the group's orientation, and the cell used."""
         cell, parent = self.cell_of(regime)
+        if regime.calibration == "unseen" and cell.key == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
+            # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction
+            return math.exp(-cell.q80_abs), math.exp(cell.q80_abs), "/".join(cell.key) + f" (n={cell.n})"
         mean = cell.mean if parent is None else (cell.n * cell.mean + SHRINK * parent.mean) / (cell.n + SHRINK)
         if cell.key[2] == "deployment":  # a deployment's own residuals widen towards the calibrated rows, not unseen ones
             w = self.cell_of(Regime(regime.group, regime.bound, "calibrated"))[0].q80 if any(c.key[2] == "calibrated" for c in self.cells) else self.wide()
@@ -196,7 +208,8 @@ class IntervalTable:
     def from_yaml(cls, data: dict[str, Any], origin: str) -> IntervalTable:
         try:
             cells = tuple(Cell(key=(str(c["group"]), str(c["bound"]), str(c["calibration"])), n=int(c["n"]),
-                               mean=float(c["log_bias"]), sd=float(c["log_sd"]), q80=float(c.get("log_q80", math.nan)))
+                               mean=float(c["log_bias"]), sd=float(c["log_sd"]), q80=float(c.get("log_q80", math.nan)),
+                               q80_abs=float(c.get("log_q80_abs", math.nan)))
                           for c in data["cells"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: uncertainty: bad cell ({exc}); each needs group, bound, calibration, n, log_bias, log_sd") from None
@@ -210,7 +223,8 @@ class IntervalTable:
         lines.append("  cells:")
         for c in self.cells:
             lines.append(f"    - {{group: \"{c.key[0]}\", bound: \"{c.key[1]}\", calibration: \"{c.key[2]}\", n: {c.n}, "
-                         f"log_bias: {c.mean:.4f}, log_sd: {c.sd:.4f}, log_q80: {c.q80:.4f}}}")
+                         f"log_bias: {c.mean:.4f}, log_sd: {c.sd:.4f}, log_q80: {c.q80:.4f}"
+                         + (f", log_q80_abs: {c.q80_abs:.4f}" if c.key[2] == "unseen" else "") + "}")
         return "\n".join(lines) + "\n"
 
 
@@ -219,8 +233,9 @@ def _cell(key: tuple[str, str, str], errors: list[float]) -> Cell:
     mean = statistics.fmean(errors)
     dev = sorted(abs(e - mean) for e in errors)
     rank = math.ceil((n + 1) * COVERAGE)
+    around_zero = sorted(abs(e) for e in errors)
     return Cell(key=key, n=n, mean=mean, sd=statistics.stdev(errors) if n > 1 else abs(errors[0]),
-                q80=dev[rank - 1] if rank <= n else math.nan)
+                q80=dev[rank - 1] if rank <= n else math.nan, q80_abs=around_zero[rank - 1] if rank <= n else math.nan)
 
 
 def table_of(cal: Any = None) -> IntervalTable:  # noqa: ANN401 - a Calibration
@@ -315,10 +330,16 @@ def _unseen(loco: list[Record] | None) -> list[tuple[Regime, float, str, Any]]:
     return [(g, e, p, r) for g, e, p, r, _ in (loco or []) if g.calibration == "unseen"]
 
 
+def _seen(recs: list[tuple[Regime, float, str, Any]], loco: list[Record] | None) -> list[tuple[Regime, float, str, Any]]:
+    """The leave-one-publication-out records the table keeps: with ``loco`` given, the ``unseen`` cells hold its rows only
+    (each row once, predicted without its whole combination), so LOPO rows that happened to be unseen are left to it."""
+    return [x for x in recs if x[0].calibration != "unseen"] if loco else recs
+
+
 def table_from_report(report: Any, source: str = "", loco: list[Record] | None = None) -> IntervalTable:  # noqa: ANN401
     """The table of a leave-one-publication-out report, plus the ``unseen`` rows of ``loco`` (:func:`loco_records`)."""
     recs = records_of(report)
-    both = [(g, e) for g, e, _, _ in recs] + [(g, e) for g, e, _, _ in _unseen(loco)]
+    both = [(g, e) for g, e, _, _ in _seen(recs, loco)] + [(g, e) for g, e, _, _ in _unseen(loco)]
     return IntervalTable.from_records(both, source=source, publications=len({p for _, _, p, _ in recs}))
 
 
@@ -331,7 +352,7 @@ def nested_coverage(report: Any, loco: list[Record] | None = None) -> tuple[floa
     unseen = _unseen(loco)
     checks = []
     for reg, e, pub, r in recs:
-        table = IntervalTable.from_records([(g, x) for g, x, p, _ in recs + unseen if p != pub])
+        table = IntervalTable.from_records([(g, x) for g, x, p, _ in _seen(recs, loco) + unseen if p != pub])
         try:
             lo, hi, _ = interval(r.row.metric, r.predicted_lopo, reg, table)
         except ConfigError:  # the other publications leave fewer than MIN_CELL rows: no interval can be stated
@@ -350,7 +371,7 @@ def loco_coverage(report: Any, loco: list[Record]) -> tuple[float, int, list[tup
     for rec in loco:
         reg, _, pub, row, pred = rec
         c = combination(row)
-        keep = [(g, x) for g, x, p, r in recs if p != pub and combination(r.row) != c]
+        keep = [(g, x) for g, x, p, r in _seen(recs, loco) if p != pub and combination(r.row) != c]
         keep += [(g, x) for g, x, p, r in unseen if p != pub and combination(r) != c]
         try:
             lo, hi, _ = interval(row.metric, pred, reg, IntervalTable.from_records(keep))

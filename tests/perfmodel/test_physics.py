@@ -1,0 +1,169 @@
+"""Physical terms of the step-time model (issue 29): each shown by the effect it exists for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from infermeter.perfmodel import build_deployment
+from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.calibration import Calibration, load_calibration
+from infermeter.perfmodel.serving import engine_of
+
+
+def _with_engine(name: str, **fields: object) -> Calibration:
+    """The shipped table with engine ``name``'s defaults changed."""
+    cal = load_calibration()
+    return cal.with_entries(cal.entries, tuple(replace(e, **fields) if e.name == name else e for e in cal.engines))
+
+
+def _pp_rate(d: Deployment, tokens: int) -> float:
+    """llama-bench ``pp``: prompt tokens over their prefill time, in steps of the engine's n_batch."""
+    return tokens / d.prefill_time(tokens, engine_of(d).max_batched_tokens)
+
+
+@pytest.mark.parametrize(("model", "gpu", "dtype"), [("llama-2-7b", "a100-80gb-pcie", "fp16"), ("llama-3.1-8b", "rtx-4090", "q4_k_m")])
+def test_llamacpp_prompt_rate_falls_with_prompt_length(model, gpu, dtype):
+    """llama.cpp: 512-token micro-batches each re-read the weights, and the KQ scores grow with the square of the length."""
+    d = build_deployment(model, gpu, dtype=dtype, engine="llamacpp")
+    rates = [_pp_rate(d, n) for n in (512, 1024, 2048, 4096, 8192)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))
+    assert rates[-1] < 0.8 * rates[0]
+    fused = build_deployment(model, gpu, dtype=dtype, engine="llamacpp", calibration=_with_engine("llamacpp", ubatch_tokens=0, score_bytes=0.0))
+    assert _pp_rate(fused, 2048) > _pp_rate(fused, 512)  # one pass per 2048-token batch, no score traffic: the rate would rise
+
+
+def test_each_llamacpp_term_slows_long_prompts_only():
+    one_pass = _with_engine("llamacpp", ubatch_tokens=0)
+    no_scores = _with_engine("llamacpp", score_bytes=0.0)
+    full = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp")
+    split_only = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp", calibration=no_scores)
+    scores_only = build_deployment("llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp", calibration=one_pass)
+    assert full.prefill_time(512) == pytest.approx(scores_only.prefill_time(512), rel=1e-12)  # one micro-batch: nothing to split
+    assert split_only.prefill_time(2048, 2048) > 1.05 * build_deployment(
+        "llama-2-7b", "a100-80gb-pcie", dtype="fp16", engine="llamacpp",
+        calibration=_with_engine("llamacpp", ubatch_tokens=0, score_bytes=0.0)).prefill_time(2048, 2048)
+    # the score traffic grows with the square of the length: from 2k to 8k its share of the prompt time grows
+    share = [1 - split_only.prefill_time(n, 2048) / full.prefill_time(n, 2048) for n in (2048, 8192)]
+    assert 0 < share[0] < share[1]
+    # decode of one sequence reads 16 bytes per score and head next to its K/V: a little slower, not another regime
+    dec, dec0 = full.step_time(1, 4096, 1), split_only.step_time(1, 4096, 1)
+    assert dec0 < dec < 1.2 * dec0
+
+
+def test_engines_with_flash_attention_have_no_score_traffic():
+    d = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")
+    assert engine_of(d).score_bytes == 0 and engine_of(d).ubatch_tokens == 0
+    assert d.breakdown(1, 100_000, 1)["memory"] == pytest.approx(d.weight_time(1) + d._kv_write + d._kv_read * 100_000)
+
+
+def test_micro_batched_decode_span_tracks_its_steps():
+    """A decode batch larger than the micro-batch: the span's linear form stays within 0.1% of the summed steps."""
+    d = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp16", engine="llamacpp", max_num_seqs=1024)
+    n, k0, steps = 600, 600 * 900, 20
+    total = sum(d.step_time(n, k0 + i * n, n) for i in range(steps))
+    assert d.decode_span(n, k0, steps) == pytest.approx(total, rel=1e-3)
+
+
+def test_bad_engine_physics_is_refused(tmp_path):
+    from infermeter.errors import ConfigError
+    from infermeter.perfmodel.calibration import parse_calibration
+
+    data = {"engines": {"x": {"overhead_ms": 1, "per_seq_us": 1, "request_overhead_ms": 1, "max_num_seqs": 1,
+                              "max_batched_tokens": 1, "source": "s", "ubatch_tokens": -1}}}
+    with pytest.raises(ConfigError, match="engine 'x': ubatch_tokens and score_bytes must be >= 0"):
+        parse_calibration(data, "t.yaml")
+
+
+def _nvlink_twin(tmp_path, gpu: str) -> str:
+    """A hardware file: ``gpu`` with its PCIe link (same bandwidth and latency) but every device in one P2P domain."""
+    from infermeter.perfmodel.hardware import get_hardware
+
+    ic = get_hardware(gpu).interconnect
+    f = tmp_path / "flat.yaml"
+    f.write_text(f"{gpu}: {{interconnect: {{kind: flat, bandwidth_gbs: {ic.bandwidth_gbs}, latency_us: {ic.latency_us}, p2p_domain: 0}}}}\n")
+    return str(f)
+
+
+def test_pcie_all_reduce_beyond_four_gpus_crosses_the_sockets(tmp_path):
+    """L40S TP8 (an 8-GPU PCIe box: the ring spans both CPU sockets) is slower than the same link without the crossing."""
+    flat = _nvlink_twin(tmp_path, "l40s")
+    tp8 = build_deployment("llama-3.1-70b", "8xl40s:tp8", dtype="fp8", engine="trtllm")
+    tp8_flat = build_deployment("llama-3.1-70b", "8xl40s:tp8", dtype="fp8", engine="trtllm", hardware_file=flat)
+    assert tp8.hw.interconnect.p2p_domain == 4 and tp8.hw.interconnect.cross_domain_factor < 1
+    assert tp8._comm_tok == pytest.approx(tp8_flat._comm_tok / tp8.hw.interconnect.cross_domain_factor)
+    assert tp8.step_time(64, 64 * 1000, 64) > 1.02 * tp8_flat.step_time(64, 64 * 1000, 64)
+    tp4 = build_deployment("llama-3.1-8b", "4xl40s:tp4", dtype="fp8", engine="trtllm")
+    tp4_flat = build_deployment("llama-3.1-8b", "4xl40s:tp4", dtype="fp8", engine="trtllm", hardware_file=flat)
+    assert tp4.step_time(64, 64 * 1000, 64) == tp4_flat.step_time(64, 64 * 1000, 64)  # four GPUs: one socket, no crossing
+
+
+def test_nvlink_tp8_keeps_its_bandwidth():
+    d = build_deployment("llama-3.1-70b", "8xh100-sxm:tp8", dtype="fp8", engine="trtllm")
+    assert d.hw.interconnect.allreduce_factor(8) == 1.0
+
+
+def test_bad_cross_domain_factor_is_refused(tmp_path):
+    from infermeter.errors import ConfigError
+
+    f = tmp_path / "bad.yaml"
+    f.write_text("l40s: {interconnect: {cross_domain_factor: 1.5}}\n")
+    with pytest.raises(ConfigError, match="interconnect.cross_domain_factor' must be within 0..1"):
+        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
+
+
+def _decode_kv_seconds(d: Deployment, kv_tokens: int) -> float:
+    """Seconds decode attention spends reading ``kv_tokens`` cached tokens (its memory side)."""
+    return d._kv_read * kv_tokens
+
+
+def test_old_tensorrt_llm_reads_gqa_kv_per_query_head():
+    """TensorRT-LLM before v0.8 (no XQA): each query head reads its K/V, so a GQA model's cache traffic is not the grouped one."""
+    mistral_new = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.12")
+    mistral_old = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1")
+    mha_old = build_deployment("llama-2-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1")
+    assert engine_of(mistral_old).gqa_kv_reads == "per_query_head" and engine_of(mistral_new).gqa_kv_reads == "grouped"
+    ctx = 64 * 2048
+    grouped, old, mha = (_decode_kv_seconds(d, ctx) / d.mbu for d in (mistral_new, mistral_old, mha_old))  # at equal bandwidth
+    assert grouped < old < mha  # the fitted share of re-reads reaching DRAM lies between none and all
+    # every re-read from DRAM (kv_reread 1): the GQA model reads as much as an MHA model of its shape, no faster
+    all_dram = build_deployment("mistral-7b", "h100-sxm", dtype="fp16", engine="trtllm@0.6.1",
+                                calibration=_with_generation("trtllm<0.8", kv_reread=1.0))
+    assert _decode_kv_seconds(all_dram, ctx) / all_dram.mbu == pytest.approx(mha, rel=1e-9)
+    step_old = all_dram.step_time(64, ctx, 64)
+    assert step_old >= mha_old.with_values(mfu=all_dram.mfu, mbu=all_dram.mbu, step_overhead_ms=all_dram.step_overhead_ms,
+                                           layer_overhead_us=all_dram.layer_overhead_us, kv_reread=0.0,
+                                           request_overhead_ms=all_dram.request_overhead_s * 1e3,
+                                           seq_overhead_us=all_dram.seq_overhead_us).step_time(64, ctx, 64)
+    # a grouped release of the same model is faster at this batch and context
+    assert mistral_new.step_time(64, ctx, 64) < mistral_old.step_time(64, ctx, 64)
+
+
+def _with_generation(gen_id: str, **fields: object) -> Calibration:
+    """The shipped table with generation ``gen_id``'s fields changed and its fitted kv_reread entry removed."""
+    cal = load_calibration()
+    gens = tuple(replace(g, fields=tuple({**dict(g.fields), **fields}.items())) if g.id == gen_id else g for g in cal.generations)
+    entries = tuple(e for e in cal.entries if not (e.engine == gen_id and e.phase == "kv_reread"))
+    return replace(cal, entries=entries, generations=gens)
+
+
+def test_the_request_floor_is_fitted_only_on_rows_that_measure_it(corpus):
+    """TTFTs and small static-batch latencies identify the per-request cost; llama-bench rates do not contain it."""
+    from infermeter.perfmodel.fit import _request_floor, fit
+
+    cal = fit(corpus)
+    eng = {e.name: e for e in cal.engines}
+    assert eng["llamacpp"].request_overhead_prior_ms is None  # no llama.cpp row measures it: the prior stands
+    assert eng["trtllm"].request_overhead_prior_ms is not None and "nim70-c1-ttft" in eng["trtllm"].source
+    assert "tr8-h100-128" not in eng["trtllm"].source  # a saturated throughput says nothing of it
+    by_id = {r.id: r for r in corpus}
+    assert _request_floor(by_id["trt05-h100-7b-128"]) and _request_floor(by_id["mi300x-oci24-405b-lat-bs1"])
+    assert not _request_floor(by_id["lcpp-h100pcie-8b-f16-pp512"]) and not _request_floor(by_id["mi300x-oci24-405b-lat-bs256"])
+    # the floor is paid before the first token: a TTFT moves with it one for one
+    d = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
+    from infermeter.perfmodel.serving import at_concurrency
+
+    slow = d.with_values(mfu=d.mfu, mbu=d.mbu, step_overhead_ms=d.step_overhead_ms, layer_overhead_us=d.layer_overhead_us,
+                         kv_reread=d.kv_reread, request_overhead_ms=d.request_overhead_s * 1e3 + 300, seq_overhead_us=d.seq_overhead_us)
+    assert at_concurrency(slow, 128, 64, 1).ttft_s - at_concurrency(d, 128, 64, 1).ttft_s == pytest.approx(0.3, rel=1e-6)
