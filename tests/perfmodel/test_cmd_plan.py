@@ -77,7 +77,12 @@ def test_check_reports_the_verdict(app):
     assert out[0]["verdict"] == "possible" and out[0]["metric"] == "ttft_ms"
     lo, hi = out[0]["interval"]  # the prediction's 80% interval beside the physical bound
     assert lo < out[0]["predicted"] < hi and out[0]["ceiling"] < hi
-    assert out[0]["interval_basis"]["basis"] == "unseen"  # vLLM on an H100: no such row in the corpus
+    assert out[0]["interval_basis"]["basis"] == "calibrated"  # vLLM on an H100: the corpus has its rows
+    unseen = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "lmdeploy", "--check", "ttft=500",
+                            "--json").stdout)
+    assert unseen[0]["interval_basis"]["basis"] == "unseen"  # LMDeploy on an H100: no such row (A100 only)
+    lo_u, hi_u = unseen[0]["interval"]
+    assert hi_u / lo_u > hi / lo  # an unseen combination gets the wider band
 
 
 def _small_corpus(tmp_path):

@@ -82,8 +82,10 @@ def test_regimes_follow_what_calibrates_the_figure(tmp_path):
     trt = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
     assert regime_of(trt, "tpot_ms", 1000, 200, 1) == Regime("tpot", "decode", "calibrated")
     assert regime_of(trt, "ttft_ms", 1000, 200, 1).bound == "prefill"
-    vllm_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")  # no vLLM rows on NVIDIA: TensorRT-LLM's family values
-    assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "unseen"
+    vllm_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")  # vLLM's own H100 rows (16-bit)
+    assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "calibrated"
+    lmd_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="lmdeploy")  # LMDeploy rows on A100 only
+    assert regime_of(lmd_h100, "tpot_ms", 1000, 200, 1).calibration == "unseen"
     mi_fp8 = build_deployment("llama-3.1-8b", "mi300x", dtype="fp8", engine="vllm")  # fitted for vLLM FP8 at TP8 only
     assert regime_of(mi_fp8, "tpot_ms", 1000, 200, 1).calibration == "pooled"
     mi_bf16 = build_deployment("llama-3.1-8b", "mi300x", dtype="bf16", engine="vllm")  # every MI300X row is FP8
