@@ -200,6 +200,8 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
                    path=where, model=d.get("model_id") if isinstance(d.get("model_id"), str) else None,
                    label=d.get("label") if isinstance(d.get("label"), str) else None, started_at=started,
                    load=_rate_load("vllm bench serve", rate, f", max concurrency {cap}" if cap else ""))
+    if rate is not None and math.isinf(rate) and isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        imp.load["concurrency"] = cap  # unpaced under --max-concurrency N: a closed loop of N streams
     imp.extra = {k: d[k] for k in ("max_output_tokens_per_s", "max_concurrent_requests", "request_goodput",
                                    "burstiness", "num_prompts", "backend") if d.get(k) is not None}
     if isinstance(d.get("ttfts"), list) and isinstance(d.get("start_times"), list) and isinstance(d.get("itls"), list):
@@ -295,6 +297,9 @@ def read_guidellm(d: Any, path: Path) -> list[Imported]:
                        model=backend.get("model") if isinstance(backend.get("model"), str) else None,
                        started_at=_iso(b.get("start_time")),
                        load=_rate_load(f"GuideLLM {kind}", rate if kind in ("poisson", "constant") else math.inf))
+        streams = 1 if kind == "synchronous" else strat.get("streams") if kind == "concurrent" else None
+        if isinstance(streams, int) and not isinstance(streams, bool) and streams > 0:
+            imp.load["concurrency"] = streams
         rows: list[dict[str, Any]] = []
         for status, outcome in (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelled")):
             for i, r in enumerate(b["requests"].get(status) or []):
@@ -353,6 +358,7 @@ def read_aiperf(d: Any, path: Path) -> Imported:
             imp = read_aiperf(_load_json(beside), beside)
             imp.version = version
             imp.command = _aiperf_command(d)
+            imp.load = _aiperf_load(d)
             return imp
         return _aiperf_aggregates(d, path, version)
     if not isinstance(d, list):
@@ -408,6 +414,23 @@ def read_aiperf(d: Any, path: Path) -> Imported:
     return Imported(tool="aiperf", version=version, path=path, rows=rows, load={"describe": "AIPerf profile", "open_loop": False})
 
 
+def _aiperf_load(d: dict[str, Any]) -> dict[str, Any]:
+    """The load of the profiling phase its JSON records (``input_config.phases``): a request rate is an open
+    loop at that rate, ``type: concurrency`` a closed loop of that many streams; else an unknown closed loop."""
+    phases = (d.get("input_config") or {}).get("phases") if isinstance(d.get("input_config"), dict) else None
+    phase = next((p for p in phases if isinstance(p, dict) and p.get("kind") == "profiling"), None) \
+        if isinstance(phases, list) else None
+    if phase is None:
+        return {"describe": "AIPerf profile", "open_loop": False}
+    rate, conc = phase.get("rate"), phase.get("concurrency")
+    is_rate = isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0
+    load = _rate_load(f"AIPerf {phase.get('type')}", rate if is_rate else math.inf,
+                      f", concurrency {conc}" if isinstance(conc, int) else "")
+    if not is_rate and isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+        load["concurrency"] = conc
+    return load
+
+
 def _aiperf_command(d: dict[str, Any]) -> str | None:
     cmd = d.get("cli_command") or (d.get("run_info") or {}).get("cli_command")
     return cmd if isinstance(cmd, str) else None
@@ -421,8 +444,7 @@ def _aiperf_aggregates(d: dict[str, Any], path: Path, version: str | None) -> Im
     count = int(stat("request_count").get("avg") or 0)
     if not version and path.suffix.lower() == ".csv":
         version = None
-    imp = Imported(tool="aiperf", version=version, path=path, command=_aiperf_command(d),
-                   load={"describe": "AIPerf profile", "open_loop": False})
+    imp = Imported(tool="aiperf", version=version, path=path, command=_aiperf_command(d), load=_aiperf_load(d))
     imp.copied = {"completed": count, "scheduled": count,
                   "duration_s": stat("benchmark_duration").get("avg"),
                   "request_throughput": stat("request_throughput").get("avg"),
