@@ -205,7 +205,7 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
     imp.extra = {k: d[k] for k in ("max_output_tokens_per_s", "max_concurrent_requests", "request_goodput",
                                    "burstiness", "num_prompts", "backend") if d.get(k) is not None}
     if isinstance(d.get("ttfts"), list) and isinstance(d.get("start_times"), list) and isinstance(d.get("itls"), list):
-        imp.rows = _vllm_rows(d, where)
+        imp.rows = _vllm_rows(d, where, closed="concurrency" in imp.load)
         return imp
     completed = int(_num(d.get("completed"), where, "completed") or 0)
     duration = _num(d.get("duration"), where, "duration")
@@ -240,7 +240,9 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
     return imp
 
 
-def _vllm_rows(d: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+def _vllm_rows(d: dict[str, Any], path: Path, closed: bool = False) -> list[dict[str, Any]]:
+    """Per-request rows; ``closed`` (unpaced under --max-concurrency): queue_times is the wait for a free stream,
+    not a delay behind a schedule, so a request is intended when it is sent (infermeter's closed loop)."""
     starts = _list(d, "start_times", None, path)
     n = len(starts)
     ttfts, itls = _list(d, "ttfts", n, path), _list(d, "itls", n, path)
@@ -253,7 +255,7 @@ def _vllm_rows(d: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         sent = (_num(starts[i], path, f"start_times[{i}]") or 0.0) - t0
-        q = _num(queue[i], path, f"queue_times[{i}]", optional=True) or 0.0
+        q = 0.0 if closed else _num(queue[i], path, f"queue_times[{i}]", optional=True) or 0.0
         err = errs[i] if isinstance(errs[i], str) else ""
         row: dict[str, Any] = {"request_id": i, "phase": "measure", "intended_at": sent - max(0.0, q), "sent_at": sent,
                                "prompt_tokens": int(ins[i]) if isinstance(ins[i], int) else None}
