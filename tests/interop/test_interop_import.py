@@ -140,3 +140,30 @@ def test_a_key_in_the_tools_command_or_errors_never_reaches_the_run(tmp_path):
     assert "--api-key" in run["imported"]["command"]
     for f in ("run.json", "summary.json", "requests.parquet"):
         assert key.encode() not in (tmp_path / "a" / f).read_bytes(), f
+
+
+def test_each_tools_closed_loop_keeps_its_concurrency(tmp_path):
+    """The fixtures are closed loops of 4 streams (tests/data/interop/README.md): each reader says so."""
+    for f in (VLLM, GUIDELLM, AIPERF_JSON):
+        [imp] = read_file(f)
+        assert imp.load["open_loop"] is False and imp.load["concurrency"] == 4, (f, imp.load)
+    # AIPerf at a request rate is an open loop at that rate (its profiling phase in input_config)
+    raw = json.loads(AIPERF_JSON.read_text())
+    [phase] = [p for p in raw["input_config"]["phases"] if p["kind"] == "profiling"]
+    phase.update(type="poisson", rate=8.0)
+    phase.pop("concurrency")
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(raw))
+    [imp] = read_file(tmp_path / "profile_export_aiperf.json")
+    assert imp.load["open_loop"] is True and imp.load["target_rate"] == 8.0 and "concurrency" not in imp.load
+
+
+def test_vllm_bench_queue_time_is_schedule_lag_only_in_an_open_loop(tmp_path):
+    raw = json.loads(VLLM.read_text())
+    assert max(raw["queue_times"]) > 1.0  # the wait for one of the 4 streams: seconds, at the run's end
+    s, _ = _import(VLLM, tmp_path / "closed")
+    assert s.schedule_lag_ms.max == 0.0 and s.ttft_from_intended_ms.p90 == s.ttft_ms.p90
+    raw.update(request_rate=8.0, max_concurrency=None)  # the same file read as an open loop at 8 req/s
+    f = tmp_path / "open.json"
+    f.write_text(json.dumps(raw))
+    s, _ = _import(f, tmp_path / "open")
+    assert s.schedule_lag_ms.max == pytest.approx(max(raw["queue_times"]) * 1e3, rel=1e-6)
