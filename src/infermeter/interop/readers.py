@@ -6,7 +6,7 @@ needs, raises :class:`~infermeter.errors.DataError` naming the file and the fiel
 kept as records (``records.RequestRecord`` fields, seconds from the first send):
 
 - ``vllm bench serve --save-result --save-detailed``: ``start_times`` (send), ``queue_times`` (intended =
-  send - queue time), ``ttfts``, ``itls`` (chunk arrivals = first token + cumulative gaps), ``latencies``
+  send - queue time; unpaced under ``--max-concurrency`` it is the wait for a free stream: intended = send), ``ttfts``, ``itls`` (chunk arrivals = first token + cumulative gaps), ``latencies``
   (end), ``input_lens`` / ``output_lens`` (tokens), ``errors``. Without ``--save-detailed`` the aggregates
   (``mean_ttft_ms`` ...) are copied.
 - GuideLLM ``benchmarks.json``: each request's ``info.timings`` (``request_start``, ``first_token_iteration``,
