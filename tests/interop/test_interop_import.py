@@ -46,7 +46,8 @@ def test_vllm_bench_detailed_is_recomputed_and_matches_the_tools_own_aggregates(
     assert s.ttft_ms.mean == pytest.approx(raw["mean_ttft_ms"], rel=1e-9)
     assert s.tpot_ms.mean == pytest.approx(raw["mean_tpot_ms"], rel=1e-9)
     assert s.itl_ms.mean == pytest.approx(raw["mean_itl_ms"], rel=1e-9)
-    assert s.ttft_ms.p99 is None  # 40 samples: infermeter's percentile floor applies to imports too
+    # infermeter's percentile floor applies to imports too: a p99 from 100 samples on, no p99.9 below 1,000
+    assert len(raw["ttfts"]) < 1000 and s.ttft_ms.p999 is None and (s.ttft_ms.p99 is not None) == (len(raw["ttfts"]) >= 100)
     assert "recomputed" in s.summary_method and "ttft" in s.summary_method
     assert s.get("imported")["tool_rules"]["ttft"].startswith("vllm bench")
 
@@ -95,7 +96,7 @@ def test_aiperf_csv_alone_is_aggregates_only(tmp_path):
     s, _ = _import(f, tmp_path / "a")
     assert "aggregates only" in s.summary_method
     assert s.ttft_ms.p50 == pytest.approx(raw["time_to_first_token"]["p50"], abs=0.01)  # the CSV rounds to 2 decimals
-    assert s.ttft_ms.p99 is None  # 40 requests: no p99 even though AIPerf printed one
+    assert s.ttft_ms.p99 == pytest.approx(raw["time_to_first_token"]["p99"], abs=0.01)  # 120 requests: a p99
     assert s.duration_s == pytest.approx(raw["benchmark_duration"]["avg"], abs=0.01)
 
 
@@ -139,3 +140,30 @@ def test_a_key_in_the_tools_command_or_errors_never_reaches_the_run(tmp_path):
     assert "--api-key" in run["imported"]["command"]
     for f in ("run.json", "summary.json", "requests.parquet"):
         assert key.encode() not in (tmp_path / "a" / f).read_bytes(), f
+
+
+def test_each_tools_closed_loop_keeps_its_concurrency(tmp_path):
+    """The fixtures are closed loops of 4 streams (tests/data/interop/README.md): each reader says so."""
+    for f in (VLLM, GUIDELLM, AIPERF_JSON):
+        [imp] = read_file(f)
+        assert imp.load["open_loop"] is False and imp.load["concurrency"] == 4, (f, imp.load)
+    # AIPerf at a request rate is an open loop at that rate (its profiling phase in input_config)
+    raw = json.loads(AIPERF_JSON.read_text())
+    [phase] = [p for p in raw["input_config"]["phases"] if p["kind"] == "profiling"]
+    phase.update(type="poisson", rate=8.0)
+    phase.pop("concurrency")
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(raw))
+    [imp] = read_file(tmp_path / "profile_export_aiperf.json")
+    assert imp.load["open_loop"] is True and imp.load["target_rate"] == 8.0 and "concurrency" not in imp.load
+
+
+def test_vllm_bench_queue_time_is_schedule_lag_only_in_an_open_loop(tmp_path):
+    raw = json.loads(VLLM.read_text())
+    assert max(raw["queue_times"]) > 1.0  # the wait for one of the 4 streams: seconds, at the run's end
+    s, _ = _import(VLLM, tmp_path / "closed")
+    assert s.schedule_lag_ms.max == 0.0 and s.ttft_from_intended_ms.p90 == s.ttft_ms.p90
+    raw.update(request_rate=8.0, max_concurrency=None)  # the same file read as an open loop at 8 req/s
+    f = tmp_path / "open.json"
+    f.write_text(json.dumps(raw))
+    s, _ = _import(f, tmp_path / "open")
+    assert s.schedule_lag_ms.max == pytest.approx(max(raw["queue_times"]) * 1e3, rel=1e-6)

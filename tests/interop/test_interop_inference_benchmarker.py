@@ -53,7 +53,8 @@ def test_summary_copies_the_aggregates_with_the_tools_definitions(tmp_path):
     assert s.tpot_ms.p90 == step["inter_token_latency_ms"]["p90"]  # its "ITL" is a per-request mean: our TPOT family
     assert s.e2e_ms.p95 == step["e2e_latency_ms"]["p95"]
     assert s.itl_ms.count == 0  # no pooled gaps in the file: nothing to put there
-    assert s.ttft_ms.p99 is None  # 40 requests: infermeter's percentile floor, though the tool printed a p99
+    assert s.ttft_ms.p99 == step["time_to_first_token_ms"]["p99"]  # 120 requests: past infermeter's p99 floor
+    assert s.ttft_ms.p999 is None
     assert s.summary_method.startswith("imported from inference-benchmarker aggregates only")
     copied = s.get("imported")["copied"]
     assert "first non-empty delta.content" in copied["ttft_ms"]["definition"]
@@ -74,12 +75,15 @@ def test_its_ttft_and_e2e_rules_match_infermeters_on_the_same_records():
 
 def test_a_sweep_gives_one_run_per_step(tmp_path):
     raw = json.loads(IB.read_text())
-    faster = dict(raw["results"][1], id="constant@16.00req/s", request_rate=13.1)
+    faster = dict(raw["results"][1], id="constant@16.00req/s", executor_type="ConstantArrivalRate", request_rate=13.1,
+                  config={"max_vus": 4, "duration_secs": 6, "rate": 16.0})
     raw["results"].append(faster)
     f = tmp_path / "sweep.json"
     f.write_text(json.dumps(raw))
     runs = read_file(f)
-    assert [r.label for r in runs] == ["inference-benchmarker:constant@8.00req/s", "inference-benchmarker:constant@16.00req/s"]
+    assert [r.label for r in runs] == [f"inference-benchmarker:{raw['results'][1]['id']}",
+                                       "inference-benchmarker:constant@16.00req/s"]
+    assert [r.load["open_loop"] for r in runs] == [False, True] and runs[0].load["concurrency"] == 4
     assert [r.copied["request_throughput"] for r in runs] == [raw["results"][1]["request_rate"], 13.1]
     p = cli("import", str(f), "--out", str(tmp_path / "out"))
     assert p.returncode == 0, p.stderr
@@ -142,6 +146,7 @@ def test_report_draws_it_beside_a_native_run(tmp_path):
     assert cli("import", str(IB), "--out", str(tmp_path / "ib")).returncode == 0
     p = cli("report", str(NATIVE), str(tmp_path / "ib"), "--out", str(tmp_path / "rep"))
     assert p.returncode == 0, p.stderr
-    assert "inference-benchmarker:constant@8.00req/s" in (tmp_path / "rep" / "report.md").read_text()
+    step = json.loads(IB.read_text())["results"][1]
+    assert f"inference-benchmarker:{step['id']}" in (tmp_path / "rep" / "report.md").read_text()
     rows = (tmp_path / "rep" / "summary.csv").read_text().splitlines()
     assert len(rows) == 3 and any(",imported," in r for r in rows) and any(",emulated," in r for r in rows)

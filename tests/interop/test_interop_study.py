@@ -11,12 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 from infermeter.study.config import build_study, read_study_source
 from infermeter.study.runner import run_study
+from infermeter.study.saturation import steady_throughput
 
 DATA = Path(__file__).parents[1] / "data" / "interop"
 VLLM = DATA / "vllm-bench" / "vllm-bench-random.json"
@@ -59,13 +61,25 @@ def study_out(tmp_path_factory):
     return tmp / "out", p.stdout
 
 
+GIVEN = ["vllm-bench", "guidellm", "inference-benchmarker"]  # the order the study file lists them in
+
+
+def _tools(cell: Path) -> list[str]:
+    return [json.loads((cell / "steps" / str(k) / "run.json").read_text())["imported"]["tool"] for k in range(len(GIVEN))]
+
+
 def test_each_run_is_a_step_of_the_cell(study_out):
     out, _ = study_out
     cell = out / "cells" / "other-tools" / "chat"
-    tools = [json.loads((cell / "steps" / str(k) / "run.json").read_text())["imported"]["tool"] for k in range(3)]
-    assert tools == ["vllm-bench", "guidellm", "inference-benchmarker"] and not (cell / "steps" / "3").exists()
-    assert all(Summary.read(cell / "steps" / str(k) / "summary.json").source == "imported" for k in range(3))
-    assert (cell / "steps" / "0" / "requests.parquet").exists() and not (cell / "steps" / "2" / "requests.parquet").exists()
+    tools = _tools(cell)
+    assert sorted(tools) == sorted(GIVEN) and not (cell / "steps" / "3").exists()
+    summaries = [Summary.read(cell / "steps" / str(k) / "summary.json") for k in range(3)]
+    assert all(s.source == "imported" for s in summaries)
+    # every run is a closed loop of 4 streams: the fastest first (the cell's saturation point), the others as given
+    assert max(range(3), key=lambda k: summaries[k].request_throughput) == 0
+    assert tools[1:] == [t for t in GIVEN if t != tools[0]]
+    for k, tool in enumerate(tools):  # inference-benchmarker's file has no per-request data
+        assert (cell / "steps" / str(k) / "requests.parquet").exists() == (tool != "inference-benchmarker")
     # infermeter's own run directory is copied as it is
     native = out / "cells" / "infermeter" / "chat" / "steps" / "0"
     assert (native / "summary.json").read_bytes() == (NATIVE / "summary.json").read_bytes()
@@ -79,20 +93,21 @@ def test_the_steps_are_judged_and_the_capacity_is_the_step_meeting_the_slo(study
     other, native = cells["other tools"], cells["infermeter"]
     assert other["source"] == "measured" and native["source"] == "emulated"  # native's run.json: the emulator
     assert other["target"]["kind"] == "imported"
-    assert other["target"]["tools"] == ["guidellm", "inference-benchmarker", "vllm-bench"]
+    assert other["target"]["tools"] == sorted(GIVEN)
     steps = other["steps"]
-    assert [s["kind"] for s in steps] == ["rate"] * 3 and [s["target_rate"] for s in steps] == [8.0] * 3
-    # vllm bench's run meets TTFT p90 <= 200 ms; GuideLLM's own run fell behind its schedule (invalid); the
-    # inference-benchmarker file has no per-request data, so no latency from the intended send to judge
-    assert steps[0]["meets_slo"] and not steps[1]["meets_slo"] and not steps[2]["meets_slo"]
-    assert any("schedule_lag" in r for r in steps[1]["slo_reasons"])
-    assert any("no samples" in r for r in steps[2]["slo_reasons"])
-    vllm = Summary.read(out / "cells" / "other-tools" / "chat" / "steps" / "0" / "summary.json")
-    # the capacity is the passing step's arrival-rate throughput (open loop): its achieved send rate
-    assert other["capacity"]["step"] == 0
-    assert other["capacity"]["requests_per_s"] == pytest.approx(vllm.achieved_rate, rel=1e-6)
-    assert native["capacity"]["requests_per_s"] == pytest.approx(
-        Summary.read(NATIVE / "summary.json").achieved_rate, rel=1e-6)
+    assert [s["kind"] for s in steps] == ["saturation"] * 3 and [s["concurrency"] for s in steps] == [4] * 3
+    by_tool = dict(zip(_tools(out / "cells" / "other-tools" / "chat"), steps))
+    # vllm bench's and GuideLLM's runs meet TTFT p90 <= 200 ms (a closed loop has no schedule to fall behind);
+    # the inference-benchmarker file has no per-request data, so no latency from the intended send to judge
+    assert by_tool["vllm-bench"]["meets_slo"] and by_tool["guidellm"]["meets_slo"]
+    assert not by_tool["inference-benchmarker"]["meets_slo"]
+    assert any("no samples" in r for r in by_tool["inference-benchmarker"]["slo_reasons"])
+    # the capacity is the passing step with the highest sustained rate: a closed loop's steady-window throughput
+    best = max((k for k, s in enumerate(steps) if s["meets_slo"]), key=lambda k: steps[k]["sustained_rps"])
+    assert other["capacity"]["step"] == best and steps[best]["sustained_basis"] == "steady window"
+    assert other["capacity"]["requests_per_s"] == pytest.approx(steps[best]["sustained_rps"], rel=1e-9)
+    table = pq.read_table(NATIVE / "requests.parquet")
+    assert native["capacity"]["requests_per_s"] == pytest.approx(steady_throughput(table, 4).requests_per_s, rel=1e-6)
 
 
 def test_the_report_and_cost_read_the_cells(study_out, tmp_path):

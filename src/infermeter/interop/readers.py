@@ -6,7 +6,7 @@ needs, raises :class:`~infermeter.errors.DataError` naming the file and the fiel
 kept as records (``records.RequestRecord`` fields, seconds from the first send):
 
 - ``vllm bench serve --save-result --save-detailed``: ``start_times`` (send), ``queue_times`` (intended =
-  send - queue time), ``ttfts``, ``itls`` (chunk arrivals = first token + cumulative gaps), ``latencies``
+  send - queue time; unpaced under ``--max-concurrency`` it is the wait for a free stream: intended = send), ``ttfts``, ``itls`` (chunk arrivals = first token + cumulative gaps), ``latencies``
   (end), ``input_lens`` / ``output_lens`` (tokens), ``errors``. Without ``--save-detailed`` the aggregates
   (``mean_ttft_ms`` ...) are copied.
 - GuideLLM ``benchmarks.json``: each request's ``info.timings`` (``request_start``, ``first_token_iteration``,
@@ -200,10 +200,12 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
                    path=where, model=d.get("model_id") if isinstance(d.get("model_id"), str) else None,
                    label=d.get("label") if isinstance(d.get("label"), str) else None, started_at=started,
                    load=_rate_load("vllm bench serve", rate, f", max concurrency {cap}" if cap else ""))
+    if rate is not None and math.isinf(rate) and isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        imp.load["concurrency"] = cap  # unpaced under --max-concurrency N: a closed loop of N streams
     imp.extra = {k: d[k] for k in ("max_output_tokens_per_s", "max_concurrent_requests", "request_goodput",
                                    "burstiness", "num_prompts", "backend") if d.get(k) is not None}
     if isinstance(d.get("ttfts"), list) and isinstance(d.get("start_times"), list) and isinstance(d.get("itls"), list):
-        imp.rows = _vllm_rows(d, where)
+        imp.rows = _vllm_rows(d, where, closed="concurrency" in imp.load)
         return imp
     completed = int(_num(d.get("completed"), where, "completed") or 0)
     duration = _num(d.get("duration"), where, "duration")
@@ -238,7 +240,9 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
     return imp
 
 
-def _vllm_rows(d: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+def _vllm_rows(d: dict[str, Any], path: Path, closed: bool = False) -> list[dict[str, Any]]:
+    """Per-request rows; ``closed`` (unpaced under --max-concurrency): queue_times is the wait for a free stream,
+    not a delay behind a schedule, so a request is intended when it is sent (infermeter's closed loop)."""
     starts = _list(d, "start_times", None, path)
     n = len(starts)
     ttfts, itls = _list(d, "ttfts", n, path), _list(d, "itls", n, path)
@@ -251,7 +255,7 @@ def _vllm_rows(d: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         sent = (_num(starts[i], path, f"start_times[{i}]") or 0.0) - t0
-        q = _num(queue[i], path, f"queue_times[{i}]", optional=True) or 0.0
+        q = 0.0 if closed else _num(queue[i], path, f"queue_times[{i}]", optional=True) or 0.0
         err = errs[i] if isinstance(errs[i], str) else ""
         row: dict[str, Any] = {"request_id": i, "phase": "measure", "intended_at": sent - max(0.0, q), "sent_at": sent,
                                "prompt_tokens": int(ins[i]) if isinstance(ins[i], int) else None}
@@ -295,6 +299,9 @@ def read_guidellm(d: Any, path: Path) -> list[Imported]:
                        model=backend.get("model") if isinstance(backend.get("model"), str) else None,
                        started_at=_iso(b.get("start_time")),
                        load=_rate_load(f"GuideLLM {kind}", rate if kind in ("poisson", "constant") else math.inf))
+        streams = 1 if kind == "synchronous" else strat.get("streams") if kind == "concurrent" else None
+        if isinstance(streams, int) and not isinstance(streams, bool) and streams > 0:
+            imp.load["concurrency"] = streams
         rows: list[dict[str, Any]] = []
         for status, outcome in (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelled")):
             for i, r in enumerate(b["requests"].get(status) or []):
@@ -353,6 +360,7 @@ def read_aiperf(d: Any, path: Path) -> Imported:
             imp = read_aiperf(_load_json(beside), beside)
             imp.version = version
             imp.command = _aiperf_command(d)
+            imp.load = _aiperf_load(d)
             return imp
         return _aiperf_aggregates(d, path, version)
     if not isinstance(d, list):
@@ -408,6 +416,23 @@ def read_aiperf(d: Any, path: Path) -> Imported:
     return Imported(tool="aiperf", version=version, path=path, rows=rows, load={"describe": "AIPerf profile", "open_loop": False})
 
 
+def _aiperf_load(d: dict[str, Any]) -> dict[str, Any]:
+    """The load of the profiling phase its JSON records (``input_config.phases``): a request rate is an open
+    loop at that rate, ``type: concurrency`` a closed loop of that many streams; else an unknown closed loop."""
+    phases = (d.get("input_config") or {}).get("phases") if isinstance(d.get("input_config"), dict) else None
+    phase = next((p for p in phases if isinstance(p, dict) and p.get("kind") == "profiling"), None) \
+        if isinstance(phases, list) else None
+    if phase is None:
+        return {"describe": "AIPerf profile", "open_loop": False}
+    rate, conc = phase.get("rate"), phase.get("concurrency")
+    is_rate = isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0
+    load = _rate_load(f"AIPerf {phase.get('type')}", rate if is_rate else math.inf,
+                      f", concurrency {conc}" if isinstance(conc, int) else "")
+    if not is_rate and isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+        load["concurrency"] = conc
+    return load
+
+
 def _aiperf_command(d: dict[str, Any]) -> str | None:
     cmd = d.get("cli_command") or (d.get("run_info") or {}).get("cli_command")
     return cmd if isinstance(cmd, str) else None
@@ -421,8 +446,7 @@ def _aiperf_aggregates(d: dict[str, Any], path: Path, version: str | None) -> Im
     count = int(stat("request_count").get("avg") or 0)
     if not version and path.suffix.lower() == ".csv":
         version = None
-    imp = Imported(tool="aiperf", version=version, path=path, command=_aiperf_command(d),
-                   load={"describe": "AIPerf profile", "open_loop": False})
+    imp = Imported(tool="aiperf", version=version, path=path, command=_aiperf_command(d), load=_aiperf_load(d))
     imp.copied = {"completed": count, "scheduled": count,
                   "duration_s": stat("benchmark_duration").get("avg"),
                   "request_throughput": stat("request_throughput").get("avg"),

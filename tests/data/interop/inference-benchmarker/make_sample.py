@@ -4,7 +4,7 @@ inference-benchmarker is a Rust binary, not installable from the package index h
 its result rules, as read in its source (github.com/huggingface/inference-benchmarker, v1.1.0, commit
 dfef39d56b3d697b735c90381e9d533b09d3b0c6: ``src/writers.rs`` BenchmarkReportWriter / BenchmarkResultsWriter,
 ``src/results.rs``, ``src/requests.rs`` TextGenerationAggregatedResponse), to the records of infermeter's own
-run in ``../native`` (same server, same workload):
+run in ``../native`` (same server, same workload: its ``--benchmark-kind throughput``, 4 VUs):
 
 - responses are kept in completion order; ``duration`` = the last one's end - the first one's start;
 - ``time_to_first_token`` = the first non-empty content delta - start; ``inter_token_latency`` = per request,
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -60,17 +61,20 @@ def result(rows: list[dict], rid: str, executor: str, config: dict) -> dict:
 def main() -> None:
     rows = [r for r in pq.read_table(NATIVE / "requests.parquet").to_pylist() if r["phase"] == "measure"]
     rows.sort(key=lambda r: r["sent_at"])
+    # the report's own start/end: native's start, one warmup second before, and its last response
+    run = json.loads((NATIVE / "run.json").read_text())
+    end = datetime.fromisoformat(run["started_at"]) + timedelta(seconds=max(r["ended_at"] for r in rows))
+    start = datetime.fromisoformat(run["started_at"]) - timedelta(seconds=1)
     tokens = {"num_tokens": 64, "min_tokens": 64, "max_tokens": 64, "variance": 0}
     report = {
-        "config": {"max_vus": 128, "duration_secs": 6, "benchmark_kind": "Rate", "warmup_duration_secs": 1,
-                   "rates": [8.0], "num_rates": 10, "prompt_options": tokens,
+        "config": {"max_vus": 4, "duration_secs": 6, "benchmark_kind": "Throughput", "warmup_duration_secs": 1,
+                   "rates": None, "num_rates": 10, "prompt_options": tokens,
                    "decode_options": {**tokens, "num_tokens": 16, "min_tokens": 16, "max_tokens": 16},
                    "tokenizer": "HuggingFaceTB/SmolLM2-135M-Instruct", "model_name": "smollm2", "profile": None,
                    "meta": {"engine": "infermeter-emulator", "device": "cpu"}, "run_id": "3f9c2a1"},
         "results": [result(rows[:4], "warmup", "ConstantVUs", {"max_vus": 1, "duration_secs": 1, "rate": None}),
-                    result(rows, "constant@8.00req/s", "ConstantArrivalRate",
-                           {"max_vus": 128, "duration_secs": 6, "rate": 8.0})],
-        "start_time": "2026-12-03T18:25:24.101312+00:00", "end_time": "2026-12-03T18:25:31.377904+00:00",
+                    result(rows, "throughput", "ConstantVUs", {"max_vus": 4, "duration_secs": 6, "rate": None})],
+        "start_time": start.isoformat(), "end_time": end.isoformat(),
         "system": {"cpu": ["Intel Xeon cpu0@2200MHz", "Intel Xeon cpu1@2200MHz"], "memory": "7.76 GB",
                    "os_name": "Ubuntu", "os_version": "24.04", "kernel": "6.8.0", "hostname": "bench-host"},
     }
