@@ -41,7 +41,7 @@ def test_two_processes_give_the_same_bytes_as_one(tmp_path, router):
     assert p1 == p2 == p3  # and requests.parquet
     summary = json.loads(s1)
     # a saturated fleet (round-robin loses the chats' prefix hits): enough finished work to compare byte for byte
-    assert summary["completed"] > 100 and summary["server_metrics"]["engine_steps"] > 0
+    assert summary["completed"] > 50 and summary["server_metrics"]["engine_steps"] > 0
 
 
 def test_session_routing_keeps_prefix_hits_that_round_robin_loses(tmp_path):

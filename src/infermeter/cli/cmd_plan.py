@@ -69,6 +69,29 @@ def _config_string(gpu: str, gpus: int | None, tp: int | None, pp: int | None) -
     return head + (":" + ",".join(par) if par else "")
 
 
+def _speculative_line(config: str, sp: dict[str, Any]) -> str:
+    """One line per configuration: the predicted speedup at the planned batch and at saturation, beside the bound."""
+    from infermeter.terminal import escape
+
+    method = sp["method"] + (f":{sp['draft_model']}" if sp.get("draft_model") else "")
+    sat = sp.get("saturation_speedup")
+    at_sat = f", {sat:.2f}x at saturation ({sp.get('saturation_concurrency')} streams)" if sat is not None else ""
+    return (f"[cyan]speculative[/] {escape(config)}: {escape(method)}, k={sp['k']}, acceptance {sp['acceptance']:.2f}: "
+            f"speedup {sp['speedup']:.2f}x (bound {sp['speedup_bound']:.2f}x; TPOT {sp['tpot_ms_without']:.2f} ms without)"
+            f"{at_sat}; the intervals leave the acceptance out")
+
+
+def _weights_label(model: str, dtype: str) -> str:
+    """``bf16 weights``, or for a checkpoint whose routed experts ship quantised (gpt-oss MXFP4) what they are stored in."""
+    from infermeter.perfmodel.models import get_model
+
+    try:
+        bits = get_model(model).expert_bits
+    except ConfigError:
+        bits = 0.0
+    return f"{dtype} weights, experts at {bits:g} bits" if bits else f"{dtype} weights"
+
+
 def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
     from infermeter.cli.fit import Fit, make_table
     from infermeter.terminal import SafeConsole, escape
@@ -88,6 +111,10 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             table.add_row(label, *[_cell(fmt, (p.get("cost") or {}).get(key), key, (p.get("cost") or {}).get("intervals"))
                                    for p in plans])
     con.print(Fit(table))
+    for p in plans:
+        sp = p.get("speculative")
+        if sp and sp.get("speedup") is not None:
+            con.print(_speculative_line(str(p["config"]), sp), highlight=False)
     for p in plans:
         c = p.get("cost")
         if c and "price" in c:
@@ -404,5 +431,5 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
             return
         first = plans[0]
-        _print_plans(plans, f"{first['model']} ({first['dtype']} weights, {first['kv_dtype']} KV, {engine}), "
+        _print_plans(plans, f"{first['model']} ({_weights_label(str(first['model']), str(first['dtype']))}, {first['kv_dtype']} KV, {engine}), "
                             f"{input_tokens} in / {output_tokens} out, concurrency {concurrency}")
