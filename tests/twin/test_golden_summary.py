@@ -10,7 +10,11 @@ FP16 efficiencies it draws on were refitted; TPOT p50 12.04 -> 13.14 ms, duratio
 the two H100 cases did not change), and the two chat cases once more when the prompts' openings were made
 truly distinct (issue 16: `workload/compose.py` had repeated a few openings; the chat text changed, and
 with it a few character-chunk keys: TTFT p50 60.35 -> 60.62 ms and 42,691 -> 42,602 ms, prefix hit rate
-72.10 -> 72.10 % and 71.81 -> 71.87 %). Regenerate them only for a deliberate
+72.10 -> 72.10 % and 71.81 -> 71.87 %), and all three when issue 29 refitted the model on 258 rows with vLLM's own
+H100 rows (vLLM on Hopper no longer borrows TensorRT-LLM's efficiencies: its step times rose 8-15 %, and its fitted
+per-request floor is 49.8 ms: TTFT p50 of the 5 req/s case 60.6 -> 132.4 ms, TPOT p50 28.9 -> 48.9 ms near that
+profile's capacity; the 10 req/s case completes 1,463 of 1,500 before their timeouts; c16 TPOT 13.14 -> 14.70 ms).
+Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.
