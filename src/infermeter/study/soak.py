@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 from infermeter.analysis.capacity import replicas_needed
 from infermeter.analysis.metrics import col
+from infermeter.analysis.results import Summary
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.records import store
@@ -227,7 +228,7 @@ def _simulate(study: StudyConfig, conf: Configuration, fleet: str, rate: float, 
     res = plan.run(progress=plan.eta(say))
     windows = soak_windows(run_dir / store.PARQUET, min(soak.window_s, duration_s), duration_s, study.slo,
                            soak.objective, soak.timeout_s)
-    whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
+    whole = Summary.from_json(res.summary)
     return res, windows, error_budget(windows, soak.objective), evaluate_alerts(rules, whole, windows), \
         int(res.run["runtime"].get("workers") or 1)
 
