@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infermeter.analysis.results import Summary
+
 ARRIVAL = "arrival rate x success share"
 COMPLETION = "completion rate (saturated: the server did not keep up)"
 STEADY = "steady window"
@@ -101,7 +103,7 @@ class Capacity:
     status: str | None = None  # a search's bracket status (bracketed | lower_bound | upper_bound), when known
 
 
-def capacity_step(summary: Mapping[str, Any], steps: Sequence[Any]) -> int | None:
+def capacity_step(summary: Summary, steps: Sequence[Any]) -> int | None:
     """The step a search names as its capacity step (``capacity.step``), else the step meeting the SLO
     with the highest sustained rate (ties: the earlier); None when no step met it."""
     cap = summary.get("capacity")
@@ -117,7 +119,7 @@ def capacity_step(summary: Mapping[str, Any], steps: Sequence[Any]) -> int | Non
     return None if best is None else best[1]
 
 
-def capacity_of(summary: Mapping[str, Any], entry: Mapping[str, Any] | None = None,
+def capacity_of(summary: Summary, entry: Mapping[str, Any] | None = None,
                 step: int | None = None) -> Capacity:
     """The sustained capacity of a run directory's ``summary.json`` (a search: of its ``entry``, the step
     :func:`capacity_step` picked, index ``step``)."""
@@ -128,8 +130,9 @@ def capacity_of(summary: Mapping[str, Any], entry: Mapping[str, Any] | None = No
         where = f"step {step}, " if step is not None else ""
         return Capacity(rps, f"sustained capacity under the SLO ({where}{how})", step, entry,
                         str(status) if status else None)
-    rps, how = sustained_rate(summary)
-    good, whole = _num(summary.get("goodput")), _num(summary.get("request_throughput"))
+    row = summary.to_json()
+    rps, how = sustained_rate(row)
+    good, whole = _num(summary.goodput), _num(summary.request_throughput)
     if good is not None and rps is not None and whole:  # goodput is written only with an SLO
-        return Capacity(rps * good / whole, f"sustained goodput (requests/s meeting the SLO; {how})", None, summary)
-    return Capacity(rps, f"sustained rate (no SLO; {how})", None, summary)
+        return Capacity(rps * good / whole, f"sustained goodput (requests/s meeting the SLO; {how})", None, row)
+    return Capacity(rps, f"sustained rate (no SLO; {how})", None, row)
