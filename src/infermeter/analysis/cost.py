@@ -205,14 +205,15 @@ def _rate(d: dict[str, Any], key: str, where: str, required: bool = True) -> flo
     return float(value)
 
 
-def throughput_of(summary: dict[str, Any], where: str) -> Throughput:
-    """The rates in one summary (run or sweep step)."""
+def throughput_of(row: dict[str, Any], where: str) -> Throughput:
+    """The rates in one summary.json object or sweep step row (``analysis.sustained.Row``), as JSON: a rate
+    missing or not a number is a DataError naming ``where`` and the field."""
     return Throughput(
-        output_tokens_per_s=_rate(summary, "output_token_throughput", where) or 0.0,
-        input_tokens_per_s=_rate(summary, "input_token_throughput", where) or 0.0,
-        requests_per_s=_rate(summary, "request_throughput", where) or 0.0,
-        total_tokens_per_s=_rate(summary, "total_token_throughput", where, required=False),
-        good_requests_per_s=_rate(summary, "goodput", where, required=False))
+        output_tokens_per_s=_rate(row, "output_token_throughput", where) or 0.0,
+        input_tokens_per_s=_rate(row, "input_token_throughput", where) or 0.0,
+        requests_per_s=_rate(row, "request_throughput", where) or 0.0,
+        total_tokens_per_s=_rate(row, "total_token_throughput", where, required=False),
+        good_requests_per_s=_rate(row, "goodput", where, required=False))
 
 
 def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: Summary | None = None

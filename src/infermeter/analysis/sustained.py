@@ -38,6 +38,11 @@ from infermeter.analysis.results import Summary
 ARRIVAL = "arrival rate x success share"
 COMPLETION = "completion rate (saturated: the server did not keep up)"
 STEADY = "steady window"
+
+# What the rate functions read: a row of a summary.json's ``steps`` list (a plan step: the step's summary plus
+# the plan columns; a study step: its own rates and ``throughput_method``), or a whole summary.json object, as JSON.
+# Not a Summary: a study step row has no Summary shape. A Summary is read as ``summary.to_json()``.
+Row = Mapping[str, Any]
 WHOLE_RUN = "whole run (successful requests / duration)"
 
 
@@ -51,15 +56,15 @@ def open_loop_rate(send_rate: float, completed: int, failed: int, cancelled: int
     return send_rate * completed / sent if sent > 0 else 0.0
 
 
-def _open_loop(s: Mapping[str, Any]) -> bool:
+def _open_loop(s: Row) -> bool:
     load = s.get("load")
     if isinstance(load, Mapping) and load.get("open_loop") is not None:
         return bool(load["open_loop"])
     return _num(s.get("offered_rate")) is not None or _num(s.get("scheduled_rate")) is not None
 
 
-def sustained_rate(s: Mapping[str, Any]) -> tuple[float | None, str]:
-    """The sustained rate (requests/s) of one step or run summary, and how it was measured."""
+def sustained_rate(s: Row) -> tuple[float | None, str]:
+    """The sustained rate (requests/s) of one step row or summary.json object, and how it was measured."""
     given = _num(s.get("sustained_rps"))
     if given is not None:
         return given, str(s.get("sustained_basis") or ARRIVAL)
@@ -78,7 +83,7 @@ def sustained_rate(s: Mapping[str, Any]) -> tuple[float | None, str]:
     return _num(s.get("request_throughput")), method if method and method != "whole run" else WHOLE_RUN
 
 
-def sustained_throughput(s: Mapping[str, Any]) -> dict[str, float | None]:
+def sustained_throughput(s: Row) -> dict[str, float | None]:
     """Request and token rates at the sustained rate (tokens/s scaled with the request rate)."""
     rps = sustained_rate(s)[0]
     whole = _num(s.get("request_throughput"))
