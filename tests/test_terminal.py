@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infermeter import redact
+from infermeter.analysis.results import Summary
 from infermeter.cli.view import error_table, summary_table
 from infermeter.report.markdown import md_escape
 from infermeter.terminal import SafeConsole, clean, clean_line, escape, html_escape
@@ -71,6 +72,7 @@ def test_summary_and_error_tables_show_labels_and_messages_verbatim():
          "failed": 1, "duration_s": 1.0, "request_throughput": 1.0, "input_token_throughput": 1.0,
          "output_token_throughput": 1.0, "errors": {"http_5xx": 1},
          "error_messages": {"http_5xx": "HTTP 500: [/oops] \x1b[2J"}, "valid": True}
+    s = Summary.from_json(s)
     c = _console()
     c.print(summary_table(s))
     c.print(error_table(s))

@@ -1,9 +1,10 @@
 import pytest
 
 from infermeter.analysis.alerts import evaluate_alerts, known_names, parse_alert, unavailable_alerts
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 
-SUMMARY = {
+SUMMARY = Summary.from_json({
     "completed": 95, "failed": 5, "error_rate": 0.05,
     "ttft_ms": {"p95": 612.0, "p99": 900.0, "mean": 300.0},
     "tpot_ms": {"p95": 40.0},
@@ -11,7 +12,7 @@ SUMMARY = {
     "server_metrics": {"kv_cache_usage_max": 0.9, "kv_cache_usage_mean": 0.4, "num_requests_waiting_max": 12.0,
                        "prefix_cache_hit_rate": None},
     "gpu": {"temperature_c_max": 83.0, "throttled_fraction": 0.1},
-}
+})
 
 
 def test_parse_accepts_operators_and_spacing():
@@ -35,12 +36,12 @@ def test_unknown_metric_suggests_close_names():
 
 @pytest.mark.parametrize("alias", ["ttft_p95", "ttft_ms.p95", "TTFT_P95_MS"])
 def test_old_spellings_of_a_metric_are_aliases(alias):
-    fired = evaluate_alerts([parse_alert(f"{alias}>500")], {"ttft_ms": {"p95": 612.0}}, [])
+    fired = evaluate_alerts([parse_alert(f"{alias}>500")], Summary.from_json({"ttft_ms": {"p95": 612.0}}), [])
     assert [f["value"] for f in fired] == [612.0]
 
 
 def test_throughput_alert_reads_the_summary_under_both_names():
-    s = {"output_token_throughput": 90.0}
+    s = Summary(output_token_throughput=90.0)
     assert [len(evaluate_alerts([parse_alert(f"{n}<100")], s, [])) for n in ("output_tokens_per_s", "output_token_throughput")] == [1, 1]
 
 
@@ -62,9 +63,10 @@ def test_whole_run_evaluation():
     assert unavailable_alerts(rules, SUMMARY) == ["prefix_cache_hit_rate<0.5"]
 
 
-def test_error_rate_computed_when_absent():
+def test_error_rate_computed_when_a_window_lacks_it():
     a = parse_alert("error_rate>0.04")
-    assert evaluate_alerts([a], {"completed": 90, "failed": 10}, [])[0]["value"] == pytest.approx(0.1)
+    fired = evaluate_alerts([a], Summary(completed=90, failed=10, error_rate=0.1), [{"start_s": 0, "end_s": 10, "completed": 9, "failed": 1}])
+    assert [(f["scope"], f["value"]) for f in fired] == [("run", 0.1), ("window", pytest.approx(0.1))]
 
 
 def test_consecutive_firing_windows_merge_with_worst_value():
@@ -75,7 +77,7 @@ def test_consecutive_firing_windows_merge_with_worst_value():
         {"start_s": 180, "end_s": 240, "ttft_ms": {"p95": 450.0}},
         {"start_s": 240, "end_s": 300, "ttft_ms": {"p95": 510.0}},
     ]
-    fired = evaluate_alerts([parse_alert("ttft_p95_ms>500")], {"ttft_ms": {"p95": 480.0}}, windows)
+    fired = evaluate_alerts([parse_alert("ttft_p95_ms>500")], Summary.from_json({"ttft_ms": {"p95": 480.0}}), windows)
     assert [(f["scope"], f["start_s"], f["end_s"], f["value"], f["windows"]) for f in fired] == [
         ("window", 60, 180, 800.0, 2), ("window", 240, 300, 510.0, 1)]
     assert fired[0]["message"] == "ttft_p95_ms = 800 > 500 (window 60-180 s (2 windows))"
@@ -89,7 +91,7 @@ def test_lower_bound_alert_reports_the_lowest_window_value():
         {"start_s": 30, "end_s": 40, "server_metrics": {"kv_cache_usage_max": 0.95}},
     ]
     rules = [parse_alert("output_tps_per_user<30"), parse_alert("kv_cache_usage>0.85")]
-    fired = evaluate_alerts(rules, {}, windows)
+    fired = evaluate_alerts(rules, Summary(), windows)
     assert [(f["metric"], f["start_s"], f["end_s"], f["value"]) for f in fired] == [
         ("output_tps_per_user", 0, 20, 22.0), ("kv_cache_usage", 30, 40, 0.95)]
 
@@ -107,6 +109,6 @@ def test_lower_bound_alert_reports_the_lowest_window_value():
     ("request_throughput", {"request_throughput": 1.5}, 1.5),
 ])
 def test_names_read_their_summary_field(name, summary, expected):
-    fired = evaluate_alerts([parse_alert(f"{name}>0")], summary, [])
+    fired = evaluate_alerts([parse_alert(f"{name}>0")], Summary.from_json(summary), [])
     assert [f["value"] for f in fired] == [expected]
     assert name in known_names()

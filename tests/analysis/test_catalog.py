@@ -5,6 +5,7 @@ import pytest
 from infermeter.analysis import catalog
 from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 from infermeter.analysis.compare import spec
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig, parse_slo_rules
 from infermeter.report.history import metric_column
@@ -16,7 +17,7 @@ SUMMARY = {"ttft_ms": {"count": 200, "p50": 100.0, "p95": 612.0}, "output_token_
 @pytest.mark.parametrize("name", ["ttft_p95_ms", "ttft_ms.p95", "ttft_p95"])
 def test_every_consumer_takes_the_same_names_and_the_old_spellings(name):
     assert catalog.resolve(name).name == "ttft_p95_ms"
-    assert evaluate_alerts([parse_alert(f"{name}>500")], SUMMARY, [])[0]["value"] == 612.0
+    assert evaluate_alerts([parse_alert(f"{name}>500")], Summary.from_json(SUMMARY), [])[0]["value"] == 612.0
     assert spec(name).name == "ttft_p95_ms" and spec(name).q == pytest.approx(0.95)
     assert metric_column(name) == "ttft_p95_ms"
     assert parse_slo_rules(f"{name}=500") == ({"ttft_ms": 500.0}, 95.0)

@@ -11,6 +11,7 @@ import pytest
 from infermeter.analysis.capacity import candidates_from
 from infermeter.analysis.cost import cost_runs
 from infermeter.analysis.prices import PriceOptions
+from infermeter.analysis.results import Summary
 from infermeter.analysis.sustained import (ARRIVAL, COMPLETION, WHOLE_RUN, capacity_of, capacity_step, sustained_rate,
                                            sustained_throughput)
 
@@ -40,11 +41,11 @@ def test_saturated_open_loop_uses_what_completed_and_closed_loop_its_throughput(
 
 def test_capacity_of_a_search_is_its_capacity_steps_sustained_rate() -> None:
     steps = [open_step(offered_rate=2.0, achieved_rate=2.0), open_step(), open_step(offered_rate=9.0, meets_slo=False)]
-    assert capacity_step({}, steps) == 1
-    assert capacity_step({"capacity": {"step": 0}}, steps) == 0  # the search names it
-    cap = capacity_of({"steps": steps}, steps[1], 1)
+    assert capacity_step(Summary(), steps) == 1
+    assert capacity_step(Summary.from_json({"capacity": {"step": 0}}), steps) == 0  # the search names it
+    cap = capacity_of(Summary.from_json({"steps": steps}), steps[1], 1)
     assert cap.requests_per_s == pytest.approx(8.0 * 236 / 240) and "step 1" in cap.basis
-    one = capacity_of({**open_step(), "slo": {"ttft_ms": 500}})  # one run: its sustained goodput
+    one = capacity_of(Summary.from_json({**open_step(), "slo": {"ttft_ms": 500}}))  # one run: its sustained goodput
     assert one.requests_per_s == pytest.approx(8.0 * 236 / 240 * 5.0 / 5.5) and "goodput" in one.basis
 
 

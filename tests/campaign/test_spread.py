@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from infermeter.analysis.results import Summary
 from infermeter.campaign.spec import load_campaign
 from infermeter.campaign.spread import campaign_report, cell_metrics, report_markdown, spread
 
@@ -20,9 +21,10 @@ def test_cell_metrics_reads_capacity_of_plans():
     s = {"request_throughput": 3.0, "output_token_throughput": 30.0, "ttft_ms": {"p50": 10.0, "p99": 40.0},
          "tpot_ms": {"p50": 2.0}, "e2e_ms": {"p50": 50.0}, "capacity": {"dimension": "rate", "rate": 12.5},
          "completed": 9, "failed": 1, "valid": True}
-    m = cell_metrics(s)
+    m = cell_metrics(Summary.from_json(s))
     assert (m["capacity"], m["ttft_p99_ms"], m["e2e_p50_ms"]) == (12.5, 40.0, 50.0)
-    assert cell_metrics({})["capacity"] is None
+    assert (m["completed"], m["failed"], m["valid"]) == (9, 1, True)
+    assert cell_metrics(Summary())["capacity"] is None
 
 
 def test_report_groups_repeats(tmp_path):

@@ -3,6 +3,7 @@
 import asyncio
 import time
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.slo import SloJudge
 from infermeter.analysis.verdict import Facts, client_limited, judge
 from infermeter.load.runner import Limits, Runner
@@ -21,11 +22,11 @@ LAG = {"code": "schedule_lag", "severity": "invalid", "message": "p99 schedule l
 
 
 def summary(x, meets, lagged=False):
-    return {"valid": not lagged, "invalid_reasons": [f"{LAG['code']}: {LAG['message']}"] if lagged else [],
+    return Summary.from_json({"valid": not lagged, "invalid_reasons": [f"{LAG['code']}: {LAG['message']}"] if lagged else [],
             "findings": [LAG] if lagged else [], "error_rate": 0.0, "scheduled": 200, "completed": 200,
             "ttft_from_intended_ms": dist(50.0 if meets else 500.0), "tpot_ms": dist(10.0),
             "e2e_from_intended_ms": dist(900.0), "itl_ms": dist(9.0),
-            "request_throughput": float(x), "output_token_throughput": 10.0 * x}
+            "request_throughput": float(x), "output_token_throughput": 10.0 * x})
 
 
 def server(capacity, lag_at):
@@ -45,7 +46,7 @@ JUDGE = SloJudge(slo={"ttft_ms": 100.0})
 def test_client_limited_reads_client_codes_only():
     assert client_limited(summary(1, True, lagged=True)) == [f"schedule_lag: {LAG['message']}"]
     assert client_limited(summary(1, False)) == []
-    assert client_limited({"invalid_reasons": ["no_completed: nothing", "cap_held: held 3"]}) == ["cap_held: held 3"]
+    assert client_limited(Summary(invalid_reasons=["no_completed: nothing", "cap_held: held 3"])) == ["cap_held: held 3"]
 
 
 def test_a_lagged_step_is_retried_and_the_search_is_unchanged():
@@ -124,4 +125,4 @@ def test_a_binding_cap_is_cap_held():
 def test_cap_held_makes_the_run_invalid_for_the_client():
     v = judge(Facts(open_loop=True, scheduled=10, completed=10, cap_held=3))
     codes = [f.code for f in v.findings if f.severity == "invalid"]
-    assert codes == ["cap_held"] and client_limited({"findings": [f.model_dump() for f in v.findings]})
+    assert codes == ["cap_held"] and client_limited(Summary(findings=v.findings))

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.slo import SloJudge
 from infermeter.load.search import FindMaxPlan, _drive
 from infermeter.load.shapes import ConstantArrivalRate, ConstantConcurrency
@@ -21,7 +22,7 @@ def summary(**kw):
          "tpot_ms": dist(20.0), "e2e_from_intended_ms": dist(900.0), "itl_ms": dist(19.0),
          "request_throughput": 1.0, "output_token_throughput": 10.0}
     s.update(kw)
-    return s
+    return Summary.from_json(s)
 
 
 def test_sweep_rates_sit_strictly_between_the_two_measured_rates():

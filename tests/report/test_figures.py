@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from infermeter.analysis.results import Summary
 from infermeter.report import charts as ch
 from infermeter.report.figures import axis, axis_type, bar, bar_panel, line, panel, points, threshold
 from infermeter.report.rundir import load_run_dirs
@@ -101,8 +102,8 @@ def test_a_lone_value_between_gaps_is_drawn_as_a_marker() -> None:
 
 
 def test_closed_loop_runs_sit_at_the_rate_they_achieved() -> None:
-    open_loop = {"target_rate": 4.0, "achieved_rate": 4.1, "request_throughput": 3.9}
-    closed = {"target_rate": None, "achieved_rate": 2217.0, "request_throughput": 7.1}  # every request sent at once
+    open_loop = Summary(target_rate=4.0, achieved_rate=4.1, request_throughput=3.9)
+    closed = Summary(target_rate=None, achieved_rate=2217.0, request_throughput=7.1)  # every request sent at once
     assert (offered_load(open_loop), load_x(open_loop)) == (4.0, 4.0)
     assert (offered_load(closed), load_x(closed)) == (None, 7.1)
 

@@ -68,15 +68,16 @@ def test_one_configuration_one_profile_has_no_matrix(make_run, tmp_path):
 
 
 def test_sweep_table_shows_meets_slo_and_the_capacity(tmp_path):
+    from infermeter.analysis.results import Summary
     from infermeter.report.rundir import RunDir
     from infermeter.report.tables import sweep_table
 
-    steps = tuple(RunDir(path=tmp_path / "steps" / str(k), summary={"request_throughput": r, "valid": True})
+    steps = tuple(RunDir(path=tmp_path / "steps" / str(k), summary=Summary(request_throughput=r, valid=True))
                   for k, r in enumerate((1.0, 2.0)))
     top = {"slo": {"ttft_ms": 300}, "steps": [{"step_dir": "steps/0", "meets_slo": True},
                                              {"step_dir": "steps/1", "meets_slo": False}],
            "capacity": {"dimension": "rate", "rate": 1.5, "bracket": [1.5, 2.0], "step": 0}}
-    t = sweep_table(RunDir(path=tmp_path, summary=top, steps=steps))
+    t = sweep_table(RunDir(path=tmp_path, summary=Summary.from_json(top), steps=steps))
     col = t.columns.index("meets SLO")
     assert [row[col].display for row in t.rows] == ["yes", "no"]
     assert t.note == "Capacity under ttft_ms ≤ 300: 1.5 req/s (step 0); the SLO broke at 2 req/s."

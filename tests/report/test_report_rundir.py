@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from infermeter.analysis.results import Summary
 from infermeter.errors import DataError
 from infermeter.report.rundir import load_run_dir, load_run_dirs
 
@@ -50,3 +51,18 @@ def test_errors_name_the_input(tmp_path):
     (tmp_path / "bad" / "summary.json").write_text(json.dumps({"schema_version": 9}))
     with pytest.raises(DataError, match="schema_version 9"):
         load_run_dir(tmp_path / "bad")
+
+
+def test_the_summary_is_the_validated_model_also_for_a_schema_1_file(tmp_path):
+    d = tmp_path / "old"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({  # schema 1: no version, no scheduled/unfinished, a bare distribution
+        "label": "old", "completed": 8, "failed": 1, "cancelled": 1, "duration_s": 2.0,
+        "ttft_ms": {"count": 8, "p50": 12.5}, "steps": [{"step_dir": "steps/0", "meets_slo": True}]}))
+    s = load_run_dir(d).summary
+    assert isinstance(s, Summary) and s.schema_version == 2
+    assert (s.scheduled, s.unfinished, s.ttft_ms.p50, s.ttft_ms.p99) == (10, 1, 12.5, None)
+    assert s.get("steps") == [{"step_dir": "steps/0", "meets_slo": True}]  # a plan's own section is kept as written
+    (d / "summary.json").write_text(json.dumps({"schema_version": 2, "completed": "many"}))
+    with pytest.raises(DataError, match=r"old/summary.json: completed"):
+        load_run_dir(d)

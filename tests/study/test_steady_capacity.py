@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from infermeter.analysis.results import Summary
 from infermeter.study.config import LoadPlan, Slo
 from infermeter.study.saturation import ARRIVAL, Steady
 from infermeter.study.sweep import StepOutcome, min_completions, plan_steps, search_result
@@ -12,9 +13,13 @@ SAT_RPS = 10.0
 E2E_S = 2.0
 
 
-def _summary(e2e_s: float = E2E_S) -> dict[str, Any]:
+def _json(e2e_s: float = E2E_S) -> dict[str, Any]:
     return {"valid": True, "invalid_reasons": [], "completed": 100, "error_rate": 0.0,
             "e2e_ms": {"count": 100, "mean": e2e_s * 1000.0}}
+
+
+def _summary(e2e_s: float = E2E_S) -> Summary:
+    return Summary.from_json(_json(e2e_s))
 
 
 def _rates(rps: float, method: str = "steady window") -> Steady:
@@ -35,7 +40,7 @@ def run(plan: LoadPlan, slo: Slo, meets: Callable[[float, int], bool], sat_meets
             o = StepOutcome(spec, _summary(), _rates(spec.rate or 0.0, ARRIVAL),
                             meets_slo=meets(spec.rate or 0.0, spec.requests))
         else:
-            o = StepOutcome(spec, {**_summary(), "request_throughput": 0.5}, None, meets_slo=sync_meets)
+            o = StepOutcome(spec, Summary.from_json({**_json(), "request_throughput": 0.5}), None, meets_slo=sync_meets)
         outs.append(o)
         try:
             spec = gen.send(o)
@@ -131,14 +136,14 @@ class LaggingTarget:
     def describe(self) -> dict[str, Any]:
         return {"kind": "endpoint"}
 
-    def run_step(self, spec: Any, profile: str, *, out_dir: Any, label: str) -> dict[str, Any]:
+    def run_step(self, spec: Any, profile: str, *, out_dir: Any, label: str) -> Summary:
         n = self.tries[spec.k] = self.tries.get(spec.k, 0) + 1
         out_dir.mkdir(parents=True)
         lagged = (spec.k, n) in self.lag
-        return {**_summary(), "request_throughput": 1.0, "output_token_throughput": 10.0,
+        return Summary.from_json({**_json(), "request_throughput": 1.0, "output_token_throughput": 10.0,
                 "valid": not lagged, "findings": [LAG] if lagged else [],
                 "invalid_reasons": [f"schedule_lag: {LAG['message']}"] if lagged else [],
-                "ttft_from_intended_ms": {"count": 100, "p95": 50.0}}
+                "ttft_from_intended_ms": {"count": 100, "p95": 50.0}})
 
 
 def test_a_client_limited_study_step_is_retried_then_stops_the_cell(tmp_path: Any) -> None:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from infermeter.analysis.results import Summary
 from infermeter.study.config import LoadPlan, Slo
 from infermeter.study.saturation import ARRIVAL, Steady
 from infermeter.study.sweep import StepOutcome, StepSpec, capacity_step, judge, plan_steps
 
 
-def _summary(ttft95: float = 100.0, **kw: Any) -> dict[str, Any]:
-    return {"valid": True, "invalid_reasons": [], "completed": 100, "error_rate": 0.0,
-            "ttft_from_intended_ms": {"count": 100, "p95": ttft95, "p99": ttft95 * 1.1},
-            "tpot_ms": {"count": 100, "p95": 20.0, "p99": 21.0}, **kw}
+def _summary(ttft95: float = 100.0, **kw: Any) -> Summary:
+    return Summary.from_json({"valid": True, "invalid_reasons": [], "completed": 100, "error_rate": 0.0,
+                              "ttft_from_intended_ms": {"count": 100, "p95": ttft95, "p99": ttft95 * 1.1},
+                              "tpot_ms": {"count": 100, "p95": 20.0, "p99": 21.0}, **kw})
 
 
 def _rates(rps: float, method: str = "steady window") -> Steady:

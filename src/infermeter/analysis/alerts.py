@@ -7,8 +7,9 @@ whole-run summary and on every window, and returns only what fired — an empty
 list means all clear. A metric the run did not measure (``None``) never fires;
 :func:`unavailable_alerts` lists those so the caller can warn.
 
+    >>> from infermeter.analysis.results import Distribution
     >>> a = parse_alert("ttft_p95_ms>500")
-    >>> evaluate_alerts([a], {"ttft_ms": {"p95": 612.0}}, [])[0]["message"]
+    >>> evaluate_alerts([a], Summary(ttft_ms=Distribution(count=100, p95=612.0)), [])[0]["message"]
     'ttft_p95_ms = 612 > 500 (whole run)'
 
 Names are the metric catalog's (:mod:`infermeter.analysis.catalog`, the grammar ``--slo``,
@@ -40,11 +41,12 @@ from __future__ import annotations
 import difflib
 import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from infermeter.analysis.catalog import ALIASES, MetricRef, refs
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -76,9 +78,10 @@ class Alert:
     op: str
     threshold: float
 
-    def value(self, data: dict[str, Any]) -> float | None:
-        """The metric in a summary or window; ``None`` when it was not measured."""
-        if self.metric == "error_rate" and "error_rate" not in data and "completed" in data:
+    def value(self, data: Summary | Mapping[str, Any]) -> float | None:
+        """The metric in a summary or a window's JSON; ``None`` when it was not measured (a window
+        without ``error_rate`` has it computed from its counts)."""
+        if isinstance(data, Mapping) and self.metric == "error_rate" and "error_rate" not in data and "completed" in data:
             done = (data.get("completed") or 0) + (data.get("failed") or 0)
             return (data.get("failed") or 0) / done if done else None
         return _NAMES[self.metric].value(data)
@@ -117,7 +120,7 @@ def _entry(a: Alert, value: float, scope: str, start: float | None, end: float |
     }
 
 
-def evaluate_alerts(alerts: Iterable[Alert], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def evaluate_alerts(alerts: Iterable[Alert], summary: Summary, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fired alerts: one entry for the whole run and one per run of consecutive firing windows."""
     fired: list[dict[str, Any]] = []
     ordered = sorted(windows, key=lambda w: (w.get("start_s") or 0.0))
@@ -143,6 +146,6 @@ def evaluate_alerts(alerts: Iterable[Alert], summary: dict[str, Any], windows: l
     return fired
 
 
-def unavailable_alerts(alerts: Iterable[Alert], summary: dict[str, Any]) -> list[str]:
+def unavailable_alerts(alerts: Iterable[Alert], summary: Summary) -> list[str]:
     """Rules whose metric the run did not measure (they cannot fire): warn about these."""
     return [a.text for a in alerts if a.value(summary) is None]

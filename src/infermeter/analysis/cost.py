@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from infermeter.analysis.prices import Price, PriceCatalog, PriceOptions, resolve_price
+from infermeter.analysis.results import Summary
 from infermeter.analysis.sustained import capacity_of, capacity_step, sustained_throughput
 from infermeter.errors import ConfigError, DataError
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
@@ -204,21 +205,22 @@ def _rate(d: dict[str, Any], key: str, where: str, required: bool = True) -> flo
     return float(value)
 
 
-def throughput_of(summary: dict[str, Any], where: str) -> Throughput:
-    """The rates in one summary (run or sweep step)."""
+def throughput_of(row: dict[str, Any], where: str) -> Throughput:
+    """The rates in one summary.json object or sweep step row (``analysis.sustained.Row``), as JSON: a rate
+    missing or not a number is a DataError naming ``where`` and the field."""
     return Throughput(
-        output_tokens_per_s=_rate(summary, "output_token_throughput", where) or 0.0,
-        input_tokens_per_s=_rate(summary, "input_token_throughput", where) or 0.0,
-        requests_per_s=_rate(summary, "request_throughput", where) or 0.0,
-        total_tokens_per_s=_rate(summary, "total_token_throughput", where, required=False),
-        good_requests_per_s=_rate(summary, "goodput", where, required=False))
+        output_tokens_per_s=_rate(row, "output_token_throughput", where) or 0.0,
+        input_tokens_per_s=_rate(row, "input_token_throughput", where) or 0.0,
+        requests_per_s=_rate(row, "request_throughput", where) or 0.0,
+        total_tokens_per_s=_rate(row, "total_token_throughput", where, required=False),
+        good_requests_per_s=_rate(row, "goodput", where, required=False))
 
 
-def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: dict[str, Any] | None = None
+def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: Summary | None = None
                     ) -> tuple[dict[str, Any], str, int]:
     """The sweep's capacity step (``analysis.sustained.capacity_step``: the step the search names, else the
     step meeting the SLO with the highest sustained rate), its summary and the basis text."""
-    k = capacity_step(summary or {}, steps)
+    k = capacity_step(summary or Summary(), steps)
     passing = sum(1 for e in steps if isinstance(e, dict) and e.get("meets_slo") is True)
     if k is None:
         raise DataError(f"{run_dir}: none of the sweep's {len(steps)} steps met the SLO; nothing to price")
@@ -229,7 +231,8 @@ def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: dict[str, Any]
     _rate(step, "output_token_throughput", f"{run_dir} step {k}")
     offered = step.get("offered_rate")
     at = f", offered {offered:g} req/s" if isinstance(offered, (int, float)) else ""
-    named = isinstance((summary or {}).get("capacity"), dict) and (summary or {})["capacity"].get("step") == k
+    cap = summary.get("capacity") if summary is not None else None  # a search's own section
+    named = isinstance(cap, dict) and cap.get("step") == k
     why = "the search's capacity step" if named else f"highest sustained rate among {passing} steps meeting the SLO"
     return step, f"sweep step {k}{at}: {why}", k
 
@@ -237,21 +240,22 @@ def pick_sweep_step(run_dir: Path, steps: Sequence[Any], summary: dict[str, Any]
 def load_subject(run_dir: Path | str) -> Subject:
     """A run directory's throughput, sustained capacity and labels (see the module docstring for sweeps)."""
     run_dir = Path(run_dir)
-    summary = _read_json(run_dir / "summary.json", "summary.json")
+    raw = _read_json(run_dir / "summary.json", "summary.json")
     run = _read_json(run_dir / "run.json", "run.json") if (run_dir / "run.json").exists() else {}
-    steps = summary.get("steps")
-    basis, measured = "run", summary
+    steps = raw.get("steps")
+    basis, measured = "run", raw
+    summary = None
     if isinstance(steps, list) and steps:
+        summary = Summary.from_json(raw, f"{run_dir}/summary.json")
         measured, basis, k = pick_sweep_step(run_dir, steps, summary)
-        cap = capacity_of(summary, measured, k)
-    else:
-        cap = capacity_of(summary)
-    where = f"{run_dir}/summary.json" + (" (chosen step)" if measured is not summary else "")
+    where = f"{run_dir}/summary.json" + (" (chosen step)" if measured is not raw else "")
+    tp = throughput_of(measured, where)  # the rates first: a malformed one is named as such
+    summary = summary or Summary.from_json(raw, f"{run_dir}/summary.json")
+    cap = capacity_of(summary, measured, k) if measured is not raw else capacity_of(summary)
 
     def meta(key: str) -> Any:
-        return summary.get(key) if summary.get(key) is not None else run.get(key)
+        return raw.get(key) if raw.get(key) is not None else run.get(key)
 
-    tp = throughput_of(measured, where)
     rates = sustained_throughput(measured)
     if rates["requests_per_s"] and rates["output_tokens_per_s"]:  # the sustained rates, not the drain's
         tp = Throughput(output_tokens_per_s=rates["output_tokens_per_s"],
@@ -261,8 +265,8 @@ def load_subject(run_dir: Path | str) -> Subject:
         label=str(meta("label") or run_dir.name), source=str(meta("source") or "measured"),
         throughput=tp, hardware=meta("hardware"), model=meta("model"),
         profile=meta("profile"), run_dir=str(run_dir), basis=basis,
-        valid=bool(measured.get("valid", summary.get("valid", True))),
-        invalid_reasons=tuple(str(r) for r in measured.get("invalid_reasons") or summary.get("invalid_reasons") or ()),
+        valid=bool(measured.get("valid", summary.valid)),
+        invalid_reasons=tuple(str(r) for r in measured.get("invalid_reasons") or summary.invalid_reasons),
         capacity_rps=cap.requests_per_s, capacity_basis=cap.basis)
 
 

@@ -169,7 +169,13 @@ class ModelResult(_Frozen):
 
 
 class Summary(BaseModel):
-    """``summary.json``: every figure of a run and its verdict (docs/metrics.md defines each)."""
+    """``summary.json``: every figure of a run and its verdict (docs/metrics.md defines each).
+
+    Readers take this model and read its attributes (``s.ttft_ms.p95``), so a renamed figure is a type
+    error. ``extra="allow"``, not ``"forbid"``: the summary.json of a plan (``load.steps.plan_summary``:
+    ``steps``, ``capacity``, ``plan``, ``head_step``, ``slo_judge``, ``interrupted``, the head step's plan
+    columns) and of a study cell (``study.cells.write_cell``: ``study_cell``, ``capacity_search``...) carry
+    their own sections beside the run's figures, read with :meth:`get` and kept as written."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 

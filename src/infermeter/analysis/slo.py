@@ -66,10 +66,9 @@ class SloJudge:
     def key(self) -> str:
         return percentile_key(self.percentile)
 
-    def __call__(self, summary: Summary | dict[str, Any]) -> tuple[bool | None, list[str]]:
+    def __call__(self, s: Summary) -> tuple[bool | None, list[str]]:
         if not self.slo:
             return None, []
-        s = _summary(summary)
         why = self.health(s)
         scheduled = s.scheduled or (s.completed + s.failed + s.unfinished)
         done = s.completed / scheduled if scheduled else 0.0
@@ -87,10 +86,9 @@ class SloJudge:
                 why.append(f"{key} {label} {value:,.1f} > {limit:g}{via}")
         return not why, why
 
-    def health(self, summary: Summary | dict[str, Any]) -> list[str]:
+    def health(self, s: Summary) -> list[str]:
         """The rules that hold whatever the latency limits: valid, not saturated, something
         completed, failed plus unfinished within ``max_error_rate``."""
-        s = _summary(summary)
         why = [f"invalid: {r}" for r in s.invalid_reasons]
         if s.saturated:
             why.append("saturated: " + "; ".join(s.saturation.evidence))
@@ -104,10 +102,6 @@ class SloJudge:
 
     def describe(self) -> dict[str, Any]:
         return {"limits": dict(self.slo), "percentile": self.percentile, "max_error_rate": self.max_error_rate}
-
-
-def _summary(s: Summary | dict[str, Any]) -> Summary:
-    return s if isinstance(s, Summary) else Summary.from_json(dict(s))
 
 
 def offered_percentile(d: Distribution, q: float, completed_share: float) -> tuple[float | None, str | None]:

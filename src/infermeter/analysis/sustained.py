@@ -33,9 +33,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infermeter.analysis.results import Summary
+
 ARRIVAL = "arrival rate x success share"
 COMPLETION = "completion rate (saturated: the server did not keep up)"
 STEADY = "steady window"
+
+# What the rate functions read: a row of a summary.json's ``steps`` list (a plan step: the step's summary plus
+# the plan columns; a study step: its own rates and ``throughput_method``), or a whole summary.json object, as JSON.
+# Not a Summary: a study step row has no Summary shape. A Summary is read as ``summary.to_json()``.
+Row = Mapping[str, Any]
 WHOLE_RUN = "whole run (successful requests / duration)"
 
 
@@ -49,15 +56,15 @@ def open_loop_rate(send_rate: float, completed: int, failed: int, cancelled: int
     return send_rate * completed / sent if sent > 0 else 0.0
 
 
-def _open_loop(s: Mapping[str, Any]) -> bool:
+def _open_loop(s: Row) -> bool:
     load = s.get("load")
     if isinstance(load, Mapping) and load.get("open_loop") is not None:
         return bool(load["open_loop"])
     return _num(s.get("offered_rate")) is not None or _num(s.get("scheduled_rate")) is not None
 
 
-def sustained_rate(s: Mapping[str, Any]) -> tuple[float | None, str]:
-    """The sustained rate (requests/s) of one step or run summary, and how it was measured."""
+def sustained_rate(s: Row) -> tuple[float | None, str]:
+    """The sustained rate (requests/s) of one step row or summary.json object, and how it was measured."""
     given = _num(s.get("sustained_rps"))
     if given is not None:
         return given, str(s.get("sustained_basis") or ARRIVAL)
@@ -76,7 +83,7 @@ def sustained_rate(s: Mapping[str, Any]) -> tuple[float | None, str]:
     return _num(s.get("request_throughput")), method if method and method != "whole run" else WHOLE_RUN
 
 
-def sustained_throughput(s: Mapping[str, Any]) -> dict[str, float | None]:
+def sustained_throughput(s: Row) -> dict[str, float | None]:
     """Request and token rates at the sustained rate (tokens/s scaled with the request rate)."""
     rps = sustained_rate(s)[0]
     whole = _num(s.get("request_throughput"))
@@ -101,7 +108,7 @@ class Capacity:
     status: str | None = None  # a search's bracket status (bracketed | lower_bound | upper_bound), when known
 
 
-def capacity_step(summary: Mapping[str, Any], steps: Sequence[Any]) -> int | None:
+def capacity_step(summary: Summary, steps: Sequence[Any]) -> int | None:
     """The step a search names as its capacity step (``capacity.step``), else the step meeting the SLO
     with the highest sustained rate (ties: the earlier); None when no step met it."""
     cap = summary.get("capacity")
@@ -117,7 +124,7 @@ def capacity_step(summary: Mapping[str, Any], steps: Sequence[Any]) -> int | Non
     return None if best is None else best[1]
 
 
-def capacity_of(summary: Mapping[str, Any], entry: Mapping[str, Any] | None = None,
+def capacity_of(summary: Summary, entry: Mapping[str, Any] | None = None,
                 step: int | None = None) -> Capacity:
     """The sustained capacity of a run directory's ``summary.json`` (a search: of its ``entry``, the step
     :func:`capacity_step` picked, index ``step``)."""
@@ -128,8 +135,9 @@ def capacity_of(summary: Mapping[str, Any], entry: Mapping[str, Any] | None = No
         where = f"step {step}, " if step is not None else ""
         return Capacity(rps, f"sustained capacity under the SLO ({where}{how})", step, entry,
                         str(status) if status else None)
-    rps, how = sustained_rate(summary)
-    good, whole = _num(summary.get("goodput")), _num(summary.get("request_throughput"))
+    row = summary.to_json()
+    rps, how = sustained_rate(row)
+    good, whole = _num(summary.goodput), _num(summary.request_throughput)
     if good is not None and rps is not None and whole:  # goodput is written only with an SLO
-        return Capacity(rps * good / whole, f"sustained goodput (requests/s meeting the SLO; {how})", None, summary)
-    return Capacity(rps, f"sustained rate (no SLO; {how})", None, summary)
+        return Capacity(rps * good / whole, f"sustained goodput (requests/s meeting the SLO; {how})", None, row)
+    return Capacity(rps, f"sustained rate (no SLO; {how})", None, row)

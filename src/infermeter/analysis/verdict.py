@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from infermeter.analysis.results import MIN_SAMPLES, Finding, Saturation
+from infermeter.analysis.results import MIN_SAMPLES, Finding, Saturation, Summary
 
 LAG_P99_LIMIT_MS = 10.0
 MIN_RATE_RATIO = 0.95
@@ -83,25 +83,14 @@ CLIENT_CODES = frozenset({"schedule_lag", "achieved_rate", "cap_held", "client_f
                           "client_error", "client_limit", "client_capacity"})
 
 
-def client_limited(summary: dict[str, Any]) -> list[str]:
+def client_limited(summary: Summary) -> list[str]:
     """The reasons a run's numbers describe the client rather than the server: its invalid findings
     whose code is one of :data:`CLIENT_CODES` (``code: message`` lines); empty when the client kept up.
 
-    Reads a summary as JSON (``findings``, else ``invalid_reasons``)."""
-    out: list[str] = []
-    findings = summary.get("findings")
-    if isinstance(findings, list) and findings:
-        for f in findings:
-            if isinstance(f, dict) and f.get("severity") == "invalid" and f.get("code") in CLIENT_CODES:
-                out.append(f"{f['code']}: {f.get('message', '')}")
-            elif isinstance(f, Finding) and f.severity == "invalid" and f.code in CLIENT_CODES:
-                out.append(f.line())
-        return out
-    for r in summary.get("invalid_reasons") or []:
-        code = str(r).partition(":")[0].strip()
-        if code in CLIENT_CODES:
-            out.append(str(r))
-    return out
+    Reads the summary's ``findings``, else (a schema 1 file has none) its ``invalid_reasons``."""
+    if summary.findings:
+        return [f.line() for f in summary.findings if f.severity == "invalid" and f.code in CLIENT_CODES]
+    return [str(r) for r in summary.invalid_reasons if str(r).partition(":")[0].strip() in CLIENT_CODES]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from infermeter.analysis import catalog
+from infermeter.analysis.results import Summary
 from infermeter.campaign.spec import Campaign
 from infermeter.report.markdown import md_escape
 
@@ -28,13 +29,13 @@ from infermeter.report.markdown import md_escape
 FIGURES = tuple((r.column, r.title, r.metric.fmt) for r in catalog.campaign_refs()) + (("capacity", "capacity", ".4g"),)
 
 
-def cell_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """The figures a campaign compares, from one run's summary.json."""
+def cell_metrics(summary: Summary) -> dict[str, Any]:
+    """The figures a campaign compares, from one run's summary (a plan's ``capacity`` section too)."""
     cap = summary.get("capacity") or {}
     return {
         **{r.column: r.raw(summary) for r in catalog.campaign_refs()},
         "capacity": cap.get(cap.get("dimension", ""), None) if cap else None,
-        "completed": summary.get("completed"), "failed": summary.get("failed"), "valid": summary.get("valid"),
+        "completed": summary.completed, "failed": summary.failed, "valid": summary.valid,
     }
 
 

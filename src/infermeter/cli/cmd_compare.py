@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import numpy as np
 import typer
@@ -24,6 +24,9 @@ from infermeter.cli.fit import Fit, make_table
 from infermeter.errors import ConfigError
 from infermeter.numbers import rate
 from infermeter.terminal import SafeConsole, escape, safe_text
+
+if TYPE_CHECKING:
+    from infermeter.report.rundir import RunDir
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
                   "better, within threshold": "cyan", "negligible": "dim", "no significant change": "", "no data": "dim"}
@@ -60,7 +63,7 @@ def run_names(base: Any, cand: Any) -> tuple[str, str]:
     return str(b), str(c)
 
 
-def differences(base: Any, cand: Any) -> list[str]:
+def differences(base: RunDir, cand: RunDir) -> list[str]:
     """Setup fields that differ between the two runs (a comparison across setups is worth a warning)."""
     out = []
     for key in ("model", "hardware", "profile", "source"):
@@ -69,7 +72,7 @@ def differences(base: Any, cand: Any) -> list[str]:
             continue
         if a != b:
             out.append(f"{key}: {a} vs {b}")
-    ra, rb = base.summary.get("target_rate"), cand.summary.get("target_rate")
+    ra, rb = base.summary.target_rate, cand.summary.target_rate
     if ra != rb:
         out.append(f"target rate: {rate(ra)} vs {rate(rb)}")  # never "23.06169428689927 vs None"
     return out
@@ -107,16 +110,16 @@ def register(app: typer.Typer) -> None:
 
         base_run, base = load_for_compare(baseline, "baseline")
         cand_run, cand = load_for_compare(candidate, "candidate")
-        result = compare_runs(base, cand, base_duration_s=float(base_run.summary["duration_s"]),
-                              cand_duration_s=float(cand_run.summary["duration_s"]), rng=np.random.default_rng(seed),
+        result = compare_runs(base, cand, base_duration_s=base_run.summary.duration_s,
+                              cand_duration_s=cand_run.summary.duration_s, rng=np.random.default_rng(seed),
                               threshold=thr, error_threshold=err_thr, confidence=confidence, resamples=resamples,
                               metrics=names, min_effect=min_eff)
         warnings = [f"the runs differ in {d}" for d in differences(base_run, cand_run)]
         from infermeter.interop.definitions import definition_warnings, tool_of  # imported runs keep their tool's rules
 
         warnings += definition_warnings(tool_of(base_run.run), tool_of(cand_run.run), names)
-        warnings += [f"{role} {r.label} is marked invalid: {'; '.join(r.summary.get('invalid_reasons') or [])}"
-                     for role, r in (("baseline", base_run), ("candidate", cand_run)) if not r.summary.get("valid", True)]
+        warnings += [f"{role} {r.label} is marked invalid: {'; '.join(r.summary.invalid_reasons)}"
+                     for role, r in (("baseline", base_run), ("candidate", cand_run)) if not r.summary.valid]
         if json_out:
             print(json.dumps({
                 "baseline": str(base_run.path), "candidate": str(cand_run.path), "threshold": thr,

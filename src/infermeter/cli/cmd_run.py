@@ -15,6 +15,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from infermeter.analysis.results import Summary
 from infermeter.cli.fit import Fit, make_table
 from infermeter.client import eventloop
 from infermeter.cli.flags import (
@@ -102,7 +103,7 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
             console: Console | None = None, calibrate_twin: Path | None = None) -> None:
     s = result.summary
     if as_json:
-        print(json.dumps(s, indent=2))
+        print(json.dumps(result.summary_json, indent=2))  # summary.json as written
     else:
         target = result.run.get("target") or {}
         emu = target.get("emulated")
@@ -116,12 +117,12 @@ def _finish(result: RunResult, out_console: Console, as_json: bool, measurement:
     if measurement is not None and measurement.stopped:
         interrupted(console or out_console, f"the summary covers the requests that finished; results in {result.run_dir}",
                     getattr(measurement, "signal", None))
-    if s["completed"] == 0 and s["failed"]:
-        top = max(s["errors"].items(), key=lambda kv: kv[1])[0]
-        raise UserError(f"every request failed ({s['failed']}; mostly {top}); results kept in {result.run_dir}")
+    if s.completed == 0 and s.failed:
+        top = max(s.errors.items(), key=lambda kv: kv[1])[0]
+        raise UserError(f"every request failed ({s.failed}; mostly {top}); results kept in {result.run_dir}")
     if calibrate_twin is not None and not (measurement is not None and measurement.stopped):
         _calibrate_to(result.run_dir, calibrate_twin, console if as_json and console is not None else out_console)
-    if s.get("alerts"):
+    if s.alerts:
         raise typer.Exit(3)
 
 
@@ -139,9 +140,10 @@ def _calibrate_to(run_dir: Path, path: Path, console: Console) -> None:
     show_calibration(cal, cal.write(path), console)
 
 
-def steps_table(s: dict[str, Any]) -> Group:
-    """The steps of a sweep / find-max run, why each one that missed the SLO missed it, and the capacity."""
-    t = make_table(f"Steps: {s.get('load')}", [(c, "name" if c in ("kind", "SLO") else "num") for c in
+def steps_table(s: Summary) -> Group:
+    """The steps of a sweep / find-max run, why each one that missed the SLO missed it, and the capacity
+    (the plan's own sections of the summary: ``steps``, ``stopped``, ``capacity``; load/steps.plan_summary)."""
+    t = make_table(f"Steps: {s.load}", [(c, "name" if c in ("kind", "SLO") else "num") for c in
                                                ("step", "kind", "load", "req/s", "out tok/s", "TTFT p99", "TPOT p99",
                                                 "errors", "SLO")], title_justify="left")
     why: list[Text] = []
@@ -203,7 +205,7 @@ def _measure(measurement: Measurement, console: Console, every: float, as_json: 
             if as_json:
                 print(json.dumps(exc.summary, indent=2))
             else:
-                SafeConsole().print(summary_table(exc.summary, None))
+                SafeConsole().print(summary_table(Summary.from_json(exc.summary), None))
         raise
 
 

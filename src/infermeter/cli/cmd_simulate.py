@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import typer
 
+from infermeter.analysis.results import Summary
 from infermeter.cli.flags import GRACE, LOAD, OUTPUT, SLO, TIMEOUTS, TWIN, WORKLOAD
 from infermeter.cli.options import FlagSpec, model_flags, with_flags
 from infermeter.durations import parse_duration
@@ -130,7 +131,7 @@ def _fleet(path: Path, values: dict[str, Any], token_times: str, as_json: bool, 
         from infermeter.cli.fleetview import fleet_table
         from infermeter.terminal import SafeConsole
 
-        SafeConsole().print(fleet_table(res.summary))
+        SafeConsole().print(fleet_table(Summary.from_json(res.summary)))
 
 
 def _show(res: Any, as_json: bool) -> None:
@@ -142,7 +143,7 @@ def _show(res: Any, as_json: bool) -> None:
         print(json.dumps(s, indent=2))
         return
     out_console = SafeConsole()
-    out_console.print(summary_table(s, None))
+    out_console.print(summary_table(Summary.from_json(s), None))
     out_console.print(f"results: {escape(res.run_dir)}  (simulated {res.records} requests, "
                       f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
 

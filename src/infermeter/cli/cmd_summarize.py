@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from infermeter.analysis.results import Summary
 from infermeter.cli.view import summary_table
 from infermeter.terminal import SafeConsole
 
@@ -22,4 +23,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(s, indent=2))
         else:
-            SafeConsole().print(summary_table(s))
+            SafeConsole().print(summary_table(Summary.from_json(s)))

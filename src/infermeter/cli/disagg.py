@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from infermeter.analysis.results import Distribution, Summary
 from infermeter.measure.config import RunConfig
 from infermeter.terminal import SafeConsole, escape
 from infermeter.twin.spec import TwinSpec
@@ -40,20 +41,21 @@ def simulate_disaggregated(cfg: RunConfig, spec: TwinSpec, text: str, token_time
         print(json.dumps(s, indent=2))
         return
     out = SafeConsole()
-    out.print(summary_table(s, None))
-    out.print(pools_table(s))
+    summary = Summary.from_json(s)
+    out.print(summary_table(summary, None))
+    out.print(pools_table(summary))
     out.print(f"results: {escape(res.run_dir)}  (simulated {res.records} requests, "
               f"{res.virtual_s:,.0f} s virtual, in {res.wall_s:.1f} s)")
 
 
-def pools_table(s: dict[str, Any]) -> Table:
-    """Both pools and the KV transfer, from summary.json's ``disaggregation`` and ``kv_transfer_ms``."""
-    d = s.get("disaggregation") or {}
-    kv = s.get("kv_transfer_ms") or {}
+def pools_table(s: Summary) -> Table:
+    """Both pools and the KV transfer, from the summary's ``disaggregation`` and ``kv_transfer_ms``."""
+    d = s.disaggregation or {}
+    kv = s.kv_transfer_ms or Distribution()
     link = d.get("link") or {}
     t = Table(title=f"disaggregated: {d.get('layout', '')}  (KV over {link.get('kind')}, "
-                    f"{_f(link.get('bandwidth_gbs'), ',.0f')} GB/s; transfer p50 {_f(kv.get('p50'), ',.2f')} ms, "
-                    f"p99 {_f(kv.get('p99'), ',.2f')} ms)", title_justify="left")
+                    f"{_f(link.get('bandwidth_gbs'), ',.0f')} GB/s; transfer p50 {_f(kv.p50, ',.2f')} ms, "
+                    f"p99 {_f(kv.p99, ',.2f')} ms)", title_justify="left")
     for c in ("pool", "config", "instances", "busy", "KV use mean / max", "running mean", "waiting mean / max"):
         t.add_column(c, justify="left" if c in ("pool", "config") else "right")
     for name in ("prefill", "decode"):

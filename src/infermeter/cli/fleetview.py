@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.results import Summary
 from infermeter.cli.fit import Fit, make_table
 
 SIZING_S = 600.0  # virtual seconds each candidate pool is simulated for (plan --fleet), unless a profile is longer
@@ -22,13 +23,13 @@ def _p99(d: Any) -> Any:
     return d.get("p99") if isinstance(d, dict) else None
 
 
-def fleet_table(s: dict[str, Any]) -> Fit:
+def fleet_table(s: Summary) -> Fit:
     """One row per pool: model, hardware, replicas, requests, TTFT/TPOT p99, SLO attainment, utilisation, cost."""
     t = make_table("Fleet pools", [("pool", "name"), ("model", "name"), ("gpu", "name"), ("replicas", "num"),
                                    ("requests", "num"), ("TTFT p99 ms", "num"), ("TPOT p99 ms", "num"),
                                    ("SLO met", "num"), ("busy", "num"), ("batch", "num"), ("GPU-h", "num"),
                                    ("cost $", "num")])
-    for name, p in (s.get("pools") or {}).items():
+    for name, p in (s.pools or {}).items():
         a = p.get("autoscale")
         reps = (f"{_n(a.get('mean_ready'), '.1f')} ({a['min']}-{a['max']})" if a else str(p.get("replicas")))
         t.add_row(name, str(p.get("model")), str(p.get("gpu")), reps, _n(p.get("scheduled"), ","),

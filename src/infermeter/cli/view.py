@@ -1,7 +1,8 @@
 """Console rendering for runs: the live progress panel and the summary table.
 
-Both read plain dicts (``LiveStats.snapshot()``, ``summary.json``), so the same
-rendering serves measured and simulated runs and can be tested on fixed input.
+The panel reads ``LiveStats.snapshot()``; the summary table reads a
+:class:`~infermeter.analysis.results.Summary` (its attributes, so a renamed figure is a type error),
+so the same rendering serves measured and simulated runs and can be tested on fixed input.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infermeter.analysis import catalog
-from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS
+from infermeter.analysis.results import MIN_SAMPLES, PERCENTILE_LABELS, Summary
 from infermeter.cli.fit import Fit, make_table
 from infermeter.client.errors import status_of
 from infermeter.terminal import safe_text
@@ -36,36 +37,36 @@ def progress_panel(snap: dict[str, Any], elapsed: float, total: int | None, dura
     return t
 
 
-def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
+def summary_table(s: Summary, title: str | None = None) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(no_wrap=True)
     head.add_column(overflow="fold")
     head.add_column(overflow="fold")
-    src = s.get("source", "measured")
-    head.add_row(Text("run", style="bold"), safe_text(s.get("label")), safe_text(src, "cyan"))  # verbatim, never markup
-    if s.get("load"):
-        head.add_row(Text("load", style="bold"), safe_text(s["load"]), "")
-    counts = [f"{s['completed']} ok", f"{s['failed']} failed"]
-    counts += [f"{s[k]} {k}" for k in ("cancelled", "dropped") if s.get(k)]
-    scheduled = s.get("scheduled")
+    src = s.source
+    head.add_row(Text("run", style="bold"), safe_text(s.label), safe_text(src, "cyan"))  # verbatim, never markup
+    if s.load:
+        head.add_row(Text("load", style="bold"), safe_text(s.load), "")
+    counts = [f"{s.completed} ok", f"{s.failed} failed"]
+    counts += [f"{n} {k}" for k, n in (("cancelled", s.cancelled), ("dropped", s.dropped)) if n]
+    scheduled = s.scheduled
     head.add_row(Text("requests", style="bold"), ", ".join(counts) + (f" of {scheduled} scheduled" if scheduled else ""),
-                 f"in {s['duration_s']:.2f} s")
-    if s.get("target_rate"):
+                 f"in {s.duration_s:.2f} s")
+    if s.target_rate:
         head.add_row(Text("rate", style="bold"),
-                     f"achieved {_f(s.get('achieved_rate'), '.2f')} of target {s['target_rate']:.2f} req/s", "")
-    if s.get("slo"):
-        bounds = ", ".join(f"{k} <= {v:g}" for k, v in s["slo"].items())
-        att = s.get("slo_attainment")
+                     f"achieved {_f(s.achieved_rate, '.2f')} of target {s.target_rate:.2f} req/s", "")
+    if s.slo:
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in s.slo.items())
+        att = s.slo_attainment
         head.add_row(Text("SLO", style="bold"), f"{bounds}: " + ("–" if att is None else
                      f"{att:.1%} of the scheduled requests met every bound"), "")
-    if s.get("token_count_source"):
-        tok = f"tokens from {s['token_count_source']} usage" if s["token_count_source"] != "stream" else "tokens counted from the stream"
-        if s.get("usage_mismatches"):
-            tok += f" ({s['usage_mismatches']} requests where usage and stream disagree)"
-        if s.get("usage_implausible"):
-            tok += f" ({s['usage_implausible']} implausible usage reports set aside: counted from the stream)"
+    if s.token_count_source:
+        tok = f"tokens from {s.token_count_source} usage" if s.token_count_source != "stream" else "tokens counted from the stream"
+        if s.usage_mismatches:
+            tok += f" ({s.usage_mismatches} requests where usage and stream disagree)"
+        if s.usage_implausible:
+            tok += f" ({s.usage_implausible} implausible usage reports set aside: counted from the stream)"
         head.add_row(Text("tokens", style="bold"), tok, "")
-    if s.get("reasoning_requests"):
+    if s.reasoning_requests:
         head.add_row(Text("reasoning", style="bold"), reasoning_line(s), "")
     figures = [m for m in catalog.metrics("console", block=None) if not m.distribution]
     thr = make_table("Throughput", [(m.console_label or m.label, "num") for m in figures], title_justify="left")
@@ -75,26 +76,26 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
     rows = [(m.console_label or m.label, m.key) for m in catalog.metrics("console", block=None) if m.distribution]
     short: dict[str, int] = {}  # percentile -> the fewest samples of a row that could not show it
     for name, key in rows:
-        d = s.get(key) or {}
-        if not d.get("count"):
+        d = s.distribution(key)  # a figure this run did not have (ttfo_ms...) is empty
+        if not d.count:
             continue
-        lat.add_row(name, *(_f(d.get(k), ".2f") for k in catalog.CONSOLE_STATS))
+        lat.add_row(name, *(_f(d[k], ".2f") for k in catalog.CONSOLE_STATS))
         for k, need in MIN_SAMPLES.items():
-            if d.get(k) is None and d["count"] < need:
-                short[k] = min(short.get(k, d["count"]), d["count"])
+            if d[k] is None and d.count < need:
+                short[k] = min(short.get(k, d.count), d.count)
     parts: list[Any] = [head, Fit(thr, key_columns=0), Fit(lat)]
     if short:
         parts.append(Text("– " + "; ".join(f"{PERCENTILE_LABELS[k]} needs >= {MIN_SAMPLES[k]:,} samples ({n:,} here)"
                                             for k, n in sorted(short.items(), key=lambda kv: MIN_SAMPLES[kv[0]])),
                           style="dim"))
-    sm = s.get("server_metrics") or {}
+    sm = s.server_metrics or {}
     if sm:
         title = "Engine (simulated)" if src == "simulated" else "Server (scraped /metrics)"
         keys = catalog.metrics("console", block="server_metrics")
         srv = make_table(title, [(m.console_label or m.label, "num") for m in keys], title_justify="left")
         srv.add_row(*(m.ref().format(s, "n/a") for m in keys))
         parts.append(Fit(srv, key_columns=0))
-    g = s.get("gpu") or {}
+    g = s.gpu or {}
     if g and not g.get("available", True):
         parts.append(Text(f"GPU telemetry: unavailable ({g.get('reason')})", style="dim"))
     elif g:
@@ -105,30 +106,30 @@ def summary_table(s: dict[str, Any], title: str | None = None) -> Group:
         if isinstance(g.get("energy_per_output_token_j"), (int, float)):
             bits.append(f"{g['energy_per_output_token_j']:.3f} J/output token")
         parts.append(Text("GPU: " + (", ".join(bits) or "sampled"), style="cyan"))
-    if s.get("errors"):
+    if s.errors:
         parts.append(error_table(s))
     band = interval_line(s)
     if band is not None:
         parts.append(band)
     parts.extend(verdict_lines(s))
-    for a in s.get("alerts") or []:
+    for a in s.alerts:
         parts.append(Text(f"ALERT: {a.get('message') or a.get('alert', a)}", style="bold magenta"))
     return Group(*parts)
 
 
-def reasoning_line(s: dict[str, Any]) -> str:
+def reasoning_line(s: Summary) -> str:
     """How much the requests thought: thinking vs answer tokens (a reasoning run's summary keys)."""
-    return (f"{s['reasoning_requests']:,} of {s.get('completed', 0):,} requests thought: "
-            f"{_f(s.get('mean_reasoning_tokens'), ',.0f')} thinking + {_f(s.get('mean_answer_tokens'), ',.0f')} answer "
-            f"tokens per request ({s.get('total_reasoning_tokens', 0):,} + {s.get('total_answer_tokens', 0):,})")
+    return (f"{s.reasoning_requests or 0:,} of {s.completed:,} requests thought: "
+            f"{_f(s.mean_reasoning_tokens, ',.0f')} thinking + {_f(s.mean_answer_tokens, ',.0f')} answer "
+            f"tokens per request ({s.total_reasoning_tokens or 0:,} + {s.total_answer_tokens or 0:,})")
 
 
-def error_table(s: dict[str, Any]) -> Fit:
+def error_table(s: Summary) -> Fit:
     """Failed requests by class, with the HTTP status and the message most common in each."""
     t = make_table("Errors", [("class", "name"), ("count", "num"), ("status", "num"), ("most common message", "text")],
                    title_justify="left")
-    msgs = s.get("error_messages") or {}
-    for cls, n in sorted((s.get("errors") or {}).items(), key=lambda kv: -kv[1]):
+    msgs = s.error_messages
+    for cls, n in sorted(s.errors.items(), key=lambda kv: -kv[1]):
         msg = str(msgs.get(cls) or "")
         status = status_of(msg)
         t.add_row(safe_text(cls, "red"), str(n), "–" if status is None else str(status), safe_text(msg))
@@ -140,9 +141,9 @@ _BANDS = tuple((r.metric.key, r.label.removesuffix(" " + r.metric.unit), r.metri
                for r in catalog.banded())
 
 
-def interval_line(s: dict[str, Any]) -> Text | None:
+def interval_line(s: Summary) -> Text | None:
     """A simulated run's predicted figures with their 80% intervals ("TPOT p50 6.96 ms (5.29–8.36)")."""
-    pi = s.get("prediction_intervals") or {}
+    pi = s.prediction_intervals or {}
     bits = []
     for key, name, unit, fmt in _BANDS:
         iv = pi.get(key)
@@ -156,25 +157,25 @@ def interval_line(s: dict[str, Any]) -> Text | None:
     return Text("predicted, 80% intervals from the model's out-of-sample errors: " + " · ".join(bits), style="cyan")
 
 
-def verdict_lines(s: dict[str, Any]) -> list[Text]:
+def verdict_lines(s: Summary) -> list[Text]:
     """The verdict as the console shows it: valid or not, saturated or not, then each warning."""
     out: list[Text] = []
-    if s.get("valid"):
+    if s.valid:
         out.append(Text("valid: yes", style="green"))
     else:
-        out.append(Text("INVALID: " + "; ".join(s.get("invalid_reasons") or []), style="bold red"))
-    sat = s.get("saturation") or {}
-    if s.get("saturated"):
+        out.append(Text("INVALID: " + "; ".join(s.invalid_reasons), style="bold red"))
+    sat = s.saturation
+    if s.saturated:
         out.append(Text("SATURATED: the server could not keep up with the offered load: "
-                        + "; ".join(sat.get("evidence") or []) + ". Latency percentiles grow with the run's length "
+                        + "; ".join(sat.evidence) + ". Latency percentiles grow with the run's length "
                         "and describe no steady state; the throughput is the server's capacity.", style="bold red"))
-    elif s.get("saturated") is False and sat.get("offered_rate"):
-        out.append(Text(f"saturated: no (completed {_f(sat.get('completion_rate'), '.3g')} of "
-                        f"{_f(sat.get('offered_rate'), '.3g')} req/s offered; TTFT did not grow through the run)",
+    elif s.saturated is False and sat.offered_rate:
+        out.append(Text(f"saturated: no (completed {_f(sat.completion_rate, '.3g')} of "
+                        f"{_f(sat.offered_rate, '.3g')} req/s offered; TTFT did not grow through the run)",
                         style="green"))
-    elif s.get("saturated") is None and str(sat.get("basis", "")).startswith("not judged"):
-        out.append(Text(f"saturated: {sat['basis']}", style="dim"))
-    for w in s.get("warnings") or []:
+    elif s.saturated is None and sat.basis.startswith("not judged"):
+        out.append(Text(f"saturated: {sat.basis}", style="dim"))
+    for w in s.warnings:
         if not str(w).startswith("saturated:"):
             out.append(Text("warning: " + w, style="yellow"))
     return out

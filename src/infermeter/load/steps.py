@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.slo import SloJudge
 from infermeter.analysis.sustained import sustained_rate
 from infermeter.analysis.verdict import client_limited
@@ -67,13 +68,13 @@ class PlanResult:
     interrupted: bool = False
 
 
-MeasureStep = Callable[[int, Step], Awaitable[dict[str, Any]]]
+MeasureStep = Callable[[int, Step], Awaitable[Summary]]
 
 
-def step_entry(k: int, step: Step, summary: dict[str, Any], judge: SloJudge) -> dict[str, Any]:
-    """A step's summary plus the plan columns (its entry in ``steps``)."""
+def step_entry(k: int, step: Step, summary: Summary, judge: SloJudge) -> dict[str, Any]:
+    """A step's summary.json object plus the plan columns (its entry in ``steps``)."""
     ok, reasons = judge(summary)
-    entry = {**summary, "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
+    entry = {**summary.to_json(), "step": step.name, "offered_rate": step.offered_rate, "concurrency": step.concurrency,
              "meets_slo": ok, "slo_reasons": reasons, "step_dir": f"steps/{k}"}
     entry.pop("run_dir", None)
     entry["sustained_rps"], entry["sustained_basis"] = sustained_rate(entry)
@@ -102,7 +103,7 @@ class _Driver:
         self.retried = False
         self.findings: dict[str, Any] = {}
 
-    def feed(self, summary: dict[str, Any]) -> Step | None:
+    def feed(self, summary: Summary) -> Step | None:
         """The next step to run (possibly this one again), or None when the plan is done."""
         k = len(self.entries)
         entry = step_entry(k, self.step, summary, self.judge)
@@ -172,7 +173,7 @@ async def run_plan(plan: LoadPlan, measure_step: MeasureStep, judge: SloJudge,
     return PlanResult(d.entries, d.findings)
 
 
-def replay_plan(plan: LoadPlan, summaries: list[dict[str, Any]], judge: SloJudge) -> PlanResult:
+def replay_plan(plan: LoadPlan, summaries: list[Summary], judge: SloJudge) -> PlanResult:
     """The plan's result from step summaries already on disk (``infermeter summarize`` of a plan run);
     ``interrupted`` when the plan would have run more steps."""
     d = _Driver(plan, judge)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 from infermeter.measure.config import RunConfig
 from infermeter.twin.spec import TwinSpec
@@ -58,24 +59,24 @@ class Layout:
                 **{k: self.stat(k) for k in keys}}
 
 
-def _figures(s: dict[str, Any], pct: str) -> dict[str, Any]:
-    out: dict[str, Any] = {f"{k}_{pct}": (s.get(k) or {}).get(pct) for k in FIGS}
-    out["saturated"] = bool(s.get("saturated"))
-    sched = s.get("scheduled") or 0
-    bad = (s.get("failed") or 0) + (s.get("unfinished") or 0) + (s.get("cancelled") or 0)
+def _figures(s: Summary, pct: str) -> dict[str, Any]:
+    out: dict[str, Any] = {f"{k}_{pct}": s.distribution(k)[pct] for k in FIGS}
+    out["saturated"] = bool(s.saturated)
+    sched = s.scheduled
+    bad = s.failed + s.unfinished + s.cancelled
     out["error_rate"] = bad / sched if sched else 1.0
-    out["output_token_throughput"] = s.get("output_token_throughput")
-    kv = s.get("kv_transfer_ms")
-    if kv:
-        out[f"kv_transfer_ms_{pct}"] = kv.get(pct)
-    d = s.get("disaggregation")
+    out["output_token_throughput"] = s.output_token_throughput
+    kv = s.kv_transfer_ms
+    if kv is not None:
+        out[f"kv_transfer_ms_{pct}"] = kv[pct]
+    d = s.disaggregation
     if d:
         out["prefill_busy"] = d["prefill"].get("busy_fraction")
         out["decode_busy"] = d["decode"].get("busy_fraction")
         out["decode_waiting"] = d["decode"].get("num_requests_waiting_mean")
         out["prefill_waiting"] = d["prefill"].get("num_requests_waiting_mean")
     else:
-        out["busy"] = (s.get("server_metrics") or {}).get("busy_fraction")
+        out["busy"] = (s.server_metrics or {}).get("busy_fraction")
     return out
 
 
@@ -125,7 +126,7 @@ def _run(w: Workload, where: Path, gpu: str, disaggregate: str | None, seed: int
     spec = TwinSpec(model=w.model, gpu=gpu, **w.spec)
     plan = DisaggPlan(cfg, spec, disaggregate, token_times="off") if disaggregate else SimPlan(
         cfg, spec, token_times="off")
-    return _figures(plan.run().summary, _pct_key(w.percentile))
+    return _figures(Summary.from_json(plan.run().summary), _pct_key(w.percentile))
 
 
 def _judge(w: Workload, lay: Layout) -> None:

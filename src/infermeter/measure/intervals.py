@@ -11,7 +11,7 @@ run (queueing turns a small step-time error into an unbounded TTFT error), the t
 open loop the server kept up with (the offered load sets it), and every figure of a calibrated
 run whose batch went beyond the calibration's (``extrapolated``)::
 
-    pi = prediction_intervals(twin, summary)      # summary: the dict summary.json holds
+    pi = prediction_intervals(twin, summary)      # summary: the run's Summary
     pi["tpot_ms"]["lo"], pi["tpot_ms"]["hi"], pi["tpot_ms"]["basis"]
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from infermeter.analysis import catalog
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.uncertainty import METRIC_GROUPS, Regime, interval, regime_of
@@ -30,23 +31,21 @@ from infermeter.twin.deploy import Twin
 FIGURES = {r.metric.key: (r.stat, r.metric.key if r.stat else r.name) for r in catalog.banded()}
 
 
-def _value(summary: dict[str, Any], key: str, stat: str | None) -> float | None:
-    v = summary.get(key)
-    if stat is not None:
-        v = (v or {}).get(stat) if isinstance(v, dict) else None
+def _value(summary: Summary, key: str, stat: str | None) -> float | None:
+    v = summary.get(key) if stat is None else summary.distribution(key)[stat]
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def prediction_intervals(twin: Twin, summary: dict[str, Any]) -> dict[str, Any] | None:
+def prediction_intervals(twin: Twin, summary: Summary) -> dict[str, Any] | None:
     """See the module docstring; None when the run has none of the figures."""
-    mi = max(1, round(summary.get("mean_input_tokens") or 1))
-    mo = max(1, round(summary.get("mean_output_tokens") or 1))
-    sm = summary.get("server_metrics") or {}
+    mi = max(1, round(summary.mean_input_tokens or 1))
+    mo = max(1, round(summary.mean_output_tokens or 1))
+    sm = summary.server_metrics or {}
     batch = max(1, round(sm.get("num_requests_running_mean") or 1))
-    sat = summary.get("saturation") or {}
-    saturated = bool(sat.get("saturated"))
-    follows_load = sat.get("saturated") is False and bool(sat.get("offered_rate"))  # an open loop it kept up with
-    extrapolated = any((f or {}).get("code") == "extrapolated" for f in summary.get("findings") or [])
+    sat = summary.saturation
+    saturated = bool(sat.saturated)
+    follows_load = sat.saturated is False and bool(sat.offered_rate)  # an open loop it kept up with
+    extrapolated = any(f.code == "extrapolated" for f in summary.findings)
     d = twin.predictor if isinstance(twin.predictor, Deployment) else None
     out: dict[str, Any] = {}
     for key, (stat, metric) in FIGURES.items():

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.slo import SloJudge
 from infermeter.client.session import make_session
 from infermeter.errors import DataError, UserError
@@ -81,7 +82,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     store.write_json(run_dir / store.RUN, header)  # a killed plan can be summarized from its steps
     calibration: dict[str, Any] = {}
 
-    async def measure_step(k: int, step: Step) -> dict[str, Any]:
+    async def measure_step(k: int, step: Step) -> Summary:
         child = Measurement(step_config(cfg, step, k, run_dir, label), notify=m.notify, launch=m.launch)
         child.in_plan = True
         m._active = child
@@ -104,7 +105,7 @@ async def measure_plan(m: Measurement, url: str, embedded: bool) -> RunResult:
     summary = _write(run_dir, run, result, judge, plan)
     if cfg.history:
         m._index(run_dir)
-    return RunResult(run_dir=run_dir, summary=summary, run=run)
+    return RunResult(run_dir=run_dir, summary=Summary.from_json(summary), summary_json=summary, run=run)
 
 
 def plan_judge(cfg: RunConfig) -> SloJudge:
@@ -140,6 +141,7 @@ def summarize_plan(run_dir: Path, summarize_step: Any) -> dict[str, Any]:
         raise DataError(f"{run_dir}: has steps/ but run.json's config is not a sweep or find-max")
     ks = sorted(int(p.name) for p in (run_dir / "steps").iterdir() if p.name.isdigit() and any(
         (p / f).exists() for f in (store.SUMMARY, store.JOURNAL, store.PARQUET, "workers", "parts")))
-    result = replay_plan(plan, [summarize_step(run_dir / "steps" / str(k)) for k in ks], plan_judge(cfg))
+    result = replay_plan(plan, [Summary.from_json(summarize_step(run_dir / "steps" / str(k))) for k in ks],
+                         plan_judge(cfg))
     run["load"] = _plan_load(plan, len(result.entries))
     return _write(run_dir, run, result, plan_judge(cfg), plan)

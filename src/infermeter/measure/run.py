@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from functools import partial
@@ -34,6 +34,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict
 
 from infermeter.analysis.accumulator import Accumulator, build_summary
+from infermeter.analysis.results import Summary
 from infermeter.analysis.verdict import scrape_findings
 from infermeter.client.errors import auth_hint
 from infermeter.client.openai import ClientConfig
@@ -70,9 +71,13 @@ if TYPE_CHECKING:  # annotations only: _start_scraper imports it where it runs, 
 
 
 class RunResult(BaseModel):
+    """What a run left: its directory, its validated ``summary``, and ``summary_json``, the object
+    summary.json holds as written (key order too: ``run --json`` prints it), and its ``run.json``."""
+
     model_config = ConfigDict(arbitrary_types_allowed=True)
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
+    summary_json: dict[str, Any]
     run: dict[str, Any]
 
 
@@ -218,14 +223,15 @@ class Measurement:
             summary = build_summary(self._collect(run_dir, run, n), run=run).to_json()
         summary["run_dir"] = str(run_dir)
         summary.setdefault("warnings", []).extend(w for w in few if w not in summary.get("warnings", []))
-        warm = warm_cache_warning(summary, self.workload.describe(), cfg.prompt_salt)
+        warm = warm_cache_warning(summary.get("server_metrics"), self.workload.describe(), cfg.prompt_salt)
         if warm:
             summary.setdefault("warnings", []).append(warm)
             self.notify(warm)
         if gpu is not None:
             summary["gpu"] = run["gpu"] = gpu.summary(output_tokens=summary.get("total_output_tokens") or 0)
         if cfg.alerts:
-            apply_alerts(cfg.alerts, run_dir, run, summary, scraper)
+            summary["alerts"], notes = alert_results(cfg.alerts, run_dir, run, Summary.from_json(summary), scraper)
+            summary.setdefault("warnings", []).extend(notes)
         if self.write_failure:
             summary.setdefault("warnings", []).append(
                 f"write_failed: the run stopped when records could not be written ({self.write_failure['error']}); "
@@ -252,7 +258,7 @@ class Measurement:
                             f"{summary['failed']} failed requests recorded in {run_dir})")
         if cfg.history:
             self._index(run_dir)
-        return RunResult(run_dir=run_dir, summary=summary, run=run)
+        return RunResult(run_dir=run_dir, summary=Summary.from_json(summary), summary_json=summary, run=run)
 
     def _index(self, run_dir: Path) -> None:
         """Add the run to the history database; a missing DuckDB or a locked file only warns."""
@@ -393,10 +399,12 @@ class Measurement:
 WARM_CACHE_HIT_RATE = 0.10  # a workload that shares no prefixes should see (almost) no prefix-cache hits
 
 
-def warm_cache_warning(summary: dict[str, Any], workload: dict[str, Any], prompt_salt: int | None) -> str | None:
-    """A warning when the server's prefix-cache hit rate is high on a workload that shares no prefixes:
-    the cache held these prompts before the run (an earlier run with the same seed and salt)."""
-    hit = (summary.get("server_metrics") or {}).get("prefix_cache_hit_rate")
+def warm_cache_warning(server_metrics: Mapping[str, Any] | None, workload: dict[str, Any],
+                       prompt_salt: int | None) -> str | None:
+    """A warning when the server's prefix-cache hit rate (of the summary's ``server_metrics``) is high on a
+    workload that shares no prefixes: the cache held these prompts before the run (an earlier run with the
+    same seed and salt)."""
+    hit = (server_metrics or {}).get("prefix_cache_hit_rate")
     if workload.get("shares_prefixes") is not False or not isinstance(hit, (int, float)) or hit <= WARM_CACHE_HIT_RATE:
         return None
     why = ("the same --seed with --prompt-salt 0 sends the same text every run" if not prompt_salt else
@@ -407,44 +415,45 @@ def warm_cache_warning(summary: dict[str, Any], workload: dict[str, Any], prompt
             "unset for new text each run")
 
 
-def apply_alerts(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: dict[str, Any],
-                 scraper: Any = None) -> None:
-    """Evaluate ``--alert`` rules on the run and on its time windows; results go into ``summary``.
+def alert_results(alerts: tuple[str, ...] | list[str], run_dir: Path, run: dict[str, Any], summary: Summary,
+                  scraper: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """``--alert`` rules evaluated on the run and on its time windows: (the summary's ``alerts``, warnings
+    to add to its ``warnings``).
 
     A failure to build the windows only costs the windowed checks (a warning), never the summary."""
     alerts = tuple(alerts)
-    windows = summary.get("windows", {}).get("series") if isinstance(summary.get("windows"), dict) else None
+    notes: list[str] = []
+    windows = None if summary.windows is None else [w.model_dump(mode="json") for w in summary.windows.series]
     if windows is None:
         try:
-            windows = _alert_windows(run_dir, run, summary)
+            windows = _alert_windows(run_dir, run, summary.duration_s)
         except Exception as exc:  # noqa: BLE001 - the whole-run checks below still hold
-            summary.setdefault("warnings", []).append(f"alerts: no windowed checks ({type(exc).__name__}: {exc})")
+            notes.append(f"alerts: no windowed checks ({type(exc).__name__}: {exc})")
             windows = []
     for w in windows:
         if scraper is not None and "server_metrics" not in w:
             w["server_metrics"] = scraper.window(w["start_s"], w["end_s"])
     if len(windows) == 1:
         windows = []  # one window is the whole run: do not report each alert twice
-    summary["alerts"] = _evaluate_alerts(alerts, summary, windows)
-    summary.setdefault("warnings", []).extend(_unmeasured_alerts(alerts, summary))
+    return _evaluate_alerts(alerts, summary, windows), notes + _unmeasured_alerts(alerts, summary)
 
 
-def _evaluate_alerts(alerts: tuple[str, ...], summary: dict[str, Any], windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _evaluate_alerts(alerts: tuple[str, ...], summary: Summary, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 
     return evaluate_alerts([parse_alert(a) for a in alerts], summary, windows)
 
 
-def _unmeasured_alerts(alerts: tuple[str, ...], summary: dict[str, Any]) -> list[str]:
+def _unmeasured_alerts(alerts: tuple[str, ...], summary: Summary) -> list[str]:
     from infermeter.analysis.alerts import parse_alert, unavailable_alerts
 
     return [f"alert {a!r} cannot fire: its metric was not measured"
             for a in unavailable_alerts([parse_alert(a) for a in alerts], summary)]
 
 
-def _alert_windows(run_dir: Path, run: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _alert_windows(run_dir: Path, run: dict[str, Any], duration_s: float) -> list[dict[str, Any]]:
     """Windows of a finished run for windowed alerts: about 20 of them, at least 10 s each."""
-    window_s = max(10.0, float(summary.get("duration_s") or 0.0) / 20)
+    window_s = max(10.0, float(duration_s or 0.0) / 20)
     agg = Accumulator(window_s=window_s, slo=run.get("slo") or None)
     agg.add(store.load_table(run_dir))
     return [w.model_dump(mode="json") for w in agg.windows()]
@@ -474,6 +483,7 @@ def summarize_dir(run_dir: Path) -> dict[str, Any]:
     summary["run_dir"] = str(run_dir)
     alerts = (run.get("config") or {}).get("alerts") or []
     if alerts:
-        apply_alerts(alerts, run_dir, run, summary)
+        summary["alerts"], notes = alert_results(alerts, run_dir, run, Summary.from_json(summary))
+        summary.setdefault("warnings", []).extend(notes)
     store.write_json(run_dir / store.SUMMARY, summary)
     return summary

@@ -213,9 +213,10 @@ def finish_run(out_dir: Path, run: dict[str, Any], writer: RecordWriter, stats: 
     run["runtime"] = {"wall_s": wall, "virtual_s": loop.end, "records": writer.rows, "peak_rss_mib": rss,
                       "steps": sum(int(s["steps"]) for s in stats), "cancelled": loop.cancelled, **(runtime or {})}
     run.update(summary_extra or {})  # the accumulator's summary carries them (as every later summary of the run)
-    summary = writer.accumulator.summary(run).to_json()
+    model = writer.accumulator.summary(run)
+    summary = model.to_json()
     if twin is not None:  # kept in run.json, so that every summary of these records carries the same bands
-        run["prediction_intervals"] = summary["prediction_intervals"] = prediction_intervals(twin, summary)
+        run["prediction_intervals"] = summary["prediction_intervals"] = prediction_intervals(twin, model)
     summary["run_dir"] = str(out_dir)
     store.write_json(out_dir / store.RUN, run)
     store.write_json(out_dir / store.SUMMARY, summary)

@@ -102,7 +102,7 @@ def aggregate_run(run: RunDir, max_points: int = 600) -> RunAggregates:
             if d is not None:
                 dists[key] = d
         horizon = np.nanmax(np.concatenate([metrics.ended_at, metrics.sent_at, [0.0]]))
-        duration = float(run.summary.get("duration_s") or 0.0)
+        duration = float(run.summary.duration_s or 0.0)
         # about 20 requests per window on average, between 20 and 150 windows
         grid = window_grid(max(horizon, duration, 1e-3), target_windows=int(min(150, max(20, n / 20))))
         window = float(grid[1] - grid[0])

@@ -65,7 +65,7 @@ class ReportFiles:
 def _headline(runs: list[RunDir], leaves: list[RunDir]) -> list[str]:
     measured = sum(1 for r in leaves if r.source == "measured")
     emulated = sum(1 for r in leaves if r.source == "emulated")
-    invalid = [r.label for r in leaves if not r.summary.get("valid", True)]
+    invalid = [r.label for r in leaves if not r.summary.valid]
     sweeps = sum(1 for r in runs if r.steps)
     line = (f"{len(leaves)} run(s): {measured} measured, " + (f"{emulated} emulated (infermeter's twin behind HTTP), "
                                                               if emulated else "")

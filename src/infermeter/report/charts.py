@@ -32,7 +32,7 @@ def _dashed(r: RunDir) -> bool:
 
 def _slo_limit(runs: list[RunDir], key: str) -> float | None:
     """The SLO limit ``key`` (e.g. ``ttft_ms``) shared by the runs that set one (None when none or they differ)."""
-    limits = {float(v) for r in runs for v in [((r.run.get("slo") or r.summary.get("slo") or {}) or {}).get(key)]
+    limits = {float(v) for r in runs for v in [((r.run.get("slo") or r.summary.slo or {}) or {}).get(key)]
               if isinstance(v, (int, float))}
     return limits.pop() if len(limits) == 1 else None
 
@@ -91,13 +91,13 @@ def load_charts(runs: list[RunDir], colors: Colors | None = None) -> list[dict[s
         # points follow the load, so a saturated sweep bends back instead of zigzagging
         s = sorted((m.summary for m in members), key=lambda x: load_x(x) or 0.0)
         load = [load_x(x) for x in s]
-        out_tps = [x.get("output_token_throughput") for x in s]
+        out_tps = [x.output_token_throughput for x in s]
         c = colors[name]
         thr["output tokens/s"].append(line(name, load, out_tps, c, dashed=dashed, markers=True))
-        thr["requests/s"].append(line(name, load, [x.get("request_throughput") for x in s], c, dashed=dashed,
+        thr["requests/s"].append(line(name, load, [x.request_throughput for x in s], c, dashed=dashed,
                                       markers=True))
         for view, key in (("TTFT p95", "ttft_ms"), ("TPOT p95", "tpot_ms"), ("E2E p95", "e2e_ms")):
-            lat[view].append(line(name, out_tps, [(x.get(key) or {}).get("p95") for x in s], c, dashed=dashed,
+            lat[view].append(line(name, out_tps, [x.distribution(key).p95 for x in s], c, dashed=dashed,
                                   markers=True))
     every = [leaf for r in runs for leaf in r.leaves()]
     out = []

@@ -119,12 +119,12 @@ def _row(r: RunDir, now: dt.datetime) -> dict[str, Any]:
         "requests_path": str(r.requests_path.resolve()) if r.requests_path else None,
         "sweep": str(r.path.parent.parent.resolve()) if r.parent else None, "step": r.name if r.parent else None,
         "label": r.label, "source": r.source, "model": r.model, "hardware": r.hardware, "profile": r.profile,
-        "started_at": _started(r), "indexed_at": now, "valid": bool(s.get("valid", True)),
+        "started_at": _started(r), "indexed_at": now, "valid": s.valid,
     }
     for ref in FIGURES:
         v = ref.value(s)
         row[ref.column] = int(v) if v is not None and _sql_type(ref) == "BIGINT" else v
-    row["summary"] = json.dumps(redact_obj(s))  # a run written before redaction, or edited, brings no secret in
+    row["summary"] = json.dumps(redact_obj(s.to_json()))  # a run written before redaction, or edited, brings no secret in
     row["run"] = json.dumps(redact_obj(r.run))
     return row
 

@@ -93,8 +93,8 @@ def summary_rows(leaves: list[RunDir], costs: list[RunCost]) -> list[dict[str, A
         s = r.summary
         row: dict[str, Any] = {
             "label": r.label, "path": str(r.path), "source": r.source, "model": r.model, "hardware": r.hardware,
-            "profile": r.profile, "sweep": r.parent, "started_at": r.started_at, "valid": s.get("valid"),
-            "invalid_reasons": "; ".join(str(x) for x in s.get("invalid_reasons") or []),
+            "profile": r.profile, "sweep": r.parent, "started_at": r.started_at, "valid": s.valid,
+            "invalid_reasons": "; ".join(str(x) for x in s.invalid_reasons),
         }
         row.update({c.name: c.ref.raw(s) for c in CSV_COLUMNS})
         c = by_run.get(id(r))

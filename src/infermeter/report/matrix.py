@@ -38,14 +38,14 @@ class MatrixMetric:
 
 
 def _p95(key: str) -> Callable[[RunDir, RunCost | None], float | None]:
-    return lambda r, c: (r.summary.get(key) or {}).get("p95")
+    return lambda r, c: r.summary.distribution(key).p95
 
 
 MATRIX_METRICS = [
-    MatrixMetric("throughput", "Output tokens/s", True, lambda r, c: r.summary.get("output_token_throughput"), Cell.num),
+    MatrixMetric("throughput", "Output tokens/s", True, lambda r, c: r.summary.output_token_throughput, Cell.num),
     MatrixMetric("ttft_p95", "TTFT p95 (ms)", False, _p95("ttft_ms"), Cell.num, steady=True),
     MatrixMetric("tpot_p95", "TPOT p95 (ms)", False, _p95("tpot_ms"), Cell.num, steady=True),
-    MatrixMetric("error_rate", "Error rate", False, lambda r, c: r.summary.get("error_rate"), Cell.pct),
+    MatrixMetric("error_rate", "Error rate", False, lambda r, c: r.summary.error_rate, Cell.pct),
     MatrixMetric("usd_per_1m", "$ per 1M output tokens", False, lambda r, c: c.usd_per_1m_output if c else None, Cell.usd),
 ]
 
@@ -54,8 +54,8 @@ def representative(run: RunDir) -> RunDir:
     """The run itself, or for a sweep its best valid step (see the module docstring)."""
     if not run.steps:
         return run
-    valid = [s for s in run.steps if s.summary.get("valid", True)] or list(run.steps)
-    return max(valid, key=lambda s: s.summary.get("output_token_throughput") or 0.0)
+    valid = [s for s in run.steps if s.summary.valid] or list(run.steps)
+    return max(valid, key=lambda s: s.summary.output_token_throughput or 0.0)
 
 
 def _config_name(r: RunDir, one_model: bool) -> str:
@@ -105,14 +105,14 @@ def matrix_tables(runs: list[RunDir], costs: list[RunCost]) -> list[Table]:
                     row.append(Cell.text(None))
                     ok_row.append(False)
                     continue
-                is_valid = bool(r.summary.get("valid", True))
+                is_valid = r.summary.valid
                 c = m.cell(m.value(r, cost_of.get(id(r))))
                 simulated = r.source != "measured"
                 tag = {"emulated": " (emul.)", "measured": ""}.get(r.source, " (sim.)")
                 suffix = (" (invalid)" if not is_valid else "") + tag
                 flag = "invalid" if not is_valid else ("simulated" if simulated else None)
                 row.append(Cell(c.display + suffix, c.value, flag=flag))
-                ok_row.append(is_valid and not (m.steady and r.summary.get("saturated")))
+                ok_row.append(is_valid and not (m.steady and bool(r.summary.saturated)))
             grid.append(row)
             valid.append(ok_row)
         for j in range(1, len(col_names) + 1):

@@ -81,8 +81,8 @@ def price_runs(runs: list[RunDir], options: Any | None = None, today: dt.date | 
             continue
         try:
             res = cost_for_throughput(
-                r.hardware, float(s.get("output_token_throughput") or 0.0), float(s.get("input_token_throughput") or 0.0),
-                float(s.get("request_throughput") or 0.0), options=options, catalog=catalog, source=r.source,
+                r.hardware, float(s.output_token_throughput or 0.0), float(s.input_token_throughput or 0.0),
+                float(s.request_throughput or 0.0), options=options, catalog=catalog, source=r.source,
                 label=r.label, model=r.model, profile=r.profile, today=today,
             )
         except UserError as exc:
@@ -107,7 +107,7 @@ def break_even(costs: list[RunCost], api_usd_per_1m: float | None) -> list[Break
     for c in costs:
         if c.result is None:
             continue
-        tps = float(c.run.summary.get("output_token_throughput") or 0.0)
+        tps = float(c.run.summary.output_token_throughput or 0.0)
         if tps <= 0:
             continue
         month_h = c.result.usd_per_month / c.result.usd_per_hour if c.result.usd_per_hour else 720.0

@@ -61,7 +61,7 @@ class RunDir:
     """One result directory: its metadata, summary and (for sweeps) steps."""
 
     path: Path
-    summary: dict[str, Any]
+    summary: Summary  # the validated summary.json (older schemas upgraded); ``summary.to_json()`` is what it holds
     run: dict[str, Any] = field(default_factory=dict)
     steps: tuple[RunDir, ...] = ()
     parent: str | None = None  # label of the sweep this run is a step of
@@ -123,7 +123,7 @@ class RunDir:
 
     @property
     def started_at(self) -> str | None:
-        value = self.run.get("started_at") or self.summary.get("started_at")
+        value = self.run.get("started_at") or self.summary.get("started_at")  # an older file's own key
         return None if value is None else str(value)
 
     @property
@@ -163,7 +163,7 @@ def load_run_dir(path: str | Path, parent: str | None = None, alias: str | None 
         raise DataError(f"{p}: not a result directory (expected a folder with summary.json)")
     if not (p / "summary.json").is_file():
         raise DataError(f"{p}: no summary.json; is this an infermeter result directory?")
-    summary = Summary.from_json(read_json(p / "summary.json"), str(p / "summary.json")).to_json()
+    summary = Summary.from_json(read_json(p / "summary.json"), str(p / "summary.json"))
     run = read_json(p / "run.json") if (p / "run.json").is_file() else {}
     head = RunDir(path=p, summary=summary, run=run, parent=parent, alias=alias)
     steps_dir = p / "steps"
@@ -197,8 +197,8 @@ def load_for_compare(path: str | Path, role: str) -> tuple[RunDir, Any]:
         raise DataError(f"{role} {path}: a sweep; compare one step with another, e.g. {path}/steps/0")
     if run.requests_path is None:
         raise DataError(f"{role} {path}: no requests.parquet; compare needs the per-request records")
-    duration = run.summary.get("duration_s")
-    if not isinstance(duration, (int, float)) or duration <= 0:
+    duration = run.summary.duration_s
+    if duration <= 0:
         raise DataError(f"{role} {path}/summary.json: duration_s is {duration!r}; expected a positive number")
     try:
         table = pq.read_table(run.requests_path, columns=list(READ_COLUMNS))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.analysis import catalog
-from infermeter.analysis.results import PERCENTILE_LABELS
+from infermeter.analysis.results import PERCENTILE_LABELS, Summary
 from infermeter.report.definitions import DEFINITIONS
 from infermeter.report.pricing import RunCost
 from infermeter.report.rundir import RunDir
@@ -36,7 +36,7 @@ RATES = [m for m in catalog.metrics("report", block=None) if not m.distribution 
 
 
 def run_cell(r: RunDir) -> Cell:
-    return Cell.text(r.label, flag=None if r.summary.get("valid", True) else "invalid")
+    return Cell.text(r.label, flag=None if r.summary.valid else "invalid")
 
 
 def source_cell(r: RunDir) -> Cell:
@@ -44,25 +44,24 @@ def source_cell(r: RunDir) -> Cell:
     return Cell.text(text, flag="simulated" if r.source != "measured" else None)
 
 
-def verdict_text(s: dict[str, Any]) -> str:
-    if s.get("valid", True):
+def verdict_text(s: Summary) -> str:
+    if s.valid:
         return "valid"
-    reasons = s.get("invalid_reasons") or []
+    reasons = s.invalid_reasons
     return "INVALID" + (": " + "; ".join(str(x) for x in reasons) if reasons else "")
 
 
-def offered_load(s: dict[str, Any]) -> float | None:
+def offered_load(s: Summary) -> float | None:
     """Target rate of an open-loop run (req/s); None for a closed loop, which offers no rate of its own (its
     clients send as fast as the server answers)."""
-    v = s.get("target_rate")
-    return float(v) if isinstance(v, (int, float)) else None
+    return None if s.target_rate is None else float(s.target_rate)
 
 
-def load_x(s: dict[str, Any]) -> float | None:
+def load_x(s: Summary) -> float | None:
     """Where a run sits on a load axis (req/s): its offered rate when open-loop, else the rate it achieved
     (completed requests/s; a closed loop's send rate can be any number, e.g. every request sent at its start)."""
     v = offered_load(s)
-    return v if v is not None else s.get("request_throughput")
+    return v if v is not None else s.request_throughput
 
 
 def runs_table(leaves: list[RunDir]) -> Table:
@@ -71,9 +70,9 @@ def runs_table(leaves: list[RunDir]) -> Table:
         s = r.summary
         rows.append([
             run_cell(r), source_cell(r), Cell.text(r.model), Cell.text(r.hardware), Cell.text(r.profile),
-            Cell.text(s.get("load")), Cell.num(s.get("completed")), Cell.num(s.get("failed")),
-            Cell.num(s.get("dropped")), Cell.num(s.get("duration_s")),
-            Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+            Cell.text(s.load), Cell.num(s.completed), Cell.num(s.failed),
+            Cell.num(s.dropped), Cell.num(s.duration_s),
+            Cell.text(verdict_text(s), flag=None if s.valid else "invalid"),
         ])
     cols = ["run", "source", "model", "hardware", "profile", "load", "completed", "failed", "dropped",
             "duration (s)", "verdict"]
@@ -95,10 +94,10 @@ def latency_tables(leaves: list[RunDir]) -> list[Table]:
     for key, name in LATENCY_METRICS:
         rows = []
         for r in leaves:
-            d = r.summary.get(key) or {}
-            if not d or not d.get("count", 1):
+            d = r.summary.distribution(key)  # a figure the run did not have (ttfo_ms...) is empty
+            if not d.count:
                 continue
-            rows.append([run_cell(r)] + [Cell.num(d.get(k)) for k, _ in LATENCY_STATS])
+            rows.append([run_cell(r)] + [Cell.num(d[k]) for k, _ in LATENCY_STATS])
         if rows:
             out.append(Table(f"latency_{key}", f"Latency: {name} (ms)", ["run"] + [c for _, c in LATENCY_STATS], rows))
     return out
@@ -108,16 +107,15 @@ def validity_table(leaves: list[RunDir]) -> Table:
     rows = []
     for r in leaves:
         s = r.summary
-        lag = (s.get("schedule_lag_ms") or {}).get("p99")
-        notes = [str(x) for x in (s.get("warnings") or [])] + [str(a) if not isinstance(a, dict) else
-                                                             str(a.get("message") or a) for a in (s.get("alerts") or [])]
-        tokens = s.get("token_count_source")
-        if s.get("usage_mismatches"):
-            tokens = f"{tokens} ({s['usage_mismatches']} usage mismatches)"
-        if s.get("usage_implausible"):
-            tokens = f"{tokens} ({s['usage_implausible']} implausible usage set aside)"
+        lag = s.schedule_lag_ms.p99
+        notes = [str(x) for x in s.warnings] + [str(a.get("message") or a) for a in s.alerts]
+        tokens = s.token_count_source
+        if s.usage_mismatches:
+            tokens = f"{tokens} ({s.usage_mismatches} usage mismatches)"
+        if s.usage_implausible:
+            tokens = f"{tokens} ({s.usage_implausible} implausible usage set aside)"
         rows.append([
-            run_cell(r), Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+            run_cell(r), Cell.text(verdict_text(s), flag=None if s.valid else "invalid"),
             Cell.num(lag), Cell.text(tokens), Cell.text("; ".join(notes)),
         ])
     return Table("validity", "Validity", ["run", "verdict", "schedule lag p99 (ms)", "token counts", "warnings and alerts"],
@@ -127,8 +125,8 @@ def validity_table(leaves: list[RunDir]) -> Table:
 def server_table(leaves: list[RunDir]) -> Table | None:
     rows = []
     for r in leaves:
-        sm = r.summary.get("server_metrics")
-        if not isinstance(sm, dict) or all(sm.get(k) is None for k, _, _ in SERVER_KEYS):
+        sm = r.summary.server_metrics
+        if sm is None or all(sm.get(k) is None for k, _, _ in SERVER_KEYS):
             continue  # no server metrics, or none the server exposed
         cells = [Cell.pct(sm.get(k)) if kind == "pct" else Cell.num(sm.get(k)) for k, _, kind in SERVER_KEYS]
         rows.append([run_cell(r)] + cells)
@@ -139,7 +137,7 @@ def server_table(leaves: list[RunDir]) -> Table | None:
 
 
 def gpu_table(leaves: list[RunDir]) -> Table | None:
-    blocks: list[tuple[RunDir, dict[str, Any]]] = [(r, r.summary["gpu"]) for r in leaves if isinstance(r.summary.get("gpu"), dict)]
+    blocks: list[tuple[RunDir, dict[str, Any]]] = [(r, r.summary.gpu) for r in leaves if r.summary.gpu is not None]
     keys: list[str] = []
     for _, g in blocks:
         keys.extend(k for k, v in g.items() if k not in keys and isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -156,7 +154,7 @@ def interval_table(leaves: list[RunDir]) -> Table | None:
     """Simulated runs' predicted figures with their 80% prediction intervals (summary ``prediction_intervals``)."""
     rows = []
     for r in leaves:
-        pi = r.summary.get("prediction_intervals") or {}
+        pi = r.summary.prediction_intervals or {}
         if not pi:
             continue
         row = [run_cell(r)]
@@ -183,7 +181,7 @@ def run_tables(leaves: list[RunDir]) -> list[Table]:
 
 def sweep_table(sweep: RunDir) -> Table:
     meets = {}
-    for entry in sweep.summary.get("steps") or []:
+    for entry in sweep.summary.get("steps") or []:  # a plan's own section (load/steps.plan_summary)
         if isinstance(entry, dict) and entry.get("step_dir"):
             meets[Path(str(entry["step_dir"])).name] = entry.get("meets_slo")
     rows = []
@@ -191,12 +189,12 @@ def sweep_table(sweep: RunDir) -> Table:
         s = st.summary
         m = meets.get(st.name)
         rows.append([
-            Cell.text(st.name), Cell.num(offered_load(s)), Cell.num(s.get("achieved_rate")),
-            Cell.num(s.get("request_throughput")), Cell.num(s.get("output_token_throughput")),
-            Cell.num((s.get("ttft_ms") or {}).get("p95")), Cell.num((s.get("tpot_ms") or {}).get("p95")),
-            Cell.num((s.get("e2e_ms") or {}).get("p95")), Cell.pct(s.get("error_rate")),
+            Cell.text(st.name), Cell.num(offered_load(s)), Cell.num(s.achieved_rate),
+            Cell.num(s.request_throughput), Cell.num(s.output_token_throughput),
+            Cell.num(s.ttft_ms.p95), Cell.num(s.tpot_ms.p95),
+            Cell.num(s.e2e_ms.p95), Cell.pct(s.error_rate),
             Cell.text("–" if m is None else ("yes" if m else "no"), flag=None if m is not False else "invalid"),
-            Cell.text(verdict_text(s), flag=None if s.get("valid", True) else "invalid"),
+            Cell.text(verdict_text(s), flag=None if s.valid else "invalid"),
         ])
     cols = ["step", "offered load (req/s)", "achieved (req/s)", "req/s", "output tok/s", "TTFT p95 (ms)",
             "TPOT p95 (ms)", "E2E p95 (ms)", "error rate", "meets SLO", "verdict"]
@@ -205,7 +203,7 @@ def sweep_table(sweep: RunDir) -> Table:
     if isinstance(cap, dict) and cap.get("dimension"):
         dim = str(cap["dimension"])
         value = cap.get(dim)
-        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in (sweep.summary.get("slo") or {}).items()) or "the SLO"
+        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in (sweep.summary.slo or {}).items()) or "the SLO"
         if value is None:
             note = f"Capacity: no step met {slo} ({cap.get('note', '')})."
         else:
@@ -222,7 +220,7 @@ def cost_table(costs: list[RunCost]) -> Table:
     for c in costs:
         s = c.run.summary
         rows.append([
-            run_cell(c.run), Cell.text(c.run.hardware), source_cell(c.run), Cell.num(s.get("output_token_throughput")),
+            run_cell(c.run), Cell.text(c.run.hardware), source_cell(c.run), Cell.num(s.output_token_throughput),
             Cell.usd(c.usd_per_hour), Cell.usd(c.usd_per_1m_output), Cell.usd(c.usd_per_1m_total),
             Cell.text(c.reason or (f"{c.result.price.provider} {c.result.price.instance}" if c.result else None)),
         ])

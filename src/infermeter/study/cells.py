@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.verdict import client_limited
 from infermeter.records import store
 from infermeter.records.header import RunHeader
@@ -94,15 +95,15 @@ def unavailable_cell(conf: Configuration, profile: str, source: str, why: str, m
                       errors={}, tokens={}, unavailable=why)
 
 
-def _pcts(summary: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    return {k: {p: (summary.get(k) or {}).get(p) for p in ("p50", "p90", "p95", "p99")} for k in LATENCIES}
+def _pcts(summary: Summary) -> dict[str, dict[str, float | None]]:
+    return {k: {p: summary.distribution(k)[p] for p in ("p50", "p90", "p95", "p99")} for k in LATENCIES}
 
 
 def _rates_block(o: StepOutcome) -> dict[str, Any]:
     return {**o.rates(), "step": o.spec.k, "describe": o.spec.describe(), "kind": o.spec.kind,
             "concurrency": o.spec.concurrency, "offered_rate": o.offered_rate, "fraction": o.spec.fraction,
             "method": o.throughput.method if o.throughput else "whole run",
-            "window_s": o.throughput.window_s if o.throughput else o.summary.get("duration_s")}
+            "window_s": o.throughput.window_s if o.throughput else o.summary.duration_s}
 
 
 def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome], search: dict[str, Any]) -> dict[str, Any]:
@@ -138,24 +139,23 @@ def summarize_cell(conf: Configuration, profile: str, source: str, run_dir: Path
         latency["capacity"] = _pcts(cap.summary)
     if sync is not None:
         latency["unloaded"] = _pcts(sync.summary)
-    server_metrics = sat.summary.get("server_metrics")
-    sm: dict[str, Any] = server_metrics if isinstance(server_metrics, dict) else {}
+    sm: dict[str, Any] = sat.summary.server_metrics or {}
     by_class: dict[str, int] = {}
     completed = failed = 0
     for o in outcomes:
-        completed += int(o.summary.get("completed") or 0)
-        failed += int(o.summary.get("failed") or 0)
-        for cls, n in (o.summary.get("errors") or {}).items():
+        completed += o.summary.completed
+        failed += o.summary.failed
+        for cls, n in o.summary.errors.items():
             by_class[cls] = by_class.get(cls, 0) + int(n)
-    errors = {"error_rate_saturation": sat.summary.get("error_rate"),
+    errors = {"error_rate_saturation": sat.summary.error_rate,
               "error_rate_all": failed / (completed + failed) if completed + failed else None,
               "completed": completed, "failed": failed, "by_class": by_class}
     return CellResult(
         config=conf.label, hardware=conf.config, profile=profile, source=source,
-        model=sat.summary.get("model"), run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
+        model=sat.summary.model, run_dir=str(run_dir), steps=[o.to_json() for o in outcomes],
         saturation=_rates_block(sat), capacity=_capacity_block(cap, loads, search) if cap is not None else None,
         latency=latency, server={k: sm.get(k) for k in SERVER_KEYS}, errors=errors,
-        tokens={"mean_input": sat.summary.get("mean_input_tokens"), "mean_output": sat.summary.get("mean_output_tokens")},
+        tokens={"mean_input": sat.summary.mean_input_tokens, "mean_output": sat.summary.mean_output_tokens},
         target=target, capacity_search=search, notes=list(notes or []))
 
 

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from infermeter.analysis.alerts import evaluate_alerts, parse_alert
 from infermeter.analysis.capacity import replicas_needed
 from infermeter.analysis.metrics import col
+from infermeter.analysis.results import Summary
 from infermeter.analysis.sketch import LogHistogram
 from infermeter.perfmodel.configspec import parse_config
 from infermeter.records import store
@@ -227,7 +228,7 @@ def _simulate(study: StudyConfig, conf: Configuration, fleet: str, rate: float, 
     res = plan.run(progress=plan.eta(say))
     windows = soak_windows(run_dir / store.PARQUET, min(soak.window_s, duration_s), duration_s, study.slo,
                            soak.objective, soak.timeout_s)
-    whole = {**res.summary, "error_rate": res.summary.get("error_rate")}
+    whole = Summary.from_json(res.summary)
     return res, windows, error_budget(windows, soak.objective), evaluate_alerts(rules, whole, windows), \
         int(res.run["runtime"].get("workers") or 1)
 
@@ -342,7 +343,7 @@ def run_soaks(study: StudyConfig, cells: list[CellResult], soak_dir: Path,
         res, windows, budget, alerts, workers = _simulate(study, conf, fleet, soak.rate_per_s, soak.duration_s,
                                                           run_dir, profile, n, say)
         result = SoakResult(conf.label, fleet, n, why, profile, soak.rate_per_s, soak.duration_s, soak.window_s,
-                            str(run_dir), _brief(res.summary), windows, budget, alerts, wall_s=res.wall_s,
+                            str(run_dir), _brief(Summary.from_json(res.summary)), windows, budget, alerts, wall_s=res.wall_s,
                             router=soak.router, workers=workers)
         say(f"    -> {res.records:,} requests in {res.wall_s:.1f} s; budget consumed "
             f"{(budget['consumed'] or 0):.1%}; {len(alerts)} alert(s)")
@@ -363,10 +364,12 @@ def soak_workers(workers: int | str, replicas: int, ray: str | None) -> int:
     return max(1, min(int(workers), replicas)) if not ray else int(workers)
 
 
-def _brief(s: dict[str, Any]) -> dict[str, Any]:
+def _brief(s: Summary) -> dict[str, Any]:
+    """The figures of a soak's summary its result keeps, as summary.json holds them."""
     keys = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "error_rate",
             "errors", "summary_method", "server_metrics", "mean_input_tokens", "mean_output_tokens")
-    return {**{k: s.get(k) for k in keys}, **{f"{d}_ms": s.get(f"{d}_ms") for d in ("ttft", "tpot", "e2e")}}
+    j = s.to_json()
+    return {**{k: j.get(k) for k in keys}, **{f"{d}_ms": j.get(f"{d}_ms") for d in ("ttft", "tpot", "e2e")}}
 
 
 def window_label(w: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from infermeter.analysis.results import Summary
 from infermeter.analysis.slo import SloJudge
 from infermeter.study.config import FIXED_RATE_REQUESTS, LoadPlan, Slo
 from infermeter.study.saturation import Steady
@@ -66,7 +67,7 @@ class StepSpec:
 @dataclass(frozen=True)
 class StepOutcome:
     spec: StepSpec
-    summary: dict[str, Any]
+    summary: Summary
     throughput: Steady | None = None  # steady window (saturation) or arrival rate (open loop)
     meets_slo: bool = False
     slo_failures: tuple[str, ...] = ()
@@ -84,9 +85,8 @@ class StepOutcome:
             return {"requests_per_s": s.requests_per_s, "input_tokens_per_s": s.input_tokens_per_s,
                     "output_tokens_per_s": s.output_tokens_per_s, "total_tokens_per_s": s.total_tokens_per_s}
         m = self.summary
-        return {"requests_per_s": m.get("request_throughput"), "input_tokens_per_s": m.get("input_token_throughput"),
-                "output_tokens_per_s": m.get("output_token_throughput"),
-                "total_tokens_per_s": m.get("total_token_throughput")}
+        return {"requests_per_s": m.request_throughput, "input_tokens_per_s": m.input_token_throughput,
+                "output_tokens_per_s": m.output_token_throughput, "total_tokens_per_s": m.total_token_throughput}
 
     @property
     def offered_rate(self) -> float | None:
@@ -112,12 +112,12 @@ class StepOutcome:
             "throughput_method": self.throughput.method if self.throughput else "whole run",
             "sustained_rps": r["requests_per_s"],  # analysis.sustained: the same figure, named once
             "sustained_basis": self.throughput.method if self.throughput else "whole run",
-            "goodput": s.get("goodput"), "error_rate": s.get("error_rate"), "valid": bool(s.get("valid", True)),
-            "invalid_reasons": list(s.get("invalid_reasons") or []), "saturated": s.get("saturated"),
-            "unfinished": s.get("unfinished"),
+            "goodput": s.goodput, "error_rate": s.error_rate, "valid": s.valid,
+            "invalid_reasons": list(s.invalid_reasons), "saturated": s.saturated,
+            "unfinished": s.unfinished,
             "schedule_rate": self.throughput.schedule_rate_per_s if self.throughput else None,
             "send_rate": self.throughput.send_rate_per_s if self.throughput else None,
-            **{f"{k}_p{p}": (s.get(k) or {}).get(f"p{p}") for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in (50, 95, 99)},
+            **{f"{k}_p{p}": s.distribution(k)[f"p{p}"] for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in (50, 95, 99)},
         }
 
 
@@ -126,7 +126,7 @@ def too_few_samples(reason: str) -> bool:
     return "needs >=" in reason or reason.endswith("no samples")
 
 
-def judge(summary: dict[str, Any], slo: Slo, throughput: Steady | None = None) -> tuple[bool, tuple[str, ...]]:
+def judge(summary: Summary, slo: Slo, throughput: Steady | None = None) -> tuple[bool, tuple[str, ...]]:
     """(meets the SLO, why not) for one step's summary; see the module docstring."""
     j = SloJudge(slo=slo.limits, percentile=slo.percentile, max_error_rate=slo.max_error_rate)
     ok, why = j(summary) if slo.limits else (None, j.health(summary))
@@ -150,8 +150,8 @@ class _Sizer:
     def see(self, o: StepOutcome) -> None:
         """E2E basis: the longest mean E2E (from the send) of the synchronous step and the steps meeting the SLO."""
         if o.spec.kind == "synchronous" or (o.spec.kind == "rate" and o.meets_slo):
-            mean = (o.summary.get("e2e_ms") or {}).get("mean")
-            if isinstance(mean, (int, float)) and math.isfinite(mean):
+            mean = o.summary.e2e_ms.mean
+            if mean is not None and math.isfinite(mean):
                 self.e2e_s = max(self.e2e_s, float(mean) / 1000.0)
 
     def requests(self, rate: float, stage: int) -> int:

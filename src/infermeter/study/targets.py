@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from infermeter.analysis.results import Summary
 from infermeter.engines.target import Target as EngineTarget
 from infermeter.engines.target import running
 from infermeter.errors import ConfigError
@@ -46,7 +47,7 @@ class Target(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]: ...
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> Summary: ...
 
 
 def _load_args(study: StudyConfig, conf: Configuration, spec: StepSpec, profile: str, out_dir: Path,
@@ -136,7 +137,7 @@ class SimulatedTarget:
                                    "note": "the twin's step time, scheduler and KV capacity come from this file"}
         return info
 
-    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> Summary:
         from infermeter.measure import RunConfig
         from infermeter.measure.simplan import SimPlan
 
@@ -145,9 +146,9 @@ class SimulatedTarget:
         if self.dtwin is not None:
             from infermeter.measure.disagg import DisaggPlan
 
-            return DisaggPlan(cfg, self.spec, self.dtwin.spec, token_times="off").run().summary
+            return Summary.from_json(DisaggPlan(cfg, self.spec, self.dtwin.spec, token_times="off").run().summary)
         plan = SimPlan(cfg, self.spec, token_times="off", twin=self.twin)
-        return plan.run().summary
+        return Summary.from_json(plan.run().summary)
 
 
 class MeasuredTarget:
@@ -167,7 +168,7 @@ class MeasuredTarget:
         return {"kind": "endpoint", "url": self.url, "engine": self.engine or "unknown (given as a URL)",
                 "model": self.model, **self.engine_info}
 
-    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> Summary:
         from infermeter.measure import Measurement, RunConfig
 
         cfg = RunConfig(url=self.url, model=self.model, hardware=self.conf.config,
