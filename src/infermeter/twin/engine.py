@@ -337,6 +337,9 @@ class Engine(DecodeSpans):
                 phase = self._phase
                 tlog = self._tlog
                 pop = heapq.heappop
+                left = 0  # decodes that finished
+                sum_c = 0  # their (c0 - g0)
+                anon = 0  # blocks of finished requests holding no cache group, freed together (the same queue)
                 while heap and heap[0][0] <= g:
                     gk, _, epoch, r = pop(heap)  # gk: the step count at which r has max_tokens
                     if epoch != r.epoch or r.state != DECODE:
@@ -344,8 +347,8 @@ class Engine(DecodeSpans):
                     g0, c0 = r.g0, r.c0
                     if gk < g:  # a verify step went past max_tokens: the extra tokens are discarded
                         self.generation_tokens_total -= g - gk
-                    self.n_dec -= 1
-                    self._sum_c -= c0 - g0
+                    left += 1
+                    sum_c += c0 - g0
                     phase[(g0 - c0) % bs] -= 1
                     if r.token_times is not None:
                         r.token_times.extend(tlog[g0 + 1 : gk + 1])
@@ -353,15 +356,24 @@ class Engine(DecodeSpans):
                     r.outputs = r.o0 + gk - g0
                     blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
-                    pool.free(r.held, blocks - r.keyed)
-                    r.held = []
+                    held = r.held
+                    if held:  # the tail first, as one request's free() would (anonymous, then its groups)
+                        pool.free(held, anon + blocks - r.keyed)
+                        anon = 0
+                        r.held = []
+                    else:
+                        anon += blocks - r.keyed
                     r.keyed = 0
                     r.cursor = r.own = None
                     r.state = FINISHED
                     r.ended_at = now
                     finished.append(r)
-        for r, chunk in plan:
-            self._advance_prefill(r, chunk, now, finished)
+                if anon:
+                    pool.free_anonymous(anon)
+                self.n_dec -= left
+                self._sum_c -= sum_c
+        if plan:
+            self._advance_prefills(plan, now, finished)
         return finished
 
     def cancel_all(self, now: float) -> list[SimRequest]:
@@ -466,43 +478,58 @@ class Engine(DecodeSpans):
             budget -= chunk
         return budget
 
-    def _advance_prefill(self, r: SimRequest, chunk: int, now: float, finished: list[SimRequest]) -> None:
-        computed = r.computed = r.computed + chunk
-        keys = r.keys
-        if r.next_reg < len(keys):
-            upto = computed // self.block_size
-            if upto > len(keys):
-                upto = len(keys)
-            if upto > r.next_reg:
-                if self.pool.caching:  # cache newly full prompt blocks
-                    r.cursor, r.own, added = self.pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
-                    r.keyed += added
-                r.next_reg = upto
-        if computed < r.num_tokens:
-            return
-        self.prefilling.remove(r)
-        r.outputs += 1
-        r.num_tokens += 1
-        self.generation_tokens_total += 1
-        if r.first_token_at is None:
-            r.first_token_at = now
-            self.prompt_tokens_total += r.prompt_tokens
-        if r.token_times is not None:
-            r.token_times.append(now)
-        if r.outputs >= r.max_tokens:
-            self._finish(r, now)
-            finished.append(r)
-            return
+    def _advance_prefills(self, plan: list[tuple[SimRequest, int]], now: float, finished: list[SimRequest]) -> None:
+        """The step's prefill chunks are computed: cache newly full prompt blocks; a request whose prompt
+        is done samples its first token and decodes (or finishes: ``finished``)."""
+        bs = self.block_size
+        prefilling = self.prefilling
         g = self.g
-        r.state = DECODE
-        r.g0 = g
-        r.c0 = r.computed
-        r.o0 = r.outputs
-        self.n_dec += 1
-        self._sum_c += r.c0 - g
-        self._phase[(g - r.c0) % self.block_size] += 1
-        self._seq += 1
-        heapq.heappush(self._heap, (g + r.max_tokens - r.o0, self._seq, r.epoch, r))
+        phase = self._phase
+        heap = self._heap
+        push = heapq.heappush
+        seq = self._seq
+        sampled = prompt = entered = sum_c = 0  # counters, added once
+        for r, chunk in plan:
+            computed = r.computed = r.computed + chunk
+            keys = r.keys
+            if r.next_reg < len(keys):
+                upto = computed // bs
+                if upto > len(keys):
+                    upto = len(keys)
+                if upto > r.next_reg:
+                    if self.pool.caching:  # cache newly full prompt blocks
+                        r.cursor, r.own, added = self.pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
+                        r.keyed += added
+                    r.next_reg = upto
+            if computed < r.num_tokens:
+                continue
+            prefilling.remove(r)
+            out = r.outputs = r.outputs + 1
+            r.num_tokens += 1
+            sampled += 1
+            if r.first_token_at is None:
+                r.first_token_at = now
+                prompt += r.prompt_tokens
+            if r.token_times is not None:
+                r.token_times.append(now)
+            if out >= r.max_tokens:
+                self._finish(r, now)
+                finished.append(r)
+                continue
+            r.state = DECODE
+            r.g0 = g
+            r.c0 = computed
+            r.o0 = out
+            entered += 1
+            sum_c += computed - g
+            phase[(g - computed) % bs] += 1
+            seq += 1
+            push(heap, (g + r.max_tokens - out, seq, r.epoch, r))
+        self.generation_tokens_total += sampled
+        self.prompt_tokens_total += prompt
+        self.n_dec += entered
+        self._sum_c += sum_c
+        self._seq = seq
 
     def _leave_decode(self, r: SimRequest) -> None:
         self.n_dec -= 1

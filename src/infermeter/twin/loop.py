@@ -87,7 +87,12 @@ class VirtualClock:
 
 
 class ArrivalSource(Protocol):
-    """Requests in send order."""
+    """Requests in send order.
+
+    A source may also have ``passive = True``: its :meth:`next_time` changes only when :meth:`pop` is
+    called and :meth:`finished` does nothing (an open loop without a concurrency cap); the loop then asks
+    for the next send time once per send and does not report finished requests to it.
+    """
 
     def next_time(self) -> float:
         """Send time of the next request (``inf`` when there is none yet or ever)."""
@@ -224,6 +229,9 @@ class EventLoop:
         busy = [False] * len(engines)
         st = self.stats
         next_time, pop, finished = source.next_time, source.pop, source.finished
+        passive = bool(getattr(source, "passive", False))  # next_time() changes at pop() only (ArrivalSource)
+        t_next = next_time() if passive else _INF
+        single = router.replicas == 1 and not track  # a stream-decided router over one replica: always 0
         heappush, heappop = heapq.heappush, heapq.heappop
         stop = cancel_at if cancel_at < until else until
         strict = cancel_at <= until  # cancel: events at cancel_at are not handled; until: they are
@@ -313,7 +321,7 @@ class EventLoop:
                 resume = None
                 clock.now = t_src
             else:
-                t_src = next_time() + shift
+                t_src = (t_next if passive else next_time()) + shift
                 t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
                 t_step = steps[0][0] if steps else inf
                 if dl1 or dl2:
@@ -376,11 +384,12 @@ class EventLoop:
                                 continue  # reported when its client gave up
                             done += 1
                             on_done(r)
-                            finished(r, now)
+                            if not passive:
+                                finished(r, now)
                             if track:
                                 done_at(lane // lanes)
                     if known:
-                        h = next_time() + o
+                        h = (t_next if passive else next_time()) + o
                         if fe and fe[0][0] < h:
                             h = fe[0][0]
                         elif fe_q and fe_q[0][0] < h:
@@ -397,6 +406,8 @@ class EventLoop:
                     break
                 clock.now = t_src
                 sent = pop()
+                if passive:
+                    t_next = next_time()
             # a send at t_src (a Boundary: one that another process simulates)
             if sent.rid >= next_b > 0:
                 while sent.rid >= next_b:
@@ -412,7 +423,7 @@ class EventLoop:
             r = sent
             j = r.replica
             if j < 0:
-                j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
+                j = r.replica = 0 if single else pick(r.rid, r.conversation_id, r.prefix_group)
             if use_dl:
                 dlq.append((r.arrival + dl_after, dl_kind, r))
             if fast:  # arrive(r, j, t_src), inlined: the common case
@@ -429,8 +440,8 @@ class EventLoop:
                 elif not busy[j]:
                     busy[j] = True
                     heappush(steps, (t_src, j, ver[j]))
-                else:
-                    end = eng.interrupt(t_src)
+                elif len(eng.waiting) == 1:  # eng.interrupt(t_src), inlined
+                    end = eng.cut(t_src)
                     if end is not None:
                         ver[j] += 1
                         heappush(steps, (end, j, ver[j]))
