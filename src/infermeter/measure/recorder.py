@@ -212,14 +212,14 @@ class WindowSink:
     still in the processor's cache, and the request is let go (its memory serves the next ones); with
     them the requests are kept until the window closes."""
 
-    __slots__ = ("warmup", "token_times", "thinking", "_buf", "_cols", "add")
+    __slots__ = ("warmup", "token_times", "thinking", "_buf", "_rows", "add")
 
     def __init__(self, *, warmup: int = 0, token_times: bool = False, thinking: Thinking | None = None) -> None:
         self.warmup = warmup
         self.token_times = token_times
         self.thinking = thinking
         self._buf: list[SimRequest] = []
-        self._cols: tuple[list[Any], ...] | None = None
+        self._rows: list[tuple[Any, ...]] = []
         self._bind()
 
     def _bind(self) -> None:
@@ -227,62 +227,45 @@ class WindowSink:
         if self.token_times or self.thinking is not None:
             self.add = self._buf.append  # once per request: no Python frame
         else:
-            if self._cols is None:
-                self._cols = tuple([] for _ in range(14))
-            self.add = _column_taker(self._cols)
+            self.add = _row_taker(self._rows)
 
     def __reduce__(self) -> tuple[Any, ...]:  # checkpoints (``add`` is rebuilt)
-        return (_sink, (self.warmup, self.token_times, self.thinking, self._buf, self._cols))
+        return (_sink, (self.warmup, self.token_times, self.thinking, self._buf, self._rows))
 
     def window(self) -> pa.Table | None:
-        cols = self._cols
-        if cols is None:
-            buf = self._buf
-            if not buf:
-                return None
+        buf = self._buf
+        if buf:
             table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times,
                                             thinking=self.thinking))
             buf.clear()  # the same list: ``add`` appends to it
             return table
-        if not cols[0]:
+        rows = self._rows
+        if not rows:
             return None
+        cols = [list(c) for c in zip(*rows)]
         intended, sent = cols[1], cols[2]
         if None in intended:  # not sent by a load schedule: intended when sent
-            intended[:] = [s if i is None else i for i, s in zip(intended, sent)]
-        table = canonical(columns_table(cols, None, warmup=self.warmup))
-        for c in cols:
-            c.clear()  # the same lists: ``add`` appends to them
-        return table
+            cols[1] = [s if i is None else i for i, s in zip(intended, sent)]
+        rows.clear()  # the same list: ``add`` appends to it
+        return canonical(columns_table(tuple(cols), None, warmup=self.warmup))
 
 
 def _sink(warmup: int, token_times: bool, thinking: Thinking | None, buf: list[SimRequest],
-          cols: tuple[list[Any], ...] | None) -> WindowSink:
+          rows: list[tuple[Any, ...]]) -> WindowSink:
     sink = WindowSink.__new__(WindowSink)
-    sink.warmup, sink.token_times, sink.thinking, sink._buf, sink._cols = warmup, token_times, thinking, buf, cols
+    sink.warmup, sink.token_times, sink.thinking, sink._buf, sink._rows = warmup, token_times, thinking, buf, rows
     sink._bind()
     return sink
 
 
-def _column_taker(cols: tuple[list[Any], ...]) -> Callable[[SimRequest], None]:
-    """``add`` of a sink without token times: a request's record fields onto the columns (the order of
+def _row_taker(rows: list[tuple[Any, ...]]) -> Callable[[SimRequest], None]:
+    """``add`` of a sink without token times: a request's record fields as one row (the columns of
     :func:`~infermeter.twin.request.columns_of`, the intended send as the request has it, then its error class)."""
-    rid, intended, sent, first, ended, n_in, n_out, cached, max_t, conv, grp, state, error, eclass = cols
+    append = rows.append
 
     def take(r: SimRequest) -> None:
-        rid.append(r.rid)
-        intended.append(r.intended_at)
-        sent.append(r.arrival)
-        first.append(r.first_token_at)
-        ended.append(r.ended_at)
-        n_in.append(r.prompt_tokens)
-        n_out.append(r.outputs)
-        cached.append(r.cached_tokens)
-        max_t.append(r.max_tokens)
-        conv.append(r.conversation_id)
-        grp.append(r.prefix_group)
-        state.append(r.state)
-        error.append(r.error)
-        eclass.append(r.error_class)
+        append((r.rid, r.intended_at, r.arrival, r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs,
+                r.cached_tokens, r.max_tokens, r.conversation_id, r.prefix_group, r.state, r.error, r.error_class))
 
     return take
 
