@@ -8,7 +8,7 @@ from infermeter.twin.config import EngineConfig
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import HeapSource, ListSource, LoopStats, VirtualClock, arrival_first, route, run_virtual
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.twin.request import CANCELLED, FINISHED, REJECTED, SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT, SimRequest
 
 P = LinearStepTime(base_s=0.01, per_token_s=0.001)
 
@@ -139,7 +139,8 @@ def _mixed_requests(n: int, seed: int, grid: bool) -> list[SimRequest]:
 @pytest.mark.parametrize("blocks", [4096, 70])  # plenty of KV, or preemptions
 @pytest.mark.parametrize("overhead", [0.0, 0.003])  # the API server's fixed overhead (sends shifted by it)
 @pytest.mark.parametrize("grid", [False, True])  # step times and arrivals in binary fractions: equal times happen
-def test_the_one_engine_loop_gives_the_general_loops_results(monkeypatch, known, blocks, overhead, grid):
+@pytest.mark.parametrize("timeouts", [(None, None), (0.25, 1.0), (None, 0.5)])  # clients giving up
+def test_the_one_engine_loop_gives_the_general_loops_results(monkeypatch, known, blocks, overhead, grid, timeouts):
     import infermeter.twin.loop as loop_mod
     from infermeter.twin.loop import EventLoop
     from infermeter.twin.router import Router
@@ -156,9 +157,9 @@ def test_the_one_engine_loop_gives_the_general_loops_results(monkeypatch, known,
         done: list[SimRequest] = []
         end = src._reqs[-1].arrival * 0.9  # the run gives up with requests in flight and still to send
         windows = list(loop.run(_General(src) if general else src, done.append, VirtualClock(), cancel_at=end,
-                                window=64))
+                                window=64, timeouts=timeouts))
         recs = [(r.rid, r.state, r.first_token_at, r.ended_at, r.outputs, r.cached_tokens, r.scheduled_at,
-                 r.preemptions, r.error) for r in done]
+                 r.preemptions, r.error, r.error_class) for r in done]
         stats = (eng.steps, eng.busy_s, eng.usage_integral, eng.running_integral, eng.in_system_integral,
                  eng.prefix_hits, eng.prefix_queries, eng.num_preemptions, eng.max_waiting, eng.max_running,
                  eng.generation_tokens_total, eng.waiting_series.state(), loop.stats)
@@ -168,6 +169,8 @@ def test_the_one_engine_loop_gives_the_general_loops_results(monkeypatch, known,
     assert fast_pushes == 0 < general_pushes  # the one-engine path ran (its step in flight is not a heap)
     assert fast == slow  # every window, record and counter the same, floats to the bit
     assert {r[1] for r in fast[1]} >= {FINISHED, REJECTED, CANCELLED}  # the case exercises them
+    if timeouts[1] is not None and blocks == 70:
+        assert TIMED_OUT in {r[1] for r in fast[1]}
     assert fast[2][0] > len(fast[1]) * 2  # decode spans: fewer schedule() calls than steps
     if blocks == 70:
         assert fast[2][7] > 0  # preemptions

@@ -262,8 +262,9 @@ class EventLoop:
             resume = saved["resume"]
             dlq = dl1 if first_fifo else dl2
 
-        def give_up(r: SimRequest, t: float, kind: int) -> None:
-            """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
+        def give_up(r: SimRequest, t: float, kind: int) -> float | None:
+            """The client stops waiting at ``t``: an error record now; the engine aborts the request. The new
+            end of the step in flight on its lane (``r.lane``), or None when it did not change."""
             nonlocal done
             rec = copy.copy(r)
             lane = r.lane
@@ -273,6 +274,7 @@ class EventLoop:
             else:
                 rec.error_class, rec.error = "total_timeout", f"not finished within {t_total:g} s"
             r.timed_out = True
+            end = None
             if lane >= 0:
                 eng = engines[lane]
                 rec.outputs = eng.outputs_of(r)
@@ -280,14 +282,12 @@ class EventLoop:
                 eng.abort(r, t)  # waiting: gone now; running: after the step in progress
                 if not waiting:
                     end = eng.cut(t)
-                    if end is not None:
-                        ver[lane] += 1
-                        heappush(steps, (end, lane, ver[lane]))
             done += 1
             on_done(rec)
             finished(rec, t)
             if track:
                 done_at(r.replica)
+            return end
 
         def arrive(r: SimRequest, j: int, t: float) -> None:
             nonlocal arrived, done
@@ -317,13 +317,15 @@ class EventLoop:
 
         fast = direct and lanes == 1
         sent: SimRequest | Boundary  # a send (a Boundary: one that another process simulates)
-        if fast and len(engines) == 1 and single and passive and not use_dl and not fe and not fe_q:
+        if fast and len(engines) == 1 and single and passive and not fe and not fe_q:
             # One engine with nothing between send and engine (the usual single replica): the general loop
             # below with its step in flight as one number instead of a heap (the same events in the same order:
             # tests/twin/test_loop.py runs both).
             eng = engines[0]
             v0 = ver[0]
             t_step = min((e[0] for e in steps if e[2] == v0), default=inf) if busy[0] else inf
+            # the clients' earliest deadline (kept as sends and deadlines come, not looked up at every event)
+            t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
             while True:
                 if resume is not None:  # the send a checkpoint was taken at
                     sent, t_src = resume
@@ -331,6 +333,23 @@ class EventLoop:
                     clock.now = t_src
                 else:
                     t_src = t_next + shift
+                    if t_dl < t_src and t_dl < t_step:  # a client's deadline, before anything else
+                        if t_dl >= stop:
+                            break
+                        q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                        _, kind, r = q.popleft()
+                        if r.state < FINISHED and not r.timed_out:
+                            if kind == 0 and r.first_token_at is not None:  # its first token came in time
+                                if t_total:
+                                    dl2.append((r.arrival + t_total, 1, r))
+                            else:
+                                clock.now = t_dl
+                                end = give_up(r, t_dl, kind)
+                                if end is not None:
+                                    v0 = ver[0] = ver[0] + 1
+                                    t_step = end
+                        t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
+                        continue
                     if t_src > t_step:  # the step in flight ends first (at equal times the send goes first)
                         if t_step >= stop:
                             break
@@ -367,6 +386,11 @@ class EventLoop:
                 r = sent
                 if r.replica < 0:
                     r.replica = 0
+                if use_dl:
+                    d = r.arrival + dl_after
+                    dlq.append((d, dl_kind, r))
+                    if d < t_dl:
+                        t_dl = d
                 arrived += 1
                 r.lane = 0
                 if not eng.add(r, t_src):
@@ -405,7 +429,11 @@ class EventLoop:
                                     dl2.append((r.arrival + t_total, 1, r))
                                 continue
                             clock.now = t_dl
-                            give_up(r, t_dl, kind)
+                            end = give_up(r, t_dl, kind)
+                            if end is not None:
+                                lane = r.lane
+                                ver[lane] += 1
+                                heappush(steps, (end, lane, ver[lane]))
                             continue
                     if not (t_src <= t_fe and t_src <= t_step):
                         if arrival_first(t_fe, t_step):
