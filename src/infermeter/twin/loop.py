@@ -337,17 +337,35 @@ class EventLoop:
                         if t_dl >= stop:
                             break
                         q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
-                        _, kind, r = q.popleft()
-                        if r.state < FINISHED and not r.timed_out:
-                            if kind == 0 and r.first_token_at is not None:  # its first token came in time
-                                if t_total:
-                                    dl2.append((r.arrival + t_total, 1, r))
-                            else:
-                                clock.now = t_dl
-                                end = give_up(r, t_dl, kind)
-                                if end is not None:
-                                    v0 = ver[0] = ver[0] + 1
-                                    t_step = end
+                        _, kind, r = q[0]
+                        if r.state < FINISHED and not r.timed_out and (kind or r.first_token_at is None):
+                            q.popleft()
+                            clock.now = t_dl
+                            end = give_up(r, t_dl, kind)
+                            if end is not None:
+                                v0 = ver[0] = ver[0] + 1
+                                t_step = end
+                        else:
+                            # Nothing to do at this deadline: its request ended, or had its first token (then its
+                            # total deadline is queued). The same holds now for the requests behind it that
+                            # ended or started streaming: done with them too, at once (a deadline that no
+                            # longer applies never changes anything, whenever it is dropped).
+                            while dl1:  # first-token deadlines (kind 0)
+                                r = dl1[0][2]
+                                if r.state >= FINISHED or r.timed_out:
+                                    dl1.popleft()
+                                elif r.first_token_at is not None:
+                                    dl1.popleft()
+                                    if t_total:
+                                        dl2.append((r.arrival + t_total, 1, r))
+                                else:
+                                    break
+                            while dl2:  # total deadlines (kind 1)
+                                r = dl2[0][2]
+                                if r.state >= FINISHED or r.timed_out:
+                                    dl2.popleft()
+                                else:
+                                    break
                         t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
                         continue
                     if t_src > t_step:  # the step in flight ends first (at equal times the send goes first)
