@@ -167,26 +167,38 @@ class Engine(DecodeSpans):
         if self.template_tokens:  # the server's chat template, tokenised with the prompt
             r.prompt_tokens += self.template_tokens
             r.num_tokens += self.template_tokens
-        if r.prompt_tokens < 1 or r.max_tokens < 1:
-            r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
-        elif r.prompt_tokens + r.max_tokens > self.max_model_len:
-            r.error = (
-                f"prompt ({r.prompt_tokens}) + max_tokens ({r.max_tokens}) tokens exceed "
-                f"max_model_len ({self.max_model_len})"
-            )
+        pt, mt = r.prompt_tokens, r.max_tokens
+        if pt < 1 or mt < 1:
+            r.error = f"prompt_tokens ({pt}) and max_tokens ({mt}) must be >= 1"
+        elif pt + mt > self.max_model_len:
+            r.error = f"prompt ({pt}) + max_tokens ({mt}) tokens exceed max_model_len ({self.max_model_len})"
         if r.error is not None:
             r.state = REJECTED
             return False
         t = r.arrival if now is None else now
         waiting = self.waiting
-        if t > self._sys_t:
-            self.in_system_integral += (len(self.running) + len(waiting)) * (t - self._sys_t)
+        t0 = self._sys_t
+        if t > t0:
+            self.in_system_integral += (len(self.running) + len(waiting)) * (t - t0)
             self._sys_t = t
         if self.keep_token_times and r.token_times is None:
             r.token_times = []
         waiting.append(r)
         n = len(waiting)
-        self.waiting_series.set(t, n)
+        ws = self.waiting_series  # ws.set(t, n), its usual case inlined (once per request)
+        t0 = ws.t
+        if t > t0:
+            c = ws.level
+            if c:
+                w = ws.width
+                i = int(t0 / w)
+                sums = ws.sums
+                if i == int(t / w) and i < len(sums):  # within one bucket
+                    sums[i] += c * (t - t0)
+                else:
+                    ws.set(t, n)  # across buckets
+            ws.t = t
+        ws.level = n
         if n > self.max_waiting:
             self.max_waiting = n
         return True
