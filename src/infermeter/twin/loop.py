@@ -30,6 +30,10 @@ events, not with replicas x time: step ends sit in a heap (idle engines cost not
 decode span is only shortened (:meth:`~infermeter.twin.engine.Engine.interrupt`) when a request
 reaches *its* engine (a fleet of one engine knows its next arrival, the source's, and stops its
 spans there: ``known_arrivals``). Every replica's trajectory depends only on its own arrivals.
+A single engine with nothing between send and engine (one replica, a fixed or no API-server
+overhead, a ``passive`` source: :class:`ArrivalSource`) runs the same loop with its step in flight
+as one number instead of a heap, and drops deadlines that no longer apply in runs: the same events
+in the same order (``tests/twin/test_loop.py`` compares the two), at less cost per event.
 
 **Windows.** With ``window`` set, every ``window``-th send (by request id) closes a window:
 :meth:`EventLoop.run` yields ``(k, t)`` before handling it, when every event before ``t`` has
