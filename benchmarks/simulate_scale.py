@@ -133,6 +133,8 @@ def simulate_case(name: str, *, hours: float, gpu: str, workers: int, router: st
     print(f"  wall time          : {m['wall_s']:.1f} s  ({res.records / m['wall_s']:,.0f} requests/s)")
     print(f"  cpu time           : {m['cpu_self_s']:.1f} s this process + {m['cpu_helpers_s']:.1f} s helpers "
           f"= {m['cpu_s']:.1f} s ({res.records / m['cpu_s']:,.0f} requests per CPU-second)")
+    print(f"  per request        : {1e6 * m['wall_s'] / res.records:.2f} us wall, "
+          f"{1e6 * m['cpu_self_s'] / res.records:.2f} us CPU in this process")
     print(f"  peak memory        : {m['peak_mib']:.0f} MiB (process tree, summed)")
     print(f"  machine load       : {m['load']:.1f} (1-min load average while it ran, 2 cores)")
     ttft, tpot = s.get("ttft_ms") or {}, s.get("tpot_ms") or {}

@@ -8,7 +8,7 @@ from infermeter.twin.config import EngineConfig
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import HeapSource, ListSource, LoopStats, VirtualClock, arrival_first, route, run_virtual
 from infermeter.twin.predictor import LinearStepTime
-from infermeter.twin.request import SimRequest
+from infermeter.twin.request import CANCELLED, FINISHED, REJECTED, TIMED_OUT, SimRequest
 
 P = LinearStepTime(base_s=0.01, per_token_s=0.001)
 
@@ -81,3 +81,96 @@ def test_rejected_requests_are_reported_at_arrival():
     done, stats, _ = _run([SimRequest(rid=0, arrival=1.0, prompt_tokens=60, max_tokens=10)], [eng])
     assert done[0].ended_at == 1.0 and done[0].error
     assert stats.done == 1 and stats.in_system_s == 0.0
+
+
+class _General:
+    """The same source without ``passive``: the loop takes its general path (a heap of step ends)."""
+
+    def __init__(self, src: ListSource) -> None:
+        self._src = src
+
+    def next_time(self) -> float:
+        return self._src.next_time()
+
+    def pop(self) -> SimRequest:
+        return self._src.pop()
+
+    def finished(self, r: SimRequest, now: float) -> None:
+        self._src.finished(r, now)
+
+
+class _CountingHeapq:
+    """``heapq`` as the loop module sees it, counting the step ends it pushes."""
+
+    def __init__(self) -> None:
+        self.pushes = 0
+
+    def heappush(self, heap, item):  # type: ignore[no-untyped-def]
+        import heapq
+
+        self.pushes += 1
+        heapq.heappush(heap, item)
+
+    def heappop(self, heap):  # type: ignore[no-untyped-def]
+        import heapq
+
+        return heapq.heappop(heap)
+
+
+def _mixed_requests(n: int, seed: int, grid: bool) -> list[SimRequest]:
+    """Poisson arrivals with bursts and lulls (decode spans between them), shared prompt prefixes (cache hits), a
+    few prompts too long (rejected); ``grid``: arrival times on a 1/512 s grid (ties with step ends)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(0.02, n) * rng.choice([0.05, 1.0, 4.0], n))
+    if grid:
+        t = np.round(t * 512) / 512
+    out = []
+    for i in range(n):
+        p = int(rng.integers(8, 420))
+        group = int(rng.integers(0, 4))
+        out.append(SimRequest(rid=i, arrival=float(t[i]), prompt_tokens=p, max_tokens=int(rng.integers(1, 90)),
+                              keys=[group * 1000 + j for j in range(p // 16)]))
+    return out
+
+
+@pytest.mark.parametrize("known", [True, False])  # spans stopped at the next arrival, or interrupted by it
+@pytest.mark.parametrize("blocks", [4096, 70])  # plenty of KV, or preemptions
+@pytest.mark.parametrize("overhead", [0.0, 0.003])  # the API server's fixed overhead (sends shifted by it)
+@pytest.mark.parametrize("grid", [False, True])  # step times and arrivals in binary fractions: equal times happen
+@pytest.mark.parametrize("timeouts", [(None, None), (0.25, 1.0), (None, 0.5)])  # clients giving up
+def test_the_one_engine_loop_gives_the_general_loops_results(monkeypatch, known, blocks, overhead, grid, timeouts):
+    import infermeter.twin.loop as loop_mod
+    from infermeter.twin.loop import EventLoop
+    from infermeter.twin.router import Router
+
+    p = (LinearStepTime(base_s=2**-8, per_token_s=2**-14) if grid
+         else LinearStepTime(base_s=0.004, per_token_s=2e-4, per_kv_token_s=3e-7))
+    runs = []
+    for general in (False, True):
+        heap = _CountingHeapq()
+        monkeypatch.setattr(loop_mod, "heapq", heap)
+        eng = Engine(p, EngineConfig(max_num_seqs=16, max_num_batched_tokens=256, max_model_len=400), blocks)
+        src = ListSource(_mixed_requests(500, 11, grid))
+        loop = EventLoop([eng], router=Router("round-robin", 1), frontend=(overhead, 0.0), known_arrivals=known)
+        done: list[SimRequest] = []
+        end = src._reqs[-1].arrival * 0.9  # the run gives up with requests in flight and still to send
+        windows = list(loop.run(_General(src) if general else src, done.append, VirtualClock(), cancel_at=end,
+                                window=64, timeouts=timeouts))
+        recs = [(r.rid, r.state, r.first_token_at, r.ended_at, r.outputs, r.cached_tokens, r.scheduled_at,
+                 r.preemptions, r.error, r.error_class) for r in done]
+        stats = (eng.steps, eng.busy_s, eng.usage_integral, eng.running_integral, eng.in_system_integral,
+                 eng.prefix_hits, eng.prefix_queries, eng.num_preemptions, eng.max_waiting, eng.max_running,
+                 eng.generation_tokens_total, eng.waiting_series.state(), loop.stats)
+        runs.append((heap.pushes, windows, recs, stats))
+        eng.pool.check()
+    (fast_pushes, *fast), (general_pushes, *slow) = runs
+    assert fast_pushes == 0 < general_pushes  # the one-engine path ran (its step in flight is not a heap)
+    assert fast == slow  # every window, record and counter the same, floats to the bit
+    assert {r[1] for r in fast[1]} >= {FINISHED, REJECTED, CANCELLED}  # the case exercises them
+    if timeouts[1] is not None and blocks == 70:
+        assert TIMED_OUT in {r[1] for r in fast[1]}
+    assert fast[2][0] > len(fast[1]) * 2  # decode spans: fewer schedule() calls than steps
+    if blocks == 70:
+        assert fast[2][7] > 0  # preemptions

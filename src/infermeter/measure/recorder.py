@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -92,9 +93,17 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
                   thinking: Thinking | None = None) -> pa.Table:
     """One row per request in ``ARROW_SCHEMA`` (see the module docstring); with ``thinking``
     (:mod:`infermeter.measure.thinking`, the engines keeping token times) the reasoning split."""
-    n = len(buf)
+    return columns_table(columns_of(buf), buf, warmup=warmup, token_times=token_times, thinking=thinking)
+
+
+def columns_table(cols: tuple[list[Any], ...], buf: list[SimRequest] | None, *, warmup: int = 0,
+                  token_times: bool = False, thinking: Thinking | None = None) -> pa.Table:
+    """:func:`records_table` of the requests' columns (:func:`~infermeter.twin.request.columns_of`);
+    ``buf``, the requests themselves, is needed only for token times, thinking and timed-out requests' error
+    classes (``None``: a 14th column holds the error classes, and there are no token times)."""
     (rid_l, intended_l, sent_l, first_l, ended_l, n_in_l, n_out_l, cached_l, max_l, conv_l, grp_l, state_l,
-     details) = columns_of(buf)
+     details) = cols[:13]
+    n = len(rid_l)
     state = np.array(state_l, dtype=np.int64)
     ok = state == FINISHED
     timed_out = state == TIMED_OUT
@@ -107,6 +116,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
     n_in = np.array(n_in_l, dtype=np.int64)
     n_out = np.array(n_out_l, dtype=np.int64)
     if token_times:
+        assert buf is not None
         chunk_times = pa.array([r.token_times or [] for r in buf], pa.list_(pa.float64()))
         chunk_tokens = pa.array([[1] * len(r.token_times or ()) for r in buf], pa.list_(pa.int64()))
     else:
@@ -126,7 +136,8 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         ec = np.full(n, None, dtype=object)
         ec[rejected] = "http_4xx"
         if timed_out.any():
-            ec[timed_out] = [r.error_class for r, t in zip(buf, timed_out) if t]
+            classes = cols[13] if buf is None else [r.error_class for r in buf]
+            ec[timed_out] = [c for c, t in zip(classes, timed_out) if t]
         error_class = pa.array(ec, pa.string())
         http_status = pa.array(np.where(rejected, 400, 200), pa.int32(), mask=~(rejected | timed_out))
         failed = rejected
@@ -135,7 +146,7 @@ def records_table(buf: list[SimRequest], *, warmup: int = 0, token_times: bool =
         stream_tok = np.where(failed, 0, n_out)
         usage = pc.if_else(okp, "server", no_str)
         detail = pa.array([None if s == CANCELLED else d for d, s in zip(details, state_l)], pa.string())
-    think = (thinking.columns(rid, n_out, ok, [r.token_times for r in buf]) if thinking is not None
+    think = (thinking.columns(rid, n_out, ok, [r.token_times for r in buf or ()]) if thinking is not None
              else {"first_answer_at": pa.nulls(n, pa.float64()), "reasoning_tokens": pa.nulls(n, pa.int64()),
                    "answer_tokens": pa.nulls(n, pa.int64())})
     finish = (pa.repeat("length", n) if all_ok
@@ -195,24 +206,68 @@ def merge_windows(tables: list[pa.Table | None]) -> pa.Table | None:
 
 
 class WindowSink:
-    """Finished requests of the current window -> one canonical table (see the module docstring)."""
+    """Finished requests of the current window -> one canonical table (see the module docstring).
 
-    __slots__ = ("warmup", "token_times", "thinking", "_buf", "add")
+    Without token times (and thinking) a request's record fields are taken as it finishes, while it is
+    still in the processor's cache, and the request is let go (its memory serves the next ones); with
+    them the requests are kept until the window closes."""
+
+    __slots__ = ("warmup", "token_times", "thinking", "_buf", "_rows", "add")
 
     def __init__(self, *, warmup: int = 0, token_times: bool = False, thinking: Thinking | None = None) -> None:
         self.warmup = warmup
         self.token_times = token_times
         self.thinking = thinking
         self._buf: list[SimRequest] = []
-        self.add: Callable[[SimRequest], None] = self._buf.append  # once per request: no Python frame
+        self._rows: list[tuple[Any, ...]] = []
+        self._bind()
+
+    def _bind(self) -> None:
+        self.add: Callable[[SimRequest], None]
+        if self.token_times or self.thinking is not None:
+            self.add = self._buf.append  # once per request: no Python frame
+        else:
+            self.add = _row_taker(self._rows)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # checkpoints (``add`` is rebuilt)
+        return (_sink, (self.warmup, self.token_times, self.thinking, self._buf, self._rows))
 
     def window(self) -> pa.Table | None:
         buf = self._buf
-        if not buf:
+        if buf:
+            table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times,
+                                            thinking=self.thinking))
+            buf.clear()  # the same list: ``add`` appends to it
+            return table
+        rows = self._rows
+        if not rows:
             return None
-        table = canonical(records_table(buf, warmup=self.warmup, token_times=self.token_times, thinking=self.thinking))
-        buf.clear()  # the same list: ``add`` appends to it
-        return table
+        cols = [list(c) for c in zip(*rows)]
+        intended, sent = cols[1], cols[2]
+        if None in intended:  # not sent by a load schedule: intended when sent
+            cols[1] = [s if i is None else i for i, s in zip(intended, sent)]
+        rows.clear()  # the same list: ``add`` appends to it
+        return canonical(columns_table(tuple(cols), None, warmup=self.warmup))
+
+
+def _sink(warmup: int, token_times: bool, thinking: Thinking | None, buf: list[SimRequest],
+          rows: list[tuple[Any, ...]]) -> WindowSink:
+    sink = WindowSink.__new__(WindowSink)
+    sink.warmup, sink.token_times, sink.thinking, sink._buf, sink._rows = warmup, token_times, thinking, buf, rows
+    sink._bind()
+    return sink
+
+
+def _row_taker(rows: list[tuple[Any, ...]]) -> Callable[[SimRequest], None]:
+    """``add`` of a sink without token times: a request's record fields as one row (the columns of
+    :func:`~infermeter.twin.request.columns_of`, the intended send as the request has it, then its error class)."""
+    append = rows.append
+
+    def take(r: SimRequest) -> None:
+        append((r.rid, r.intended_at, r.arrival, r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs,
+                r.cached_tokens, r.max_tokens, r.conversation_id, r.prefix_group, r.state, r.error, r.error_class))
+
+    return take
 
 
 class RecordWriter:

@@ -140,8 +140,9 @@ def simulate(
 
 CHECKPOINT = "checkpoint.pkl"
 # first bytes of a checkpoint: its format (the pickled classes' states, and the prompt texts a resumed stream makes),
-# bumped when they change (3: the openings of workload/compose.py, 2026-12-02)
-CHECKPOINT_MAGIC = b"infermeter-checkpoint 3\n"
+# bumped when they change (3: the openings of workload/compose.py, 2026-12-02; 4: a window's records kept as
+# columns, issue 33)
+CHECKPOINT_MAGIC = b"infermeter-checkpoint 4\n"
 
 
 def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:

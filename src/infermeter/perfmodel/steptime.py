@@ -88,7 +88,24 @@ class StepCost:
         ub = self.ubatch
         if ub > 0 and new_tokens > ub:
             return self._micro_batched(new_tokens, kv_tokens, pairs, num_seqs) + self.oh_seq * num_seqs
-        t = self._pass(float(new_tokens), float(kv_tokens), pairs, num_seqs) + self.oh_seq * num_seqs
+        # smax(compute, weights + KV writes) + smax(attention, KV reads); smax and weight_time inlined (every step)
+        x = self.lin_tok * new_tokens + self.lin_seq * num_seqs
+        moe = self.moe_miss
+        y = (self.w_dense + self.w_expert * (1.0 - moe**new_tokens) if moe else self.w_dense + self.w_expert) \
+            + self.kv_write * new_tokens
+        a = self.att_pair * pairs
+        b = self.kv_read * kv_tokens + self.score * new_tokens * kv_tokens  # as _pass: score traffic without flash attention
+        k = self.k
+        if k == 2.0:
+            lin = math.hypot(x, y)
+            att = math.hypot(a, b)
+        elif k == math.inf:
+            lin = x if x > y else y
+            att = a if a > b else b
+        else:
+            lin = self.smax(x, y)
+            att = self.smax(a, b)
+        t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs
         return t + self.dequant if new_tokens > DEQUANT_MIN_TOKENS else t
 
     def _pass(self, tokens: float, kv: float, pairs: float, num_seqs: float) -> float:

@@ -167,26 +167,38 @@ class Engine(DecodeSpans):
         if self.template_tokens:  # the server's chat template, tokenised with the prompt
             r.prompt_tokens += self.template_tokens
             r.num_tokens += self.template_tokens
-        if r.prompt_tokens < 1 or r.max_tokens < 1:
-            r.error = f"prompt_tokens ({r.prompt_tokens}) and max_tokens ({r.max_tokens}) must be >= 1"
-        elif r.prompt_tokens + r.max_tokens > self.max_model_len:
-            r.error = (
-                f"prompt ({r.prompt_tokens}) + max_tokens ({r.max_tokens}) tokens exceed "
-                f"max_model_len ({self.max_model_len})"
-            )
+        pt, mt = r.prompt_tokens, r.max_tokens
+        if pt < 1 or mt < 1:
+            r.error = f"prompt_tokens ({pt}) and max_tokens ({mt}) must be >= 1"
+        elif pt + mt > self.max_model_len:
+            r.error = f"prompt ({pt}) + max_tokens ({mt}) tokens exceed max_model_len ({self.max_model_len})"
         if r.error is not None:
             r.state = REJECTED
             return False
         t = r.arrival if now is None else now
         waiting = self.waiting
-        if t > self._sys_t:
-            self.in_system_integral += (len(self.running) + len(waiting)) * (t - self._sys_t)
+        t0 = self._sys_t
+        if t > t0:
+            self.in_system_integral += (len(self.running) + len(waiting)) * (t - t0)
             self._sys_t = t
         if self.keep_token_times and r.token_times is None:
             r.token_times = []
         waiting.append(r)
         n = len(waiting)
-        self.waiting_series.set(t, n)
+        ws = self.waiting_series  # ws.set(t, n), its usual case inlined (once per request)
+        t0 = ws.t
+        if t > t0:
+            c = ws.level
+            if c:
+                w = ws.width
+                i = int(t0 / w)
+                sums = ws.sums
+                if i == int(t / w) and i < len(sums):  # within one bucket
+                    sums[i] += c * (t - t0)
+                else:
+                    ws.set(t, n)  # across buckets
+            ws.t = t
+        ws.level = n
         if n > self.max_waiting:
             self.max_waiting = n
         return True
@@ -212,14 +224,16 @@ class Engine(DecodeSpans):
             raise RuntimeError("schedule() called twice without complete()")
         if self._aborts:
             self._apply_aborts(now)
-        if not self.running and not self.waiting:
+        waiting = self.waiting
+        running = self.running
+        if not running and not waiting:
             return None
         pool = self.pool
         phase = self._phase
         bs = self.block_size
         g = self.g
         cfg = self.config
-        n_wait = len(self.waiting)
+        n_wait = len(waiting)
         preempted = False
         while True:  # running requests: decodes, then continuing prefills; preempt until they fit
             n_dec = self.n_dec
@@ -238,20 +252,75 @@ class Engine(DecodeSpans):
                 budget -= chunk
             if need <= pool.num_free:
                 break
-            self._preempt(next(reversed(self.running.values())))
+            self._preempt(next(reversed(running.values())))
             preempted = True
         d0 = phase[g % bs] if n_dec else 0
-        if d0:
-            pool.allocate(d0)
         if plan:
             for (r, _), nb in zip(plan, grow):
-                if nb:
-                    pool.allocate(nb)
-                    r.blocks += nb
-        if self.waiting and (not preempted or not self.running):
-            budget = self._admit(now, budget, plan)
-        if len(self.waiting) != n_wait:
-            self.waiting_series.set(now, len(self.waiting))
+                r.blocks += nb
+        # the blocks this step takes -- the decodes' (d0), the continuing prefills' and the admitted requests' --
+        # leave the pool in one call: the same blocks as one call each, as long as no cache lookup comes between
+        alloc = need
+        if waiting and (not preempted or not running):  # admission, in queue order
+            room = cfg.max_num_seqs - len(running)  # free sequence slots
+            chunked = cfg.enable_chunked_prefill
+            index = pool._index
+            prefilling = self.prefilling
+            kv_remote = self.kv_remote
+            queries = hit_total = 0  # prefix-cache counters, added once
+            while waiting and budget > 0 and room > 0:
+                r = waiting[0]
+                if r.arrival > now:  # live: the engine's clock lags the request's arrival
+                    break
+                keys = r.keys
+                n_tok = r.num_tokens
+                hits = free_hits = 0
+                remote = kv_remote and not r.preemptions
+                if not remote and len(keys) and keys[0] in index:  # most prompts miss on their first block
+                    if alloc:  # the cache as the blocks taken so far left it
+                        pool.allocate(alloc)
+                        alloc = 0
+                    hits, free_hits, path = pool.match(keys, (n_tok - 1) // bs)
+                hit_tokens = n_tok - 1 if remote else hits * bs
+                todo = n_tok - hit_tokens
+                if todo <= budget:
+                    chunk = todo
+                elif chunked:
+                    chunk = budget
+                else:
+                    break
+                nb = -(-(hit_tokens + chunk) // bs) - hits
+                if nb + free_hits > pool.num_free - alloc:
+                    break
+                waiting.popleft()
+                if hits:
+                    pool.acquire(path)
+                    r.held = path
+                    r.keyed = hits
+                    r.cursor = path[-1][0]
+                alloc += nb
+                r.blocks = hits + nb
+                r.computed = hit_tokens
+                r.next_reg = hits
+                if not remote:
+                    queries += n_tok
+                    hit_total += hit_tokens
+                if r.cached_tokens is None:
+                    r.cached_tokens = hit_tokens
+                if r.scheduled_at is None:
+                    r.scheduled_at = now
+                r.state = PREFILL
+                running[r.rid] = r
+                prefilling.append(r)
+                plan.append((r, chunk))
+                budget -= chunk
+                room -= 1
+            self.prefix_queries += queries
+            self.prefix_hits += hit_total
+        if alloc:
+            pool.allocate(alloc)
+        if len(waiting) != n_wait:
+            self.waiting_series.set(now, len(waiting))
         if not plan and n_dec == 0:
             if self.waiting and self.waiting[0].arrival <= now:
                 raise RuntimeError("twin engine: waiting requests but nothing can be scheduled")
@@ -337,6 +406,9 @@ class Engine(DecodeSpans):
                 phase = self._phase
                 tlog = self._tlog
                 pop = heapq.heappop
+                left = 0  # decodes that finished
+                sum_c = 0  # their (c0 - g0)
+                anon = 0  # blocks of finished requests holding no cache group, freed together (the same queue)
                 while heap and heap[0][0] <= g:
                     gk, _, epoch, r = pop(heap)  # gk: the step count at which r has max_tokens
                     if epoch != r.epoch or r.state != DECODE:
@@ -344,8 +416,8 @@ class Engine(DecodeSpans):
                     g0, c0 = r.g0, r.c0
                     if gk < g:  # a verify step went past max_tokens: the extra tokens are discarded
                         self.generation_tokens_total -= g - gk
-                    self.n_dec -= 1
-                    self._sum_c -= c0 - g0
+                    left += 1
+                    sum_c += c0 - g0
                     phase[(g0 - c0) % bs] -= 1
                     if r.token_times is not None:
                         r.token_times.extend(tlog[g0 + 1 : gk + 1])
@@ -353,15 +425,72 @@ class Engine(DecodeSpans):
                     r.outputs = r.o0 + gk - g0
                     blocks = r.blocks = -(-computed // bs)
                     del running[r.rid]
-                    pool.free(r.held, blocks - r.keyed)
-                    r.held = []
+                    held = r.held
+                    if held:  # the tail first, as one request's free() would (anonymous, then its groups)
+                        pool.free(held, anon + blocks - r.keyed)
+                        anon = 0
+                        r.held = []
+                    else:
+                        anon += blocks - r.keyed
                     r.keyed = 0
                     r.cursor = r.own = None
                     r.state = FINISHED
                     r.ended_at = now
                     finished.append(r)
-        for r, chunk in plan:
-            self._advance_prefill(r, chunk, now, finished)
+                if anon:
+                    pool.free_anonymous(anon)
+                self.n_dec -= left
+                self._sum_c -= sum_c
+        if plan:  # the step's prefill chunks are computed (inlined: once per request)
+            bs = self.block_size
+            prefilling = self.prefilling
+            g = self.g
+            phase = self._phase
+            heap = self._heap
+            push = heapq.heappush
+            seq = self._seq
+            sampled = prompt = entered = sum_c = 0  # counters, added once
+            for r, chunk in plan:
+                computed = r.computed = r.computed + chunk
+                keys = r.keys
+                if r.next_reg < len(keys):
+                    upto = computed // bs
+                    if upto > len(keys):
+                        upto = len(keys)
+                    if upto > r.next_reg:
+                        if pool.caching:  # cache newly full prompt blocks
+                            r.cursor, r.own, added = pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
+                            r.keyed += added
+                        r.next_reg = upto
+                if computed < r.num_tokens:
+                    continue
+                prefilling.remove(r)  # its prompt is done: its first token
+                out = r.outputs = r.outputs + 1
+                r.num_tokens += 1
+                sampled += 1
+                if r.first_token_at is None:
+                    r.first_token_at = now
+                    prompt += r.prompt_tokens
+                if r.token_times is not None:
+                    r.token_times.append(now)
+                if out >= r.max_tokens:
+                    self._finish(r, now)
+                    finished.append(r)
+                    continue
+                r.state = DECODE
+                r.g0 = g
+                r.c0 = computed
+                r.o0 = out
+                entered += 1
+                sum_c += computed - g
+                phase[(g - computed) % bs] += 1
+                seq += 1
+                push(heap, (g + r.max_tokens - out, seq, r.epoch, r))
+            self.generation_tokens_total += sampled
+            self.prompt_tokens_total += prompt
+            self.n_dec += entered
+            self._sum_c += sum_c
+            self._seq = seq
         return finished
 
     def cancel_all(self, now: float) -> list[SimRequest]:
@@ -411,98 +540,6 @@ class Engine(DecodeSpans):
         per_pos = self.spec_accepted_per_pos
         for i in range(acc):
             per_pos[i] += n_dec
-
-    def _admit(self, now: float, budget: int, plan: list[tuple[SimRequest, int]]) -> int:
-        pool = self.pool
-        waiting = self.waiting
-        running = self.running
-        max_seqs = self.config.max_num_seqs
-        chunked = self.config.enable_chunked_prefill
-        bs = self.block_size
-        index = pool._index
-        prefilling = self.prefilling
-        while waiting and budget > 0 and len(running) < max_seqs:
-            r = waiting[0]
-            if r.arrival > now:  # live: the engine's clock lags the request's arrival
-                break
-            keys = r.keys
-            hits = free_hits = 0
-            remote = self.kv_remote and not r.preemptions
-            if not remote and len(keys) and keys[0] in index:  # most prompts miss on their first block
-                hits, free_hits, path = pool.match(keys, (r.num_tokens - 1) // bs)
-            hit_tokens = r.num_tokens - 1 if remote else hits * bs
-            todo = r.num_tokens - hit_tokens
-            if todo <= budget:
-                chunk = todo
-            elif chunked:
-                chunk = budget
-            else:
-                break
-            nb = -(-(hit_tokens + chunk) // bs) - hits
-            if nb + free_hits > pool.num_free:
-                break
-            waiting.popleft()
-            if hits:
-                pool.acquire(path)
-                r.held = path
-                r.keyed = hits
-                r.cursor = path[-1][0]
-            if nb:
-                pool.allocate(nb)
-            r.blocks = hits + nb
-            r.computed = hit_tokens
-            r.next_reg = hits
-            if not remote:
-                self.prefix_queries += r.num_tokens
-                self.prefix_hits += hit_tokens
-            if r.cached_tokens is None:
-                r.cached_tokens = hit_tokens
-            if r.scheduled_at is None:
-                r.scheduled_at = now
-            r.state = PREFILL
-            running[r.rid] = r
-            prefilling.append(r)
-            plan.append((r, chunk))
-            budget -= chunk
-        return budget
-
-    def _advance_prefill(self, r: SimRequest, chunk: int, now: float, finished: list[SimRequest]) -> None:
-        computed = r.computed = r.computed + chunk
-        keys = r.keys
-        if r.next_reg < len(keys):
-            upto = computed // self.block_size
-            if upto > len(keys):
-                upto = len(keys)
-            if upto > r.next_reg:
-                if self.pool.caching:  # cache newly full prompt blocks
-                    r.cursor, r.own, added = self.pool.register(keys, r.next_reg, upto, r.held, r.cursor, r.own)
-                    r.keyed += added
-                r.next_reg = upto
-        if computed < r.num_tokens:
-            return
-        self.prefilling.remove(r)
-        r.outputs += 1
-        r.num_tokens += 1
-        self.generation_tokens_total += 1
-        if r.first_token_at is None:
-            r.first_token_at = now
-            self.prompt_tokens_total += r.prompt_tokens
-        if r.token_times is not None:
-            r.token_times.append(now)
-        if r.outputs >= r.max_tokens:
-            self._finish(r, now)
-            finished.append(r)
-            return
-        g = self.g
-        r.state = DECODE
-        r.g0 = g
-        r.c0 = r.computed
-        r.o0 = r.outputs
-        self.n_dec += 1
-        self._sum_c += r.c0 - g
-        self._phase[(g - r.c0) % self.block_size] += 1
-        self._seq += 1
-        heapq.heappush(self._heap, (g + r.max_tokens - r.o0, self._seq, r.epoch, r))
 
     def _leave_decode(self, r: SimRequest) -> None:
         self.n_dec -= 1

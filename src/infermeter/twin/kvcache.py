@@ -258,6 +258,17 @@ class BlockPool:
                 g.segs.append(seg)
                 self.num_free += h - top
 
+    def free_anonymous(self, n: int) -> None:
+        """Release ``n`` unkeyed blocks (:meth:`free` with no holdings): several requests' in one call."""
+        if n:
+            queue = self._queue
+            last = queue[-1]
+            if last.g is None:
+                last.n += n
+            else:
+                queue.append(Seg(None, n, 0, 0))
+            self.num_free += n
+
     def allocate(self, n: int) -> None:
         """Take ``n`` free blocks from the LRU head (evicting cached blocks); caller checked ``num_free``."""
         if n <= 0:

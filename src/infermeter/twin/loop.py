@@ -30,6 +30,10 @@ events, not with replicas x time: step ends sit in a heap (idle engines cost not
 decode span is only shortened (:meth:`~infermeter.twin.engine.Engine.interrupt`) when a request
 reaches *its* engine (a fleet of one engine knows its next arrival, the source's, and stops its
 spans there: ``known_arrivals``). Every replica's trajectory depends only on its own arrivals.
+A single engine with nothing between send and engine (one replica, a fixed or no API-server
+overhead, a ``passive`` source: :class:`ArrivalSource`) runs the same loop with its step in flight
+as one number instead of a heap, and drops deadlines that no longer apply in runs: the same events
+in the same order (``tests/twin/test_loop.py`` compares the two), at less cost per event.
 
 **Windows.** With ``window`` set, every ``window``-th send (by request id) closes a window:
 :meth:`EventLoop.run` yields ``(k, t)`` before handling it, when every event before ``t`` has
@@ -87,7 +91,12 @@ class VirtualClock:
 
 
 class ArrivalSource(Protocol):
-    """Requests in send order."""
+    """Requests in send order.
+
+    A source may also have ``passive = True``: its :meth:`next_time` changes only when :meth:`pop` is
+    called and :meth:`finished` does nothing (an open loop without a concurrency cap); the loop then asks
+    for the next send time once per send and does not report finished requests to it.
+    """
 
     def next_time(self) -> float:
         """Send time of the next request (``inf`` when there is none yet or ever)."""
@@ -115,6 +124,8 @@ class Boundary:
 
 class ListSource:
     """A fixed list of requests (sorted by arrival); for tests and small runs."""
+
+    passive = True  # (ArrivalSource)
 
     def __init__(self, requests: Iterable[SimRequest]) -> None:
         self._reqs = sorted(requests, key=lambda r: r.arrival)
@@ -224,6 +235,9 @@ class EventLoop:
         busy = [False] * len(engines)
         st = self.stats
         next_time, pop, finished = source.next_time, source.pop, source.finished
+        passive = bool(getattr(source, "passive", False))  # next_time() changes at pop() only (ArrivalSource)
+        t_next = next_time() if passive else _INF
+        single = router.replicas == 1 and not track  # a stream-decided router over one replica: always 0
         heappush, heappop = heapq.heappush, heapq.heappop
         stop = cancel_at if cancel_at < until else until
         strict = cancel_at <= until  # cancel: events at cancel_at are not handled; until: they are
@@ -252,8 +266,9 @@ class EventLoop:
             resume = saved["resume"]
             dlq = dl1 if first_fifo else dl2
 
-        def give_up(r: SimRequest, t: float, kind: int) -> None:
-            """The client stops waiting at ``t``: an error record now; the engine aborts the request."""
+        def give_up(r: SimRequest, t: float, kind: int) -> float | None:
+            """The client stops waiting at ``t``: an error record now; the engine aborts the request. The new
+            end of the step in flight on its lane (``r.lane``), or None when it did not change."""
             nonlocal done
             rec = copy.copy(r)
             lane = r.lane
@@ -263,6 +278,7 @@ class EventLoop:
             else:
                 rec.error_class, rec.error = "total_timeout", f"not finished within {t_total:g} s"
             r.timed_out = True
+            end = None
             if lane >= 0:
                 eng = engines[lane]
                 rec.outputs = eng.outputs_of(r)
@@ -270,14 +286,12 @@ class EventLoop:
                 eng.abort(r, t)  # waiting: gone now; running: after the step in progress
                 if not waiting:
                     end = eng.cut(t)
-                    if end is not None:
-                        ver[lane] += 1
-                        heappush(steps, (end, lane, ver[lane]))
             done += 1
             on_done(rec)
             finished(rec, t)
             if track:
                 done_at(r.replica)
+            return end
 
         def arrive(r: SimRequest, j: int, t: float) -> None:
             nonlocal arrived, done
@@ -307,144 +321,258 @@ class EventLoop:
 
         fast = direct and lanes == 1
         sent: SimRequest | Boundary  # a send (a Boundary: one that another process simulates)
-        while True:
-            if resume is not None:  # the send a checkpoint was taken at
-                sent, t_src = resume
-                resume = None
-                clock.now = t_src
-            else:
-                t_src = next_time() + shift
-                t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
-                t_step = steps[0][0] if steps else inf
-                if dl1 or dl2:
-                    q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
-                    t_dl = q[0][0]
-                    if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
+        if fast and len(engines) == 1 and single and passive and not fe and not fe_q:
+            # One engine with nothing between send and engine (the usual single replica): the general loop
+            # below with its step in flight as one number instead of a heap (the same events in the same order:
+            # tests/twin/test_loop.py runs both).
+            eng = engines[0]
+            v0 = ver[0]
+            t_step = min((e[0] for e in steps if e[2] == v0), default=inf) if busy[0] else inf
+            # the clients' earliest deadline (kept as sends and deadlines come, not looked up at every event)
+            t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
+            while True:
+                if resume is not None:  # the send a checkpoint was taken at
+                    sent, t_src = resume
+                    resume = None
+                    clock.now = t_src
+                else:
+                    t_src = t_next + shift
+                    if t_dl < t_src and t_dl < t_step:  # a client's deadline, before anything else
                         if t_dl >= stop:
                             break
-                        _, kind, r = q.popleft()
-                        if r.state >= FINISHED or r.timed_out:
-                            continue
-                        if kind == 0 and r.first_token_at is not None:  # its first token came in time
-                            if t_total:
-                                dl2.append((r.arrival + t_total, 1, r))
-                            continue
-                        clock.now = t_dl
-                        give_up(r, t_dl, kind)
+                        q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                        _, kind, r = q[0]
+                        if r.state < FINISHED and not r.timed_out and (kind or r.first_token_at is None):
+                            q.popleft()
+                            clock.now = t_dl
+                            end = give_up(r, t_dl, kind)
+                            if end is not None:
+                                v0 = ver[0] = ver[0] + 1
+                                t_step = end
+                        else:
+                            # Nothing to do at this deadline: its request ended, or had its first token (then its
+                            # total deadline is queued). The same holds now for the requests behind it that
+                            # ended or started streaming: done with them too, at once (a deadline that no
+                            # longer applies never changes anything, whenever it is dropped).
+                            while dl1:  # first-token deadlines (kind 0)
+                                r = dl1[0][2]
+                                if r.state >= FINISHED or r.timed_out:
+                                    dl1.popleft()
+                                elif r.first_token_at is not None:
+                                    dl1.popleft()
+                                    if t_total:
+                                        dl2.append((r.arrival + t_total, 1, r))
+                                else:
+                                    break
+                            while dl2:  # total deadlines (kind 1)
+                                r = dl2[0][2]
+                                if r.state >= FINISHED or r.timed_out:
+                                    dl2.popleft()
+                                else:
+                                    break
+                        t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
                         continue
-                if not (t_src <= t_fe and t_src <= t_step):
-                    if arrival_first(t_fe, t_step):
-                        if t_fe >= stop:
+                    if t_src > t_step:  # the step in flight ends first (at equal times the send goes first)
+                        if t_step >= stop:
                             break
-                        clock.now = t_fe
-                        _, _, r, j = heappop(fe) if fe else fe_q.popleft()
-                        if r.timed_out:  # its client gave up while it was in the API server
-                            continue
-                        if lanes == 1:  # arrive(r, j, t_fe), inlined
-                            eng = engines[j]
-                            arrived += 1
-                            r.lane = j
-                            if not eng.add(r, t_fe):
-                                r.ended_at = t_fe
+                        now = t_step
+                        clock.now = now
+                        out = eng.complete(now)
+                        if out:
+                            for r in out:
+                                if r.timed_out:
+                                    continue  # reported when its client gave up
                                 done += 1
                                 on_done(r)
-                                finished(r, t_fe)
-                                if track:
-                                    done_at(j)
-                            elif not busy[j]:
-                                busy[j] = True
-                                heappush(steps, (t_fe, j, ver[j]))
-                            else:
-                                end = eng.interrupt(t_fe)
-                                if end is not None:
-                                    ver[j] += 1
-                                    heappush(steps, (end, j, ver[j]))
-                        else:
-                            arrive(r, j, t_fe)
+                        d = eng.schedule(now, t_next + o) if known else eng.schedule(now)
+                        t_step = inf if d is None else now + d
                         continue
-                    if t_step >= stop:
+                    if t_src >= stop:
                         break
-                    now, lane, v = heappop(steps)
-                    if v != ver[lane]:
-                        continue  # superseded by an interrupted span's new end
-                    clock.now = now
-                    eng = engines[lane]
-                    out = eng.complete(now)
-                    if out:
-                        for r in out:
-                            if r.timed_out:
-                                continue  # reported when its client gave up
-                            done += 1
-                            on_done(r)
-                            finished(r, now)
-                            if track:
-                                done_at(lane // lanes)
-                    if known:
-                        h = next_time() + o
-                        if fe and fe[0][0] < h:
-                            h = fe[0][0]
-                        elif fe_q and fe_q[0][0] < h:
-                            h = fe_q[0][0]
-                        d = eng.schedule(now, h)
-                    else:
-                        d = eng.schedule(now)
-                    if d is None:
-                        busy[lane] = False
-                    else:
-                        heappush(steps, (now + d, lane, v))
+                    clock.now = t_src
+                    sent = pop()
+                    t_next = next_time()
+                if sent.rid >= next_b > 0:
+                    while sent.rid >= next_b:
+                        k_win += 1
+                        next_b += window  # type: ignore[operator]
+                        st.arrived, st.done = arrived, done
+                        busy[0] = t_step < inf  # the general loop's form of the step in flight (checkpoints)
+                        steps[:] = [(t_step, 0, v0)] if t_step < inf else []
+                        self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
+                                       "counts": (next_b, k_win, seq, arrived, done), "resume": (sent, t_src)}
+                        yield k_win - 1, t_src
+                    self._state = None
+                if isinstance(sent, Boundary):
                     continue
-                if t_src >= stop:
-                    break
-                clock.now = t_src
-                sent = pop()
-            # a send at t_src (a Boundary: one that another process simulates)
-            if sent.rid >= next_b > 0:
-                while sent.rid >= next_b:
-                    k_win += 1
-                    next_b += window  # type: ignore[operator]
-                    st.arrived, st.done = arrived, done
-                    self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
-                                   "counts": (next_b, k_win, seq, arrived, done), "resume": (sent, t_src)}
-                    yield k_win - 1, t_src
-                self._state = None
-            if isinstance(sent, Boundary):
-                continue
-            r = sent
-            j = r.replica
-            if j < 0:
-                j = r.replica = pick(r.rid, r.conversation_id, r.prefix_group)
-            if use_dl:
-                dlq.append((r.arrival + dl_after, dl_kind, r))
-            if fast:  # arrive(r, j, t_src), inlined: the common case
-                eng = engines[j]
+                r = sent
+                if r.replica < 0:
+                    r.replica = 0
+                if use_dl:
+                    d = r.arrival + dl_after
+                    dlq.append((d, dl_kind, r))
+                    if d < t_dl:
+                        t_dl = d
                 arrived += 1
-                r.lane = j
+                r.lane = 0
                 if not eng.add(r, t_src):
                     r.ended_at = t_src
                     done += 1
                     on_done(r)
-                    finished(r, t_src)
-                    if track:
-                        done_at(j)
-                elif not busy[j]:
-                    busy[j] = True
-                    heappush(steps, (t_src, j, ver[j]))
-                else:
-                    end = eng.interrupt(t_src)
+                elif t_step == inf:  # idle: woken by a zero-length step end at t_src
+                    t_step = t_src
+                elif len(eng.waiting) == 1:  # eng.interrupt(t_src), inlined
+                    end = eng.cut(t_src)
                     if end is not None:
-                        ver[j] += 1
-                        heappush(steps, (end, j, ver[j]))
-            elif direct:
-                arrive(r, j, t_src)
-            elif s:  # the replica's API server works one request at a time
-                t_e = t_src + o
-                free = fe_free[j]
-                t_e = (free if free > t_e else t_e) + s
-                fe_free[j] = t_e
-                seq += 1
-                heappush(fe, (t_e, seq, r, j))
-            else:  # a fixed overhead: arrivals keep the send order
-                fe_q.append((t_src + o, 0, r, j))
+                        t_step = end
+            busy[0] = t_step < inf
+            steps[:] = [(t_step, 0, v0)] if t_step < inf else []
+        else:
+            while True:
+                if resume is not None:  # the send a checkpoint was taken at
+                    sent, t_src = resume
+                    resume = None
+                    clock.now = t_src
+                else:
+                    t_src = (t_next if passive else next_time()) + shift
+                    t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
+                    t_step = steps[0][0] if steps else inf
+                    if dl1 or dl2:
+                        q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
+                        t_dl = q[0][0]
+                        if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
+                            if t_dl >= stop:
+                                break
+                            _, kind, r = q.popleft()
+                            if r.state >= FINISHED or r.timed_out:
+                                continue
+                            if kind == 0 and r.first_token_at is not None:  # its first token came in time
+                                if t_total:
+                                    dl2.append((r.arrival + t_total, 1, r))
+                                continue
+                            clock.now = t_dl
+                            end = give_up(r, t_dl, kind)
+                            if end is not None:
+                                lane = r.lane
+                                ver[lane] += 1
+                                heappush(steps, (end, lane, ver[lane]))
+                            continue
+                    if not (t_src <= t_fe and t_src <= t_step):
+                        if arrival_first(t_fe, t_step):
+                            if t_fe >= stop:
+                                break
+                            clock.now = t_fe
+                            _, _, r, j = heappop(fe) if fe else fe_q.popleft()
+                            if r.timed_out:  # its client gave up while it was in the API server
+                                continue
+                            if lanes == 1:  # arrive(r, j, t_fe), inlined
+                                eng = engines[j]
+                                arrived += 1
+                                r.lane = j
+                                if not eng.add(r, t_fe):
+                                    r.ended_at = t_fe
+                                    done += 1
+                                    on_done(r)
+                                    finished(r, t_fe)
+                                    if track:
+                                        done_at(j)
+                                elif not busy[j]:
+                                    busy[j] = True
+                                    heappush(steps, (t_fe, j, ver[j]))
+                                else:
+                                    end = eng.interrupt(t_fe)
+                                    if end is not None:
+                                        ver[j] += 1
+                                        heappush(steps, (end, j, ver[j]))
+                            else:
+                                arrive(r, j, t_fe)
+                            continue
+                        if t_step >= stop:
+                            break
+                        now, lane, v = heappop(steps)
+                        if v != ver[lane]:
+                            continue  # superseded by an interrupted span's new end
+                        clock.now = now
+                        eng = engines[lane]
+                        out = eng.complete(now)
+                        if out:
+                            for r in out:
+                                if r.timed_out:
+                                    continue  # reported when its client gave up
+                                done += 1
+                                on_done(r)
+                                if not passive:
+                                    finished(r, now)
+                                if track:
+                                    done_at(lane // lanes)
+                        if known:
+                            h = (t_next if passive else next_time()) + o
+                            if fe and fe[0][0] < h:
+                                h = fe[0][0]
+                            elif fe_q and fe_q[0][0] < h:
+                                h = fe_q[0][0]
+                            d = eng.schedule(now, h)
+                        else:
+                            d = eng.schedule(now)
+                        if d is None:
+                            busy[lane] = False
+                        else:
+                            heappush(steps, (now + d, lane, v))
+                        continue
+                    if t_src >= stop:
+                        break
+                    clock.now = t_src
+                    sent = pop()
+                    if passive:
+                        t_next = next_time()
+                # a send at t_src (a Boundary: one that another process simulates)
+                if sent.rid >= next_b > 0:
+                    while sent.rid >= next_b:
+                        k_win += 1
+                        next_b += window  # type: ignore[operator]
+                        st.arrived, st.done = arrived, done
+                        self._state = {"queues": (fe_free, fe, fe_q, steps, ver, busy, dl1, dl2),
+                                       "counts": (next_b, k_win, seq, arrived, done), "resume": (sent, t_src)}
+                        yield k_win - 1, t_src
+                    self._state = None
+                if isinstance(sent, Boundary):
+                    continue
+                r = sent
+                j = r.replica
+                if j < 0:
+                    j = r.replica = 0 if single else pick(r.rid, r.conversation_id, r.prefix_group)
+                if use_dl:
+                    dlq.append((r.arrival + dl_after, dl_kind, r))
+                if fast:  # arrive(r, j, t_src), inlined: the common case
+                    eng = engines[j]
+                    arrived += 1
+                    r.lane = j
+                    if not eng.add(r, t_src):
+                        r.ended_at = t_src
+                        done += 1
+                        on_done(r)
+                        finished(r, t_src)
+                        if track:
+                            done_at(j)
+                    elif not busy[j]:
+                        busy[j] = True
+                        heappush(steps, (t_src, j, ver[j]))
+                    elif len(eng.waiting) == 1:  # eng.interrupt(t_src), inlined
+                        end = eng.cut(t_src)
+                        if end is not None:
+                            ver[j] += 1
+                            heappush(steps, (end, j, ver[j]))
+                elif direct:
+                    arrive(r, j, t_src)
+                elif s:  # the replica's API server works one request at a time
+                    t_e = t_src + o
+                    free = fe_free[j]
+                    t_e = (free if free > t_e else t_e) + s
+                    fe_free[j] = t_e
+                    seq += 1
+                    heappush(fe, (t_e, seq, r, j))
+                else:  # a fixed overhead: arrivals keep the send order
+                    fe_q.append((t_src + o, 0, r, j))
         st.arrived, st.done = arrived, done
         fe.extend(fe_q)
         if shifted and cancel_at < inf and cancel_at <= until:  # sent, not yet at their engine: in its API server

@@ -17,6 +17,7 @@ values at decode entry (``c0``, ``o0`` at step counter ``g0``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from typing import Any
 
 from infermeter.twin.state import set_state, state_of
@@ -116,22 +117,26 @@ def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[i
     """SimRequests from columns (lists): arrival (also the intended send), prompt and max tokens,
     conversation and prefix group (-1: none), each request's end offset in ``kflat`` (an int64 array of
     every request's keys, flat). Short key lists become lists (cheaper to index), long ones their own
-    small int64 array (less memory)."""
+    small int64 array (less memory). The requests are made as they are taken (a ``map``: no Python frame
+    per request but the constructor's)."""
     n = len(ends)
-    # mostly short lists: one conversion per batch (slicing a list is cheap, an array's is not); mostly
-    # long ones: the few short ones converted each (converting every key would cost more than the copies)
-    flat: list[int] | None = kflat.tolist() if n and ends[n - 1] <= 32 * n else None
-    pos = 0
-    j = 0
-    for rid in rids:
-        end = ends[j]
-        keys: Any = () if end <= pos else kflat[pos:end].copy() if end - pos > 32 else \
-            flat[pos:end] if flat is not None else kflat[pos:end].tolist()
-        pos = end
-        cid, gid = conv[j], grp[j]
-        t = at[j]
-        yield SimRequest(rid, t, pt[j], mt[j], keys, t, None if cid < 0 else cid, None if gid < 0 else gid)
-        j += 1
+    keys: Iterable[Any]
+    if not n or ends[n - 1] == 0:  # a keyless stream
+        keys = repeat(())
+    else:
+        # mostly short lists: one conversion per batch (slicing a list is cheap, an array's is not); mostly
+        # long ones: the few short ones converted each (converting every key would cost more than the copies)
+        flat: list[int] | None = kflat.tolist() if ends[n - 1] <= 32 * n else None
+        klist: list[Any] = []
+        pos = 0
+        for end in ends:
+            klist.append(() if end <= pos else kflat[pos:end].copy() if end - pos > 32 else
+                         flat[pos:end] if flat is not None else kflat[pos:end].tolist())
+            pos = end
+        keys = klist
+    convs: Iterable[int | None] = repeat(None) if not n or max(conv) < 0 else [None if c < 0 else c for c in conv]
+    grps: Iterable[int | None] = repeat(None) if not n or max(grp) < 0 else [None if g < 0 else g for g in grp]
+    return map(SimRequest, rids, at, pt, mt, keys, at, convs, grps)
 
 
 def columns_of(buf: list[SimRequest]) -> tuple[list[Any], ...]:

@@ -89,6 +89,7 @@ class OpenLoopSource(_Limited):
     ) -> None:
         super().__init__(reqs, requests, duration_s, warmup)
         self._cap = max_concurrency
+        self.passive = max_concurrency is None  # the loop's fast path (twin.loop.ArrivalSource)
         self._in_flight = 0
         self._release = 0.0
         self.held = 0  # requests sent after their intended time because of the cap
@@ -123,7 +124,17 @@ class OpenLoopSource(_Limited):
                 r.arrival = self._release
                 self.held += 1
             self._in_flight += 1
-        self._advance()
+        # self._advance(), inlined (once per request)
+        if self._total is not None and self._n >= self._total:
+            self._next, self._t = None, _INF
+            return r
+        nxt = next(self._it, None)
+        if nxt is None or nxt.arrival >= self._duration:
+            self._next, self._t = None, _INF
+            return r
+        nxt.intended_at = nxt.arrival
+        self._next, self._t = nxt, nxt.arrival
+        self._n += 1
         return r
 
     def finished(self, r: SimRequest, now: float) -> None:
