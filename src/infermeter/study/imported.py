@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from infermeter.analysis.results import Summary
 from infermeter.errors import ConfigError, DataError
 from infermeter.interop.common import Imported, summarize, write_imported
 from infermeter.interop.definitions import tool_of
@@ -63,14 +64,14 @@ class ImportedTarget:
                 "model": self.study.model_for(self.conf), "url": None,
                 "runs": {p: [str(x) for x in paths] for p, paths in self.runs.items()}}
 
-    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> dict[str, Any]:
+    def run_step(self, spec: StepSpec, profile: str, *, out_dir: Path, label: str) -> Summary:
         raise ConfigError(f"configuration {self.conf.label}: its cells are existing runs; nothing is run")
 
 
 @dataclass
 class _Run:
     src: str  # where it came from (a run directory, or a result file and its run)
-    summary: dict[str, Any]
+    summary: Summary
     run: dict[str, Any]
     dir: Path | None = None  # an infermeter run directory, copied
     imp: Imported | None = None  # another tool's run, imported
@@ -92,7 +93,7 @@ def _from_file(path: Path) -> list[_Run]:
     out = []
     for imp in read_file(path):
         run, _table, summary = summarize(imp)  # for the step's kind; written to the step by _Run.write
-        out.append(_Run(str(imp.path), summary.to_json(), run, imp=imp))
+        out.append(_Run(str(imp.path), summary, run, imp=imp))
     return out
 
 
@@ -108,8 +109,8 @@ def collect(paths: tuple[Path, ...]) -> list[_Run]:
 def _spec(k: int, r: _Run) -> StepSpec:
     load: dict[str, Any] = r.run["load"] if isinstance(r.run.get("load"), dict) else {}
     s = r.summary
-    requests = int(s.get("scheduled") or s.get("completed") or 0)
-    rate = load.get("target_rate", s.get("target_rate"))
+    requests = int(s.scheduled or s.completed or 0)
+    rate = load.get("target_rate", s.target_rate)
     if load.get("open_loop") and isinstance(rate, (int, float)) and rate > 0:
         return StepSpec(k=k, kind="rate", requests=requests, rate=float(rate))
     conc = load.get("concurrency") or (load.get("limits") or {}).get("max_concurrency")
@@ -122,7 +123,7 @@ def _order(runs: list[_Run]) -> list[_Run]:
     closed = [r for r in runs if _spec(0, r).kind == "saturation"]
     if not closed:
         return runs
-    top = max(closed, key=lambda r: float(r.summary.get("request_throughput") or 0.0))
+    top = max(closed, key=lambda r: float(r.summary.request_throughput or 0.0))
     return [top] + [r for r in runs if r is not top]
 
 
@@ -153,7 +154,7 @@ def imported_cell(target: Target, study: StudyConfig, conf: Configuration, profi
         step_dir.parent.mkdir(parents=True, exist_ok=True)
         r.write(step_dir)
         run = store.read_json(step_dir / store.RUN) if (step_dir / store.RUN).is_file() else r.run
-        summary = store.read_json(step_dir / store.SUMMARY)
+        summary = Summary.from_json(store.read_json(step_dir / store.SUMMARY), str(step_dir / store.SUMMARY))
         tools.add(tool_of(run))
         emulated = emulated or bool((run.get("target") or {}).get("emulated"))
         spec = _spec(k, _Run(r.src, summary, run))

@@ -167,8 +167,9 @@ def _run_configuration(study: StudyConfig, conf: Configuration, todo: list[tuple
                     shutil.rmtree(cell_dir)
                 acc.event("cell", f"[{len(acc.cells) + 1}/{acc.total}] {conf.label} × {profile} ({target.source})")
                 t0 = time.perf_counter()
-                make = imported_cell if isinstance(target, ImportedTarget) else run_cell  # existing runs: no steps run
-                cell = make(target, study, conf, profile, cell_dir, on_step=lambda o: acc.event("step", step_line(o)))
+                on_step = lambda o: acc.event("step", step_line(o))  # noqa: E731
+                cell = (imported_cell(target, study, conf, profile, cell_dir, on_step=on_step)  # existing runs: no steps run
+                        if isinstance(target, ImportedTarget) else run_cell(target, study, conf, profile, cell_dir, on_step=on_step))
                 cap = cell.capacity
                 acc.add(cell, f"    -> saturation {cell.saturation['output_tokens_per_s'] or 0:,.0f} out tok/s; "
                         + (f"SLO capacity {cap['requests_per_s']:.3g} req/s" if cap else "no step met the SLO")
