@@ -57,7 +57,8 @@ def test_session_routing_keeps_prefix_hits_that_round_robin_loses(tmp_path):
 def test_ray_workers_give_the_same_summary_as_one_process(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray is not installed (extra 'distributed')")
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        # address="local": a new local cluster, never one an earlier test (or the user) left in /tmp/ray
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except Exception as exc:  # noqa: BLE001 - a machine where Ray cannot start
         pytest.skip(f"Ray cannot start a local cluster here: {exc}")
     try:
