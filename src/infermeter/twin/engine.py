@@ -185,20 +185,7 @@ class Engine(DecodeSpans):
             r.token_times = []
         waiting.append(r)
         n = len(waiting)
-        ws = self.waiting_series  # ws.set(t, n), its usual case inlined (once per request)
-        t0 = ws.t
-        if t > t0:
-            c = ws.level
-            if c:
-                w = ws.width
-                i = int(t0 / w)
-                sums = ws.sums
-                if i == int(t / w) and i < len(sums):  # within one bucket
-                    sums[i] += c * (t - t0)
-                else:
-                    ws.set(t, n)  # across buckets
-            ws.t = t
-        ws.level = n
+        self.waiting_series.set(t, n)
         if n > self.max_waiting:
             self.max_waiting = n
         return True

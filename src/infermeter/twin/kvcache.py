@@ -232,14 +232,8 @@ class BlockPool:
         As in vLLM, the tail is freed first (anonymous blocks, then the groups from the last), so
         the request's last blocks are evicted before its prefix.
         """
+        self.free_anonymous(anonymous)
         queue = self._queue
-        if anonymous:
-            last = queue[-1]
-            if last.g is None:
-                last.n += anonymous
-            else:
-                queue.append(Seg(None, anonymous, 0, 0))
-            self.num_free += anonymous
         for i in range(len(held) - 1, -1, -1):  # the tail first (an index loop: mypyc compiles it)
             g, h = held[i]
             holders = g.holders
