@@ -140,6 +140,11 @@ def _num(v: Any, path: Path, where: str, *, optional: bool = False) -> float | N
     return float(v)
 
 
+def _streams(v: Any) -> int | None:
+    """``v`` when it is a count of streams (a positive int, not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
 def _list(d: dict[str, Any], key: str, n: int | None, path: Path) -> list[Any]:
     v = d.get(key)
     if not isinstance(v, list):
@@ -200,7 +205,7 @@ def read_vllm_bench(d: dict[str, Any], path: Path, index: int | None = None) -> 
                    path=where, model=d.get("model_id") if isinstance(d.get("model_id"), str) else None,
                    label=d.get("label") if isinstance(d.get("label"), str) else None, started_at=started,
                    load=_rate_load("vllm bench serve", rate, f", max concurrency {cap}" if cap else ""))
-    if rate is not None and math.isinf(rate) and isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+    if rate is not None and math.isinf(rate) and _streams(cap):
         imp.load["concurrency"] = cap  # unpaced under --max-concurrency N: a closed loop of N streams
     imp.extra = {k: d[k] for k in ("max_output_tokens_per_s", "max_concurrent_requests", "request_goodput",
                                    "burstiness", "num_prompts", "backend") if d.get(k) is not None}
@@ -299,8 +304,8 @@ def read_guidellm(d: Any, path: Path) -> list[Imported]:
                        model=backend.get("model") if isinstance(backend.get("model"), str) else None,
                        started_at=_iso(b.get("start_time")),
                        load=_rate_load(f"GuideLLM {kind}", rate if kind in ("poisson", "constant") else math.inf))
-        streams = 1 if kind == "synchronous" else strat.get("streams") if kind == "concurrent" else None
-        if isinstance(streams, int) and not isinstance(streams, bool) and streams > 0:
+        streams = _streams(1 if kind == "synchronous" else strat.get("streams") if kind == "concurrent" else None)
+        if streams:
             imp.load["concurrency"] = streams
         rows: list[dict[str, Any]] = []
         for status, outcome in (("successful", "ok"), ("errored", "error"), ("incomplete", "cancelled")):
@@ -428,7 +433,7 @@ def _aiperf_load(d: dict[str, Any]) -> dict[str, Any]:
     is_rate = isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0
     load = _rate_load(f"AIPerf {phase.get('type')}", rate if is_rate else math.inf,
                       f", concurrency {conc}" if isinstance(conc, int) else "")
-    if not is_rate and isinstance(conc, int) and not isinstance(conc, bool) and conc > 0:
+    if not is_rate and _streams(conc):
         load["concurrency"] = conc
     return load
 
