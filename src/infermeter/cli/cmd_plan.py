@@ -77,7 +77,7 @@ def _speculative_line(config: str, sp: dict[str, Any]) -> str:
     sat = sp.get("saturation_speedup")
     at_sat = f", {sat:.2f}x at saturation ({sp.get('saturation_concurrency')} streams)" if sat is not None else ""
     return (f"[cyan]speculative[/] {escape(config)}: {escape(method)}, k={sp['k']}, acceptance {sp['acceptance']:.2f}: "
-            f"speedup {sp['speedup']:.2f}x (bound {sp['speedup_bound']:.2f}x; TPOT {sp['tpot_ms_without']:.2f} ms without)"
+            f"predicted speedup {sp['speedup']:.2f}x (bound {sp['speedup_bound']:.2f}x; TPOT {sp['tpot_ms_without']:.2f} ms without)"
             f"{at_sat}; the intervals leave the acceptance out")
 
 
