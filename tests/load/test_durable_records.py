@@ -193,12 +193,31 @@ def test_a_claim_refuses_a_folder_that_holds_a_run_and_a_stale_lock_names_itself
         with outputs.claim_run_dir(d):
             pass
     assert not (d / outputs.LOCK).exists() and (d / store.JOURNAL).exists()
+    # a killed run's lock (a pid no process has) beside that run's records: refused, naming the dead pid
     e = tmp_path / "stale"
     e.mkdir()
-    (e / outputs.LOCK).write_text("999999999\n")  # a pid no process has
-    with pytest.raises(OutputError, match="did not finish"):
+    (e / outputs.LOCK).write_text("999999999\n")
+    (e / store.JOURNAL).write_text('{"id": 1}\n')
+    with pytest.raises(OutputError, match=r"did not finish \(pid 999999999, gone\)"):
         with outputs.claim_run_dir(e):
             pass
+    assert (e / outputs.LOCK).read_text() == "999999999\n" and (e / store.JOURNAL).read_text() == '{"id": 1}\n'
+
+
+def test_a_killed_runs_lock_in_a_folder_with_nothing_measured_is_taken_over(tmp_path):
+    e = tmp_path / "stale"
+    e.mkdir()
+    (e / outputs.LOCK).write_text("999999999\n")  # a pid no process has; no run files beside it
+    with outputs.claim_run_dir(e) as d:
+        assert d == e and (e / outputs.LOCK).read_text() == f"{os.getpid()}\n"
+        assert [p.name for p in e.iterdir()] == [outputs.LOCK]  # the renamed-away lock is gone too
+    assert not (e / outputs.LOCK).exists()
+    # a live holder's lock is never taken, even in an empty folder
+    (e / outputs.LOCK).write_text(f"{os.getpid()}\n")
+    with pytest.raises(OutputError, match=rf"another infermeter run \(pid {os.getpid()}\)"):
+        with outputs.claim_run_dir(e):
+            pass
+    assert (e / outputs.LOCK).read_text() == f"{os.getpid()}\n"
 
 
 def test_writability_is_proved_by_writing_not_by_os_access(tmp_path):

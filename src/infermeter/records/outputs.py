@@ -15,6 +15,9 @@ sees a read-only mount. :func:`claim_run_dir` claims a run directory atomically:
 ``.infermeter.lock`` with ``O_CREAT | O_EXCL`` (which one of two racing runs wins, whatever the
 timing), *then* refuses a folder that already holds a run's files; the lock (the claiming process's
 pid) is removed when the claim ends, a folder made for a claim that ended with nothing in it too.
+A lock left by a run that was killed (its pid gone) in a folder that holds none of a run's files is
+taken over (renamed away atomically, so of two runs taking it over one wins); where the killed run left
+files the folder is refused, naming the dead pid, so nothing it measured is ever overwritten.
 """
 
 from __future__ import annotations
@@ -111,7 +114,12 @@ def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
     made = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if not _take_stale_lock(path, files):
+                raise
+            fd = os.open(path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise RunDirTaken(f"{flag} {path}: {_holder(path / LOCK)}; choose another directory") from None
     except OSError as exc:
@@ -132,18 +140,54 @@ def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
     return made
 
 
-def _holder(lock: Path) -> str:
+def _lock_pid(lock: Path) -> int | None:
     try:
-        pid = int(lock.read_text().split()[0])
+        return int(lock.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return "another infermeter run is writing to it"
+        return None
+
+
+def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return (f"it holds the lock of a run that did not finish (pid {pid}, gone; remove {lock} to reuse the "
-                "folder, or `infermeter summarize` it)")
+        return True
     except PermissionError:
         pass
+    return False
+
+
+def _take_stale_lock(path: Path, files: Iterable[str]) -> bool:
+    """Remove the lock of a dead run from a folder holding none of a run's files; whether it was removed.
+    The lock is renamed to a name of this process's own first (only one of two racing processes can),
+    and checked again there: a live holder's lock that slipped in meanwhile is put back."""
+    lock = path / LOCK
+    pid = _lock_pid(lock)
+    if pid is None or not _gone(pid) or holds_run(path, files):
+        return False
+    aside = path / f"{LOCK}.stale-{os.getpid()}"
+    try:
+        os.rename(lock, aside)
+    except OSError:
+        return False  # another process took it first: its O_EXCL decides
+    if _lock_pid(aside) != pid:  # not the dead run's lock any more: give it back untouched
+        try:
+            os.link(aside, lock)
+        except OSError:
+            pass
+        aside.unlink(missing_ok=True)
+        return False
+    aside.unlink(missing_ok=True)
+    return True
+
+
+def _holder(lock: Path) -> str:
+    pid = _lock_pid(lock)
+    if pid is None:
+        return "another infermeter run is writing to it"
+    if _gone(pid):
+        return (f"it holds the lock and the files of a run that did not finish (pid {pid}, gone): "
+                f"`infermeter summarize` it, or remove {lock} to reuse the folder")
     return f"another infermeter run (pid {pid}) is writing to it"
 
 
