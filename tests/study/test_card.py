@@ -279,3 +279,31 @@ def test_the_closest_load_is_an_open_loop_rate_judged_on_its_latency(kit: Any) -
     c = replace(c, steps=[c.steps[0], sat, *c.steps[2:], unfinished])
     st = capacity_status(c, {"ttft_ms": 2000}, "p95")
     assert st.closest is not None and st.closest["offered_rate"] == 0.075 and st.high == 0.075
+
+
+def test_a_saturation_figure_from_an_invalid_run_is_flagged_and_never_ranked(kit: Any) -> None:
+    """The fastest cell's saturation run was judged invalid (the client fell behind): its figure is shown flagged
+    'invalid' with the reason, it is not ranked, the leader's share is taken among valid runs, and a
+    throughput claim is not checked against it."""
+    from infermeter.study.claims import _saturation_ratio
+    from infermeter.study.tables import ranking_tables
+
+    study = kit.study_of([_conf("h100-sxm", 4.0), _conf("a100-80gb", 2.0)], ["chat"])
+    fast = kit.make_cell("h100-sxm", "chat", 9000)
+    fast = replace(fast, saturation={**fast.saturation, "valid": False,
+                                     "invalid_reasons": ["schedule_lag: p99 schedule lag 80.0 ms > 50 ms"]})
+    slow = kit.make_cell("a100-80gb", "chat", 3000)
+    cells = [fast, slow]
+    prices = price_study(study, cells, TODAY)
+    (table,) = ranking_tables(study, cells, prices)
+    by_config = {row[1].display: row for row in table.rows}
+    assert [row[1].display for row in table.rows] == ["a100-80gb", "h100-sxm"]  # the valid one first
+    assert by_config["a100-80gb"][0].value == 1 and by_config["a100-80gb"][4].value == 1.0  # the leader
+    rank, sat = by_config["h100-sxm"][0], by_config["h100-sxm"][3]
+    assert rank.flag == "invalid" and "schedule_lag" in rank.display and rank.value != 1
+    assert sat.flag == "invalid" and sat.value == 9000
+    assert _saturation_ratio(cells, "h100-sxm", "a100-80gb", "chat") is None
+    valid = replace(fast, saturation={**fast.saturation, "valid": True})
+    assert _saturation_ratio([valid, slow], "h100-sxm", "a100-80gb", "chat") == 3.0
+    (table,) = ranking_tables(study, [valid, slow], prices)
+    assert [row[1].display for row in table.rows] == ["h100-sxm", "a100-80gb"]

@@ -103,7 +103,10 @@ def _rates_block(o: StepOutcome) -> dict[str, Any]:
     return {**o.rates(), "step": o.spec.k, "describe": o.spec.describe(), "kind": o.spec.kind,
             "concurrency": o.spec.concurrency, "offered_rate": o.offered_rate, "fraction": o.spec.fraction,
             "method": o.throughput.method if o.throughput else "whole run",
-            "window_s": o.throughput.window_s if o.throughput else o.summary.duration_s}
+            "window_s": o.throughput.window_s if o.throughput else o.summary.duration_s,
+            # the step's own run verdict: a throughput from a run judged invalid (e.g. the client fell behind) is
+            # shown flagged and never ranked (study/tables.py)
+            "valid": o.summary.valid, "invalid_reasons": list(o.summary.invalid_reasons or [])}
 
 
 def _capacity_block(cap: StepOutcome, outcomes: list[StepOutcome], search: dict[str, Any]) -> dict[str, Any]:
