@@ -125,3 +125,15 @@ def test_missing_data_and_bad_arguments():
         run(synthetic(10, 0), synthetic(10, 1), metrics=("ttft_p42",))
     with pytest.raises(ValueError, match="confidence"):
         run(synthetic(10, 0), synthetic(10, 1), confidence=1.5)
+
+
+def test_a_percentile_with_fewer_samples_than_the_summary_needs_is_not_compared():
+    """40 requests: p50/p95 compare (their floors are 1 and 20), p99 is left empty like summary.json leaves it,
+    even though the candidate is 3x slower; at 100 requests p99 is compared and regresses."""
+    few = run(synthetic(40, 0), synthetic(40, 1, ttft_scale=3.0), metrics=("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms"))
+    v = verdicts(few)
+    assert v["ttft_p50_ms"] == v["ttft_p95_ms"] == "regression"
+    p99 = next(c for c in few.changes if c.spec.name == "ttft_p99_ms")
+    assert (p99.verdict, p99.baseline, p99.candidate, p99.n_baseline) == ("too few samples", None, None, 40)
+    enough = run(synthetic(100, 0), synthetic(100, 1, ttft_scale=3.0), metrics=("ttft_p99_ms",))
+    assert verdicts(enough)["ttft_p99_ms"] == "regression"

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from infermeter.analysis import catalog
 from infermeter.analysis.catalog import MetricRef
 from infermeter.analysis.metrics import col, request_metrics
-from infermeter.analysis.results import PERCENTILES
+from infermeter.analysis.results import MIN_SAMPLES, PERCENTILES
 
 READ_COLUMNS = ("phase", "outcome", "intended_at", "sent_at", "first_token_at", "ended_at", "completion_tokens")
 
@@ -118,6 +118,7 @@ class MetricSpec:
     source: str  # RequestArrays field
     q: float = 0.0
     better: Literal["lower", "higher"] = "lower"
+    min_samples: int = 1  # a percentile needs this many samples in each run (summary.json's floor, results.py)
 
 
 _COUNTS: dict[str, tuple[Kind, str, str]] = {  # kind, RequestArrays source, compare's label
@@ -143,7 +144,8 @@ def _spec(r: MetricRef) -> MetricSpec:
     if r.stat is not None:
         field_ = f"{m.per_request}_ms"  # TTFT, TPOT, E2E have their own RequestArrays field; others per_request
         source = field_ if field_ in RequestArrays.__dataclass_fields__ else str(m.per_request)
-        return MetricSpec(r.name, r.label, m.unit, "quantile", source, PERCENTILES[r.stat] / 100.0, m.better or "lower")
+        return MetricSpec(r.name, r.label, m.unit, "quantile", source, PERCENTILES[r.stat] / 100.0, m.better or "lower",
+                          MIN_SAMPLES.get(r.stat, 1))
     kind, source, label = _COUNTS[r.name]
     return MetricSpec(r.name, label, "%" if kind == "proportion" else m.unit, kind, source, better=m.better or "lower")
 
@@ -160,7 +162,7 @@ def spec(name: str) -> MetricSpec:
 
 
 Verdict = Literal["regression", "improvement", "worse, within threshold", "better, within threshold", "negligible",
-                  "no significant change", "no data"]
+                  "no significant change", "no data", "too few samples"]
 MIN_EFFECT = 0.01  # relative changes below this are "negligible", whatever their interval
 
 
@@ -279,6 +281,9 @@ def compare_metric(
     nb, nc = int(np.isfinite(vb).sum()), int(np.isfinite(vc).sum())
     if spec.kind == "proportion" and b_point is not None and c_point is not None:
         b_point, c_point = b_point * 100.0, c_point * 100.0
+    if spec.kind == "quantile" and 0 < min(nb, nc) < spec.min_samples:
+        # as summary.json leaves it empty: a p99 of 40 requests is their maximum, not a p99
+        return MetricChange(spec, None, None, None, None, None, "too few samples", nb, nc)
     if b_point is None or c_point is None or (spec.kind != "proportion" and b_point == 0):
         return MetricChange(spec, b_point, c_point, None, None, None, "no data", nb, nc)
     bb = _bootstrap(spec, vb, scales[0], resamples, rng)

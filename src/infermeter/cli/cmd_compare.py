@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from infermeter.report.rundir import RunDir
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "worse, within threshold": "yellow",
-                  "better, within threshold": "cyan", "negligible": "dim", "no significant change": "", "no data": "dim"}
+                  "better, within threshold": "cyan", "negligible": "dim", "no significant change": "", "no data": "dim", "too few samples": "dim"}
 
 
 def parse_fraction(text: str, flag: str) -> float:
