@@ -522,7 +522,7 @@ class Accumulator:
         verdict = judge(Facts(
             open_loop=open_loop, scheduled=self.scheduled, completed=self.completed, failed=self.failed,
             cancelled=self.cancelled, dropped=self.dropped, lag_p99_ms=dist["lag"].p99 if dist["lag"].p99 is not None
-            else dist["lag"].max, scheduled_rate=scheduled_rate, offered_rate=offered, achieved_rate=achieved,
+            else dist["lag"].max, lag_stat="p99" if dist["lag"].p99 is not None else "max", scheduled_rate=scheduled_rate, offered_rate=offered, achieved_rate=achieved,
             completion_rate=completion, cap_held=int(runtime.get("cap_held") or 0), ttft_count=dist["ttft"].count,
             client_cpu=runtime.get("client_cpu"), not_streamed=self.not_streamed,
             usage_implausible=self.usage_implausible,
