@@ -13,6 +13,7 @@ Nothing is downloaded from a model hub.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -62,18 +63,40 @@ def model_ready(model: GgufModel, models_dir: Path) -> bool:
     return (out / MODEL_MARKER).exists() and (out / "config.json").exists()
 
 
+def _converted(out: Path, source: dict[str, object]) -> bool:
+    try:
+        return bool(json.loads((out / MODEL_MARKER).read_text()).get("source") == source
+                    and (out / "config.json").exists())
+    except (OSError, ValueError):
+        return False
+
+
 def prepare_gguf_model(model: GgufModel, engine_python: Path, models_dir: Path, *, timeout_s: float = 1800) -> Path:
-    """Convert once; return the safetensors folder (see module docstring)."""
+    """Convert once; return the safetensors folder (see module docstring). Concurrent callers (two test
+    sessions, two ``infermeter engine`` commands) serialize on a lock file beside the folder: one converts,
+    the others wait and find it converted."""
     out = Path(models_dir) / model.name
     gguf = find_gguf(model, engine_python)
     source = {"gguf": gguf.name, "size": gguf.stat().st_size, "dtype": model.dtype}
-    marker = out / MODEL_MARKER
-    try:
-        if json.loads(marker.read_text()).get("source") == source and (out / "config.json").exists():
-            return out
-    except (OSError, ValueError):
-        pass
+    if _converted(out, source):
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / f".{model.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _converted(out, source):  # another process converted it while this one waited
+                return out
+            return _convert(model, gguf, source, engine_python, out, timeout_s)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _convert(model: GgufModel, gguf: Path, source: dict[str, object], engine_python: Path, out: Path,
+             timeout_s: float) -> Path:
+    marker = out / MODEL_MARKER
+    marker.unlink(missing_ok=True)
+    for partial in out.glob(".tmp*"):  # a killed conversion's half-written tensors (hundreds of MB each)
+        partial.unlink(missing_ok=True)
     log = out.parent / f"{model.name}.convert.log"
     cmd = [str(engine_python), str(_CONVERTER), "--gguf", str(gguf), "--out", str(out), "--dtype", model.dtype]
     t0 = time.monotonic()
