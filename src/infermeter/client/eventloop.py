@@ -45,6 +45,11 @@ def name() -> str:
     return "asyncio" if loop_factory() is None else "uvloop"
 
 
+def running() -> str:
+    """The loop running now: ``uvloop`` or ``asyncio``."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)`` on uvloop when it is installed (module docstring)."""
     factory = loop_factory()
