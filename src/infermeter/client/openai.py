@@ -64,8 +64,10 @@ try:  # optional speed-up
     import orjson
 
     _loads: Callable[[str | bytes], Any] = orjson.loads
+    _dumps: Callable[[Any], bytes] | None = orjson.dumps
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+    _dumps = None
 
 
 class ClientConfig(BaseModel):
@@ -313,6 +315,11 @@ class OpenAIClient:
         if c.temperature is not None:
             body["temperature"] = c.temperature
         body.update(c.extra_body)
+        if _dumps is not None:
+            try:
+                return _dumps(body)  # compact UTF-8 JSON, the same document json.dumps makes
+            except TypeError:  # what orjson refuses (a lone surrogate, an int past 64 bits): json decides
+                pass
         return json.dumps(body, ensure_ascii=False).encode()
 
     async def send(self, spec: Any, rec: RequestRecord, body: bytes | None = None) -> None:
@@ -417,15 +424,16 @@ class OpenAIClient:
         finished = False
         times = rec.chunk_times
         rescheduled = False
-        on_event = self._on_event
+        on_events = self._on_events
         feed = parser.feed_data
         nxt = resp.next_chunk
         now = self.clock()
         while (got := await nxt()) is not None:
             now, raw = got  # the arrival of these bytes: every event they complete is stamped with it
             for piece in (raw,) if dec is None else dec.decode(raw):
-                for data in feed(piece):
-                    state = on_event(data, now, rec, tally, chat, times)
+                datas = feed(piece)
+                if datas:
+                    state = on_events(datas, now, rec, tally, chat, times)
                     if state and not finished:
                         finished = True
                         rec.ended_at = now
@@ -439,11 +447,68 @@ class OpenAIClient:
         # arrived with the last read, at ``now``, not when the server got round to closing.
         tail = parser.feed(dec.flush()) if dec is not None else []
         for ev in tail + parser.close():
-            state = on_event(ev.data, now, rec, tally, chat, times)
+            state = self._on_event(ev.data, now, rec, tally, chat, times)
             if state and not finished:
                 finished = True
                 rec.ended_at = now
         return finished
+
+    def _on_events(self, datas: list[str], now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                   times: list[float]) -> int:
+        """The SSE data payloads of one read, in order, as :meth:`_on_event` would take them one by one:
+        _FINISHED when one of them carried a finish_reason, _TERMINAL at the first that ends the
+        response (those after it are not looked at), else 0.
+
+        The usual event (one choice whose delta or text is non-empty text, no finish_reason, no usage,
+        no reasoning field) is counted here; the tally's sums and the thinking flags of a run of them
+        are taken once, before any other event and at the end of the read (:meth:`_plain`)."""
+        loads = _loads
+        lens = tally.char_lens
+        run: list[str] = []  # the usual events' texts not yet in the tally
+        state = 0
+        for data in datas:
+            try:
+                obj = loads(data)
+            except ValueError:
+                obj = None
+            if type(obj) is dict:
+                choices = obj.get("choices")
+                if type(choices) is list and choices and not obj.get("usage"):
+                    c0 = choices[0]
+                    if type(c0) is dict and not c0.get("finish_reason"):
+                        if chat:
+                            delta = c0.get("delta")
+                            text = delta.get("content") if type(delta) is dict and "reasoning_content" not in delta \
+                                and "reasoning" not in delta else None
+                        else:
+                            text = c0.get("text")
+                        if type(text) is str and text:
+                            run.append(text)
+                            times.append(now)
+                            lens.append(len(text))
+                            continue
+            if run:
+                self._plain(run, now, rec, tally)
+            st = self._on_event(data, now, rec, tally, chat, times) if obj is None \
+                else self._on_obj(obj, data, now, rec, tally, chat, times)
+            if st == _TERMINAL:
+                return st
+            state |= st
+        if run:
+            self._plain(run, now, rec, tally)
+        return state
+
+    @staticmethod
+    def _plain(run: list[str], now: float, rec: RequestRecord, tally: StreamTally) -> None:
+        """The tally's part of usual events (see :meth:`_on_events`) whose times and lengths are in already."""
+        if rec.first_token_at is None:
+            rec.first_token_at = now
+        tally.split.plain(run)
+        text = "".join(run)
+        tally.bytes += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        rec.stream_tokens += len(run)
+        tally.events += len(run)
+        run.clear()
 
     def _on_event(self, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
                   times: list[float]) -> int:
@@ -456,6 +521,11 @@ class OpenAIClient:
             obj = _loads(data)
         except ValueError:
             raise RequestFailed("malformed_response", f"invalid JSON in stream: {data[:80]!r}") from None
+        return self._on_obj(obj, data, now, rec, tally, chat, times)
+
+    def _on_obj(self, obj: Any, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                times: list[float]) -> int:
+        """:meth:`_on_event` once ``data`` is parsed into ``obj``."""
         if type(obj) is not dict:
             raise RequestFailed("malformed_response", f"stream event is not a JSON object: {data[:80]!r}")
         choices = obj.get("choices")

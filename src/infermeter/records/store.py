@@ -37,9 +37,13 @@ try:
 
     def _dumps(obj: Any) -> bytes:
         return orjson.dumps(obj)
+
+    _loads: Any = orjson.loads
 except ImportError:  # pragma: no cover
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = json.loads
 
 JOURNAL = "requests.jsonl"
 PARQUET = "requests.parquet"
@@ -150,8 +154,13 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                rows.append(_loads(line))
             except ValueError:
+                try:  # what orjson refuses and json reads (NaN, an integer past 64 bits): json decides
+                    rows.append(json.loads(line))
+                    continue
+                except ValueError:
+                    pass
                 if not line.endswith(b"\n"):  # torn last write of a killed run
                     break
                 raise DataError(f"{path}:{lineno}: not a JSON record") from None
