@@ -63,13 +63,17 @@ def _event(kind: str, text: str) -> str:
         return json.dumps({"error": {"message": "boom"}})
     if kind == "bad":
         return "{not json"
+    if kind == "badutf8":  # not UTF-8: decoded with U+FFFD where a read's bytes go in as they are
+        return b'{"choices": [{"delta": {"content": "a\xff"}}]}'
+    if kind == "nonascii":  # UTF-8 text, unescaped
+        return json.dumps({"choices": [{"delta": {"content": text}}]}, ensure_ascii=False).encode("utf-8", "surrogatepass")
     if kind == "list":
         return "[1]"
     return {"done": "[DONE]", "empty": "", "nonstr": json.dumps({"choices": [{"delta": {"content": 5}}]})}[kind]
 
 
 KINDS = ["content"] * 6 + ["reasoning", "finish", "usage", "with_usage", "text", "tool", "error", "bad", "list",
-                           "done", "empty", "nonstr"]
+                           "done", "empty", "nonstr", "badutf8", "nonascii"]
 
 
 def _run(datas_by_read, chat, batched):
@@ -80,11 +84,12 @@ def _run(datas_by_read, chat, batched):
     try:
         for t, datas in enumerate(datas_by_read):
             now = float(t)
-            if batched:
+            if batched:  # as SSEParser.feed_raw gives them: text, or the usual block's payload in bytes
                 states.append(client._on_events(datas, now, rec, tally, chat, rec.chunk_times))
-            else:
+            else:  # as SSEParser.feed_data gives them: text
                 st_ = 0
                 for d in datas:
+                    d = d if isinstance(d, str) else d.decode("utf-8", errors="replace")
                     s = client._on_event(d, now, rec, tally, chat, rec.chunk_times)
                     if s == 2:
                         st_ = 2
@@ -104,5 +109,6 @@ def _run(datas_by_read, chat, batched):
        cuts=st.lists(st.integers(0, 100), max_size=6), chat=st.booleans())
 def test_a_read_batched_counts_like_event_by_event(events, cuts, chat):
     datas = [_event(k, t) for k, t in events]
+    datas = [d.encode() if isinstance(d, str) and k == "content" else d for d, (k, _) in zip(datas, events)]
     reads = [datas[a:b] for a, b in _cuts(len(datas), cuts)]
     assert _run(reads, chat, True) == _run(reads, chat, False)

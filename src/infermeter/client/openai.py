@@ -425,7 +425,7 @@ class OpenAIClient:
         times = rec.chunk_times
         rescheduled = False
         on_events = self._on_events
-        feed = parser.feed_data
+        feed = parser.feed_raw
         nxt = resp.next_chunk
         now = self.clock()
         while (got := await nxt()) is not None:
@@ -453,7 +453,7 @@ class OpenAIClient:
                 rec.ended_at = now
         return finished
 
-    def _on_events(self, datas: list[str], now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+    def _on_events(self, datas: list[str | bytes], now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
                    times: list[float]) -> int:
         """The SSE data payloads of one read, in order, as :meth:`_on_event` would take them one by one:
         _FINISHED when one of them carried a finish_reason, _TERMINAL at the first that ends the
@@ -461,7 +461,9 @@ class OpenAIClient:
 
         The usual event (one choice whose delta or text is non-empty text, no finish_reason, no usage,
         no reasoning field) is counted here; the tally's sums and the thinking flags of a run of them
-        are taken once, before any other event and at the end of the read (:meth:`_plain`)."""
+        are taken once, before any other event and at the end of the read (:meth:`_plain`). A payload in
+        bytes (``SSEParser.feed_raw``) is parsed as it is; one that is not valid UTF-8 JSON is decoded
+        (invalid bytes replaced) and handled as text, as :meth:`_on_event` would have it."""
         loads = _loads
         lens = tally.char_lens
         run: list[str] = []  # the usual events' texts not yet in the tally
@@ -489,8 +491,9 @@ class OpenAIClient:
                             continue
             if run:
                 self._plain(run, now, rec, tally)
-            st = self._on_event(data, now, rec, tally, chat, times) if obj is None \
-                else self._on_obj(obj, data, now, rec, tally, chat, times)
+            text_data = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
+            st = self._on_event(text_data, now, rec, tally, chat, times) if obj is None \
+                else self._on_obj(obj, text_data, now, rec, tally, chat, times)
             if st == _TERMINAL:
                 return st
             state |= st
