@@ -465,7 +465,6 @@ class OpenAIClient:
         bytes (``SSEParser.feed_raw``) is parsed as it is; one that is not valid UTF-8 JSON is decoded
         (invalid bytes replaced) and handled as text, as :meth:`_on_event` would have it."""
         loads = _loads
-        lens = tally.char_lens
         run: list[str] = []  # the usual events' texts not yet in the tally
         state = 0
         for data in datas:
@@ -486,11 +485,9 @@ class OpenAIClient:
                             text = c0.get("text")
                         if type(text) is str and text:
                             run.append(text)
-                            times.append(now)
-                            lens.append(len(text))
                             continue
             if run:
-                self._plain(run, now, rec, tally)
+                self._plain(run, now, rec, tally, times)
             text_data = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
             st = self._on_event(text_data, now, rec, tally, chat, times) if obj is None \
                 else self._on_obj(obj, text_data, now, rec, tally, chat, times)
@@ -498,14 +495,16 @@ class OpenAIClient:
                 return st
             state |= st
         if run:
-            self._plain(run, now, rec, tally)
+            self._plain(run, now, rec, tally, times)
         return state
 
     @staticmethod
-    def _plain(run: list[str], now: float, rec: RequestRecord, tally: StreamTally) -> None:
-        """The tally's part of usual events (see :meth:`_on_events`) whose times and lengths are in already."""
+    def _plain(run: list[str], now: float, rec: RequestRecord, tally: StreamTally, times: list[float]) -> None:
+        """Count a run of usual events (see :meth:`_on_events`), all arrived at ``now``, and empty ``run``."""
         if rec.first_token_at is None:
             rec.first_token_at = now
+        times += [now] * len(run)
+        tally.char_lens += map(len, run)
         tally.split.plain(run)
         text = "".join(run)
         tally.bytes += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

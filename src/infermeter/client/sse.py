@@ -111,6 +111,14 @@ class SSEParser:
             if len(buf) > self.max_event_bytes:
                 raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
             return []
+        end = buf.rfind(b"\n\n")
+        seps = buf.count(b"\n\ndata: ", 0, end)
+        if buf.startswith(b"data: ") and buf.count(b"\n", 0, end) == 2 * seps:
+            # every complete block is the usual one (one "data: " line): their payloads in one split
+            self._buf = buf[end + 2:]
+            if len(self._buf) > self.max_event_bytes:
+                raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
+            return buf[6:end].split(b"\n\ndata: ")  # type: ignore[return-value]
         blocks = buf.split(b"\n\n")
         self._buf = blocks.pop()
         out: list[str | bytes] = []
