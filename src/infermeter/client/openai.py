@@ -467,25 +467,24 @@ class OpenAIClient:
         loads = _loads
         run: list[str] = []  # the usual events' texts not yet in the tally
         state = 0
+        obj: Any
         for data in datas:
-            try:
+            obj = None
+            try:  # the usual event's shape, looked up directly: any other raises, or leaves text not a str
                 obj = loads(data)
-            except ValueError:
-                obj = None
-            if type(obj) is dict:
-                choices = obj.get("choices")
-                if type(choices) is list and choices and not obj.get("usage"):
-                    c0 = choices[0]
-                    if type(c0) is dict and not c0.get("finish_reason"):
-                        if chat:
-                            delta = c0.get("delta")
-                            text = delta.get("content") if type(delta) is dict and "reasoning_content" not in delta \
-                                and "reasoning" not in delta else None
-                        else:
-                            text = c0.get("text")
-                        if type(text) is str and text:
-                            run.append(text)
-                            continue
+                c0 = obj["choices"][0]
+                if chat:
+                    delta = c0["delta"]
+                    text = delta["content"]
+                    if "reasoning_content" in delta or "reasoning" in delta:
+                        text = None
+                else:
+                    text = c0["text"]
+            except (ValueError, LookupError, TypeError):
+                text = None
+            if type(text) is str and text and not c0.get("finish_reason") and not obj.get("usage"):
+                run.append(text)
+                continue
             if run:
                 self._plain(run, now, rec, tally, times)
             text_data = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
