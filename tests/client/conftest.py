@@ -17,11 +17,12 @@ from infermeter.records.record import RequestRecord
 HTTP_CLIENTS = ["fast", "aiohttp"]
 
 
-async def send_once(handler, spec, *, clock=None, api_key=None, http_client=None, **cfg) -> RequestRecord:
+async def send_once(handler, spec, *, clock=None, api_key=None, http_client=None, extra_paths=(), **cfg) -> RequestRecord:
     """Serve ``handler`` at /v1/chat/completions, send ``spec`` once, return its record (``clock``: the run
     clock the client stamps with; by default seconds since the server started)."""
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
+    for path in ("/v1/chat/completions", *extra_paths):
+        app.router.add_post(path, handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

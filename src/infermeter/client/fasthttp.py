@@ -4,9 +4,9 @@
 an :class:`asyncio.Protocol` with ``httptools`` (llhttp, the parser uvicorn uses; the ``fast``
 extra). It exists for speed: aiohttp's request and response machinery was most of what a
 streamed request cost the client beyond the parsing of its events. What it does not cover is
-left to aiohttp (``client.openai`` picks, see :func:`wanted`): ``https://`` (TLS), proxies,
-redirects (a 3xx is recorded, never followed: aiohttp's session does not follow them for the
-client either, it answers ``malformed_response``), anything but ``http://host[:port]``::
+left to aiohttp (``client.openai`` picks): ``https://`` (TLS), anything but
+``http://host[:port]``, and redirects (a 3xx with a Location is sent again through aiohttp,
+which follows it, and so is every later request of that client)::
 
     pool = FastPool("http://127.0.0.1:8000", connect_timeout_s=10, clock=run_clock)
     async with pool.post("/v1/chat/completions", headers, body) as resp:
@@ -285,16 +285,24 @@ class Response:
         return b"" if got is None else got[1][:n]
 
 
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
 class _Exchange:
-    """``async with pool.post(...) as resp``: the connection goes back to the pool, or is closed, on exit."""
+    """``async with pool.post(...) as resp``: the connection goes back to the pool, or is closed, on exit.
 
-    __slots__ = ("_pool", "_head", "_body", "_conn")
+    A redirect (a 3xx with a Location) is handed to ``redirected``, when given: the request is made again
+    there (the client's aiohttp session, which follows redirects), and the pool marks itself
+    ``redirected`` so that its owner can send later requests that way at once."""
 
-    def __init__(self, pool: FastPool, head: bytes, body: bytes) -> None:
-        self._pool, self._head, self._body = pool, head, body
+    __slots__ = ("_pool", "_head", "_body", "_conn", "_redirected", "_alt")
+
+    def __init__(self, pool: FastPool, head: bytes, body: bytes, redirected: Callable[[], Any] | None) -> None:
+        self._pool, self._head, self._body, self._redirected = pool, head, body, redirected
         self._conn: _Conn | None = None
+        self._alt: Any = None
 
-    async def __aenter__(self) -> Response:
+    async def __aenter__(self) -> Any:
         conn = self._conn = await self._pool._acquire()
         conn.busy = True
         try:
@@ -305,9 +313,18 @@ class _Exchange:
             self._conn = None
             self._pool._release(conn, False)
             raise
+        if conn.status in REDIRECTS and self._redirected is not None and "location" in conn.headers:
+            self._conn = None
+            self._pool._release(conn, False)
+            self._pool.redirected = True
+            self._alt = self._redirected()
+            return await self._alt.__aenter__()
         return Response(conn)
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._alt is not None:
+            await self._alt.__aexit__(et, e, tb)
+            return
         conn = self._conn
         if conn is not None:
             self._conn = None
@@ -333,6 +350,7 @@ class FastPool:
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self.closed = False
+        self.redirected = False  # a response was a redirect (see _Exchange)
 
     def head(self, path: str, headers: dict[str, str]) -> bytes:
         """The request line and headers for POSTs to ``path`` (Content-Length is added per request by
@@ -343,8 +361,9 @@ class FastPool:
             lines.append(b"Accept-Encoding: identity")
         return b"\r\n".join(lines) + b"\r\nContent-Length: "
 
-    def post(self, head: bytes, body: bytes) -> _Exchange:
-        return _Exchange(self, b"%s%d\r\n\r\n" % (head, len(body)), body)
+    def post(self, head: bytes, body: bytes, redirected: Callable[[], Any] | None = None) -> _Exchange:
+        """``async with`` this: the :class:`Response` (see :class:`_Exchange` for ``redirected``)."""
+        return _Exchange(self, b"%s%d\r\n\r\n" % (head, len(body)), body, redirected)
 
     async def _acquire(self) -> _Conn:
         idle = self._idle

@@ -297,8 +297,11 @@ class OpenAIClient:
 
     def _post(self, data: bytes) -> Any:
         """``async with`` this: the response, as :class:`fasthttp.Response` or :class:`_AioResponse`."""
-        if self._pool is not None:
-            return self._pool.post(self._head, data)
+        if self._pool is not None and not self._pool.redirected:
+            return self._pool.post(self._head, data, lambda: self._aio_post(data))
+        return self._aio_post(data)
+
+    def _aio_post(self, data: bytes) -> _AioExchange:
         return _AioExchange(self.session.post(self._url, data=data, headers=self._headers), self.clock)
 
     def body(self, spec: Any) -> bytes:
