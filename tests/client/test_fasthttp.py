@@ -337,3 +337,9 @@ def test_the_pool_speaks_to_the_url_it_was_given():
     assert req.startswith(b"POST /base/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n")
     assert b"\r\nAuthorization: Bearer k\r\n" in req and b"Accept-Encoding: identity\r\n" in req
     assert req.endswith(b"Content-Length: 2\r\n\r\n")
+
+
+def test_a_key_http_cannot_carry_leaves_the_request_to_aiohttp():
+    client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key="clé-€"), None,  # type: ignore[arg-type]
+                          lambda: 0.0, http_client="auto")
+    assert client.http_client == "aiohttp"

@@ -282,7 +282,11 @@ class OpenAIClient:
         self._pool: fasthttp.FastPool | None = None
         if self.http_client == "fast":
             self._pool = fasthttp.FastPool(config.base_url, connect_timeout_s=config.connect_timeout_s, clock=clock)
-            self._head = self._pool.head(self._path, self._headers)
+            try:
+                self._head = self._pool.head(self._path, self._headers)
+            except UnicodeEncodeError:  # a header HTTP/1.1 cannot carry (a non-Latin-1 key): aiohttp's error, per request
+                self._pool = None
+                self.http_client = "aiohttp"
 
     async def close(self) -> None:
         """Close the fast client's connections (the aiohttp session is its owner's to close)."""
