@@ -96,8 +96,11 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.reset()
 
-    def reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
+    def reset(self, parser: bool = True) -> None:
+        """Ready for a response: a new parser, or (``parser=False``, after a complete keep-alive response)
+        the one that read it, which llhttp leaves ready for the next message."""
+        if parser:
+            self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.headers: dict[str, str] = {}
         self.head_at: float | None = None
@@ -393,7 +396,7 @@ class FastPool:
         conn.busy = False
         conn.waiter = None
         if clean and conn.done and conn.keep and not conn.lost and conn.exc is None and not self.closed:
-            conn.reset()
+            conn.reset(parser=False)
             self._idle.append(conn)
             return
         conn._close()
