@@ -343,3 +343,9 @@ def test_a_key_http_cannot_carry_leaves_the_request_to_aiohttp():
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key="clé-€"), None,  # type: ignore[arg-type]
                           lambda: 0.0, http_client="auto")
     assert client.http_client == "aiohttp"
+
+
+def test_a_connection_idle_too_long_is_not_reused(monkeypatch):
+    monkeypatch.setattr(fasthttp, "KEEPALIVE_S", 0.005)  # _send_many waits 10 ms between requests
+    recs, conns = asyncio.run(_send_many(lambda k: SSE_OK, 3))
+    assert [r.outcome for r in recs] == ["ok"] * 3 and len(conns) == 3

@@ -21,7 +21,8 @@ bytes of one read (a chunked body's chunks in one read are joined), with that re
 
 Bodies: ``Content-Length``, chunked, or (no length, not chunked) until the server closes. A
 connection goes back to the pool only after a complete response the server let keep alive;
-anything else (a response left unread, a protocol error, bytes the server sent unasked) closes it.
+anything else (a response left unread, a protocol error, bytes the server sent unasked) closes it,
+and so does ``KEEPALIVE_S`` of idleness.
 Errors, each a subclass the client classifies (``client.openai``): :class:`ConnectFailed` (the
 ``OSError`` of a connect; ``client.session.fd_exhausted`` tells EMFILE), :class:`ConnectTimeout`,
 :class:`Disconnected` (a ``ConnectionError``: closed before the response head, or before the body
@@ -47,6 +48,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 MAX_HEAD = 64 * 1024  # a response head (status line and headers) larger than this is refused
 HIGH_WATER = 4 * 1024 * 1024  # body bytes buffered before reading pauses
 LOW_WATER = 1024 * 1024  # ... and resumes
+KEEPALIVE_S = 15.0  # an idle connection older than this is closed, not reused (aiohttp's keep-alive timeout)
 
 
 class HTTPFailure(Exception):
@@ -94,6 +96,7 @@ class _Conn(asyncio.Protocol):
         self.lost = False
         self.busy = False
         self.paused = False
+        self.idle_since = 0.0
         self.reset()
 
     def reset(self, parser: bool = True) -> None:
@@ -370,11 +373,15 @@ class FastPool:
 
     async def _acquire(self) -> _Conn:
         idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if not conn.lost and conn.tr is not None and not conn.tr.is_closing():
-                return conn
-            self._all.discard(conn)
+        if idle:
+            loop = asyncio.get_running_loop()
+            while idle:
+                conn = idle.pop()
+                if not conn.lost and conn.tr is not None and not conn.tr.is_closing():
+                    if loop.time() - conn.idle_since <= KEEPALIVE_S:
+                        return conn
+                    conn._close()  # a peer (or a box between) may have dropped it without a word
+                self._all.discard(conn)
         if self.closed:
             raise Disconnected("the client is closed")
         loop = asyncio.get_running_loop()
@@ -397,6 +404,7 @@ class FastPool:
         conn.waiter = None
         if clean and conn.done and conn.keep and not conn.lost and conn.exc is None and not self.closed:
             conn.reset(parser=False)
+            conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)
             return
         conn._close()
