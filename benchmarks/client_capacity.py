@@ -21,7 +21,10 @@ recorded (``run.json`` ``runtime.http_client`` / ``runtime.event_loop``).
    streams, ``--requests``), its req/s and CPU-seconds per 1,000 requests, and at the end
    infermeter's ratio to it (issue 33's target: >= 3x). Both run one after the other in this
    invocation on the same server: on a loaded machine compare the ratios (the CPU per request
-   ratio is the steadier figure; req/s depends on how much CPU the machine left each).
+   ratio is the steadier figure; req/s depends on how much CPU the machine left each). "sending" is
+   the CPU of the requests alone: vllm bench's up to its metrics (where its tokenizer counts the
+   outputs, on several threads), infermeter's run phase (``run.json`` ``runtime.client_cpu`` x
+   ``wall_s``), without its records' table and summary.
 
 3. with ``--workers N`` (N > 1): the same closed loop from N client processes
    sharing one striped schedule (``infermeter run --workers N``), its rate,
@@ -163,6 +166,11 @@ async def benchmark(*a, **k):  # the CPU of the benchmark itself (not the import
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
     c0 = cpu()
+    _metrics = serve.calculate_metrics
+    def calculate_metrics(*a, **k):  # the requests are done: the CPU of sending them, before its metrics
+        print(f"INFERMETER_BENCH_RUN_CPU_S {cpu() - c0:.6f}", file=sys.stderr, flush=True)
+        return _metrics(*a, **k)
+    serve.calculate_metrics = calculate_metrics
     try:
         return await _benchmark(*a, **k)
     finally:
@@ -202,6 +210,7 @@ def vllm_bench(py: Path, url: str, requests: int, concurrency: int, tokens: int,
     env.pop("VIRTUAL_ENV", None)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     cpu = [float(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("INFERMETER_BENCH_CPU_S ")]
+    run_cpu = [float(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("INFERMETER_BENCH_RUN_CPU_S ")]
     try:
         res = json.loads((Path(tmp) / "vllm.json").read_text())
         (Path(tmp) / "vllm.json").unlink()
@@ -212,7 +221,8 @@ def vllm_bench(py: Path, url: str, requests: int, concurrency: int, tokens: int,
         print(f"vllm bench serve failed (exit {p.returncode}):\n{tail}")
         return None
     return {"rps": float(res["request_throughput"]), "completed": float(res["completed"]),
-            "failed": float(res.get("failed", 0) or 0), "cpu": cpu[-1], "duration": float(res["duration"])}
+            "failed": float(res.get("failed", 0) or 0), "cpu": cpu[-1], "duration": float(res["duration"]),
+            "run_cpu": run_cpu[-1] if run_cpu else float("nan")}
 
 
 def main() -> None:
@@ -253,7 +263,8 @@ def main() -> None:
                 v = vllm_bench(py, url, args.requests, args.concurrency, args.tokens, tmp)
                 if v is not None:
                     print(f"  round {k + 1}: vllm bench serve {v['rps']:7.0f} req/s  "
-                          f"{1000 * v['cpu'] / v['completed']:6.3f} CPU-s per 1,000 requests  ({v['failed']:.0f} failed)")
+                          f"{1000 * v['cpu'] / v['completed']:6.3f} CPU-s per 1,000 requests  ({v['failed']:.0f} failed; "
+                          f"sending: {1000 * v['run_cpu'] / v['completed']:.3f})")
                     if vb is None or v["rps"] > vb["rps"]:
                         vb = v
             for client, lp in combos:
@@ -266,10 +277,12 @@ def main() -> None:
                 s = r.summary
                 rt = json.loads((Path(s["run_dir"]) / "run.json").read_text()).get("runtime", {})
                 used = f"{rt.get('http_client', '?')}, {rt.get('event_loop', lp)}"
+                sending = (rt.get("client_cpu") or float("nan")) * (rt.get("wall_s") or float("nan"))
                 print(f"  round {k + 1}: infermeter ({used + ')':16s} {s['request_throughput']:7.0f} req/s  "
                       f"{1000 * cpu / s['completed']:6.3f} CPU-s per 1,000 requests  ({s['failed']} failed; "
-                      f"{cpu / wall:.0%} of a core)")
-                got.setdefault(f"{client}|{lp}|{used}", []).append((s["request_throughput"], cpu / s["completed"], s))
+                      f"sending: {1000 * sending / s['completed']:.3f}; {cpu / wall:.0%} of a core)")
+                got.setdefault(f"{client}|{lp}|{used}", []).append((s["request_throughput"], cpu / s["completed"], s,
+                                                                    sending / s["completed"]))
         for key, rows in got.items():
             if len(combos) > 1:
                 b = max(rows, key=lambda x: x[0])
@@ -278,7 +291,7 @@ def main() -> None:
         fastest_client, fastest, fastest_used = next(key for key, rows in got.items() if best in rows).split("|")
         os.environ[eventloop.ENV] = fastest  # the open-loop phase runs with the faster client and loop
         os.environ["INFERMETER_HTTP_CLIENT"] = fastest_client
-        max_rps, cpu_per_req, s = best
+        max_rps, cpu_per_req, s, send_per_req = best
         print(f"  infermeter max rate  {max_rps:9.0f} req/s ({fastest_used})  (target >= 1500)")
         print(f"  streamed tokens/s    {s['output_token_throughput']:9.0f} tok/s")
         print(f"  client CPU           {1000 * cpu_per_req:9.3f} CPU-s per 1,000 requests (incl. its records and summary)")
@@ -286,7 +299,8 @@ def main() -> None:
             print(f"  vllm bench serve     {vb['rps']:9.0f} req/s, {1000 * vb['cpu'] / vb['completed']:.3f} CPU-s per "
                   f"1,000 requests (its benchmark() call)")
             print(f"  infermeter / vllm    {max_rps / vb['rps']:9.2f}x the req/s   "
-                  f"{(vb['cpu'] / vb['completed']) / cpu_per_req:.2f}x less CPU per request   (target >= 3x)")
+                  f"{(vb['cpu'] / vb['completed']) / cpu_per_req:.2f}x less CPU per request   "
+                  f"{(vb['run_cpu'] / vb['completed']) / send_per_req:.2f}x less CPU sending   (target >= 3x)")
         half = max_rps / 2
         r2 = eventloop.run(Measurement(RunConfig(rate=half, arrival="constant", duration_s=args.seconds,
                                                out=f"{tmp}/half", **common)).run())
