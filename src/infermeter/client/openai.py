@@ -664,7 +664,7 @@ class OpenAIClient:
             rec.chunk_tokens = [1] * len(char_lens)
         first = split.first_answer()
         rec.first_answer_at = rec.chunk_times[first] if first is not None and first < len(rec.chunk_times) else None
-        streamed_reasoning = sum(k for k, f in zip(rec.chunk_tokens, flags) if f)
+        streamed_reasoning = sum(k for k, f in zip(rec.chunk_tokens, flags) if f) if True in flags else 0
         if rec.usage_source is None or rec.usage_source == REJECTED:
             rec.prompt_tokens = rec.requested_input_tokens
             if rec.error_detail and rec.error_detail.startswith(NOT_STREAMED):
