@@ -32,6 +32,13 @@ request's), and an ok record's ``error_detail`` says why. Nothing is allocated
 by a server's claim. A response that carried no token at all (only ``[DONE]``,
 only a usage chunk) is ``empty_response`` unless ``max_tokens`` was 0.
 
+Transport: a plain ``http://`` server is spoken to by the fast HTTP/1.1 client
+(``client.fasthttp``) when httptools is installed, anything else (or
+``INFERMETER_HTTP_CLIENT=aiohttp``) through the aiohttp session (:func:`http_client_for`);
+both give each socket read's bytes with its arrival time, and every event those bytes
+complete is stamped with it. The events of one read are handled together
+(:meth:`OpenAIClient._on_events`: the same record as one by one).
+
 Encodings: the session asks for ``Accept-Encoding: identity``
 (``client.session``); a server or proxy that compresses anyway gets its gzip or
 deflate body decoded incrementally (each decoded piece keeps the arrival time of
