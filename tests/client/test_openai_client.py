@@ -86,3 +86,21 @@ def test_redirect_is_not_a_server_error(send):
     async def handler(request):
         return web.Response(status=304)
     assert send(handler).error_class == "malformed_response"
+
+
+
+def test_a_redirect_is_followed_with_the_request(send_once):
+    """A 307 to another path is POSTed there again (aiohttp follows it; the fast client hands it to aiohttp)."""
+    seen = []
+
+    async def handler(request):
+        if request.path == "/v1/chat/completions":
+            raise web.HTTPTemporaryRedirect("/moved")
+        seen.append((await request.json())["model"])
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+        return resp
+
+    rec = asyncio.run(send_once(handler, SPEC, extra_paths=("/moved",)))
+    assert rec.outcome == "ok" and rec.stream_tokens == 1 and seen == ["m"]

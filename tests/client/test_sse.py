@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infermeter.client.sse import SSEError, SSEParser
 
@@ -81,3 +83,23 @@ def test_feed_data_limits_event_size():
     p = SSEParser(max_event_bytes=100)
     with pytest.raises(SSEError):
         p.feed_data(b"data: " + b"x" * 200)
+
+
+_PIECES = [b'data: {"a":1}\n\n', b"data: x\n\n", b"data: \n\n", b"data:nospace\n\n", b"data: a\ndata: b\n\n",
+           b": ping\n\n", b"\n", b"\n\n", b"event: e\ndata: y\n\n", b"data: \xc3\xa9\n\n", b"data: \xff\n\n",
+           b"data: z", b"data:  two spaces\n\n", b"id: 1\n\n", b"data: data: \n\n", b"\n\ndata: q\n\n", b"\r\n"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_PIECES), max_size=20), cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_feed_data_agrees_with_feed_on_any_stream_split_anywhere(pieces, cuts):
+    raw = b"".join(pieces)
+    bounds = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
+    a, b = SSEParser(), SSEParser()
+    full, data = [], []
+    for x, y in zip(bounds, bounds[1:]):
+        full += a.feed(raw[x:y])
+        data += b.feed_data(raw[x:y])
+    full += a.close()
+    data += [e.data for e in b.close()]
+    assert data == [e.data for e in full]

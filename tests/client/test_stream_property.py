@@ -1,4 +1,5 @@
-"""Property tests of the stream and usage handling, through ``OpenAIClient.send`` with a fake session: a valid
+"""Property tests of the stream and usage handling, through ``OpenAIClient.send`` with a fake aiohttp session
+(the fast HTTP client's reads are split the same ways in tests/client/test_fasthttp.py): a valid
 stream gives the same tokens and per-chunk timestamps however its bytes are split into reads (plain or
 gzip-compressed), and absurd usage values never raise and always leave a recordable record."""
 
@@ -20,10 +21,10 @@ SPEC = RequestSpec(index=0, prompt=None, messages=({"role": "user", "content": "
 class _Content:
     def __init__(self, reads):
         self._reads = reads
+        self._left = list(reads)
 
-    async def iter_any(self):
-        for r in self._reads:
-            yield r
+    async def readany(self):
+        return self._left.pop(0) if self._left else b""
 
     async def read(self, n=-1):
         return b"".join(self._reads)[:n] if n >= 0 else b"".join(self._reads)
@@ -60,7 +61,7 @@ def send(reads, *, encoding=None):
     if encoding:
         headers["Content-Encoding"] = encoding
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m"), _Session(reads, headers),
-                          clock=lambda: float(next(ticks)))
+                          clock=lambda: float(next(ticks)), http_client="aiohttp")  # the fake session is aiohttp's
     rec = RequestRecord(request_id=0)
     asyncio.run(client.send(SPEC, rec))
     return rec

@@ -66,18 +66,33 @@ def test_with_a_higher_hard_limit_the_soft_one_is_raised_and_the_run_holds(emu, 
     assert s["client"]["fd_limit"]["soft"] == 1024
 
 
-def test_emfile_on_connect_is_the_clients_failure_and_invalidates_the_run(emu, tmp_path, monkeypatch):
-    """EMFILE injected where aiohttp opens the socket: recorded client_fd_limit, never connect_error."""
-    real = aiohttp.connector.aiohappyeyeballs.start_connection
+@pytest.mark.parametrize("http_client", ["aiohttp", "fast"])
+def test_emfile_on_connect_is_the_clients_failure_and_invalidates_the_run(emu, tmp_path, monkeypatch, http_client):
+    """EMFILE injected where the client opens the socket (aiohttp's, or the fast client's connect):
+    recorded client_fd_limit, never connect_error."""
+    monkeypatch.setenv("INFERMETER_HTTP_CLIENT", http_client)
     calls = {"n": 0}
+    if http_client == "aiohttp":
+        real = aiohttp.connector.aiohappyeyeballs.start_connection
 
-    async def start_connection(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] in (2, 3):  # the first is the model discovery's
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return await real(*a, **kw)
+        async def start_connection(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] in (2, 3):  # the first is the model discovery's
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            return await real(*a, **kw)
 
-    monkeypatch.setattr(aiohttp.connector.aiohappyeyeballs, "start_connection", start_connection)
+        monkeypatch.setattr(aiohttp.connector.aiohappyeyeballs, "start_connection", start_connection)
+    else:
+        real_cc = asyncio.BaseEventLoop.create_connection
+
+        async def create_connection(self, factory, host=None, *a, **kw):
+            if host is not None:  # the fast client's (aiohttp hands over a connected socket)
+                calls["n"] += 1
+                if calls["n"] in (1, 2):
+                    raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            return await real_cc(self, factory, host, *a, **kw)
+
+        monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", create_connection)
     out = tmp_path / "r"
     m = Measurement(RunConfig(url=emu.base_url, concurrency=2, requests=20, output_tokens="2", out=str(out),
                               calibrate=False, scrape=False))

@@ -267,3 +267,24 @@ def test_a_default_folder_that_is_taken_gives_the_next_free_name_a_named_one_is_
     with pytest.raises(outputs.RunDirTaken, match="already holds a run"):
         with outputs.claim_run_dir(base):
             pass
+
+
+def test_a_journal_line_is_the_records_row_whichever_way_it_is_encoded():
+    import json as _json
+
+    from infermeter.records.record import RequestRecord
+
+    recs = [RequestRecord(request_id=7, chunk_times=[0.5, 1.25], chunk_tokens=[1, 2], error_detail="é \ud800",
+                          finish_reason="stop"),  # a lone surrogate: not storable as is, salvaged
+            RequestRecord(request_id=8, requested_output_tokens=2**70),  # past 64 bits: salvaged
+            RequestRecord(request_id=9, intended_at=1.5, outcome="ok", completion_tokens=3)]
+    for rec in recs:
+        line = store.encode_record(rec)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        row = rec.to_row()
+        try:
+            want = store._dumps(row) + b"\n"
+        except (TypeError, ValueError):
+            want = store._dumps(store.salvage_row(row)) + b"\n"
+            assert _json.loads(line)["error_class"] == store.RECORD_ERROR
+        assert line == want

@@ -32,6 +32,13 @@ request's), and an ok record's ``error_detail`` says why. Nothing is allocated
 by a server's claim. A response that carried no token at all (only ``[DONE]``,
 only a usage chunk) is ``empty_response`` unless ``max_tokens`` was 0.
 
+Transport: a plain ``http://`` server is spoken to by the fast HTTP/1.1 client
+(``client.fasthttp``) when httptools is installed, anything else (or
+``INFERMETER_HTTP_CLIENT=aiohttp``) through the aiohttp session (:func:`http_client_for`);
+both give each socket read's bytes with its arrival time, and every event those bytes
+complete is stamped with it. The events of one read are handled together
+(:meth:`OpenAIClient._on_events`: the same record as one by one).
+
 Encodings: the session asks for ``Accept-Encoding: identity``
 (``client.session``); a server or proxy that compresses anyway gets its gzip or
 deflate body decoded incrementally (each decoded piece keeps the arrival time of
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import zlib
 from collections.abc import Callable
 from typing import Any, TypeGuard
@@ -50,19 +58,23 @@ from typing import Any, TypeGuard
 import aiohttp
 from pydantic import BaseModel, ConfigDict
 
+from infermeter.client import fasthttp
 from infermeter.client.errors import RequestFailed, http_detail, http_error_class
 from infermeter.client.reasoning import ReasoningSplit
-from infermeter.client.session import FdLimitError
+from infermeter.client.session import FdLimitError, fd_exhausted
 from infermeter.client.sse import SSEError, SSEParser
 from infermeter.records.record import ERROR, NOT_STREAMED, OK, REJECTED, RequestRecord
+from infermeter.errors import UserError
 from infermeter.redact import clip, redact_text, remember_secret
 
 try:  # optional speed-up
     import orjson
 
     _loads: Callable[[str | bytes], Any] = orjson.loads
+    _dumps: Callable[[Any], bytes] | None = orjson.dumps
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+    _dumps = None
 
 
 class ClientConfig(BaseModel):
@@ -232,19 +244,76 @@ def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
     return [1 + b for b in base]
 
 
-class OpenAIClient:
-    """Sends one request at a time per call; share one instance across tasks."""
+HTTP_CLIENT_ENV = "INFERMETER_HTTP_CLIENT"
 
-    def __init__(self, config: ClientConfig, session: aiohttp.ClientSession, clock: Callable[[], float]) -> None:
+
+def http_client_for(base_url: str, want: str | None = None) -> str:
+    """Which HTTP client streams the requests to ``base_url``: ``fast`` (``client.fasthttp``) or ``aiohttp``.
+
+    ``want`` (default: ``INFERMETER_HTTP_CLIENT``, else ``auto``): ``auto`` is ``fast`` for a plain
+    ``http://`` URL when httptools is installed (the ``fast`` extra), else ``aiohttp``; ``fast``
+    insists (a clear error when it cannot); ``aiohttp`` never uses the fast client."""
+    want = (want if want is not None else os.environ.get(HTTP_CLIENT_ENV) or "auto").strip().lower()
+    if want not in ("auto", "fast", "aiohttp"):
+        raise UserError(f"{HTTP_CLIENT_ENV}={want!r}: expected auto, fast or aiohttp")
+    if want == "aiohttp":
+        return "aiohttp"
+    ok = fasthttp.available() and fasthttp.applies(base_url)
+    if want == "fast" and not ok:
+        why = ("httptools is not installed (pip install 'infermeter[fast]')" if not fasthttp.available()
+               else f"it speaks only plain http://host[:port], not {base_url}")
+        raise UserError(f"{HTTP_CLIENT_ENV}=fast, but the fast HTTP client cannot be used: {why}")
+    return "fast" if ok else "aiohttp"
+
+
+class OpenAIClient:
+    """Sends one request at a time per call; share one instance across tasks.
+
+    ``http_client`` (``auto``/``fast``/``aiohttp``, default ``INFERMETER_HTTP_CLIENT``): see
+    :func:`http_client_for`; ``self.http_client`` says which one streams. The fast client holds its
+    own connections: :meth:`close` them (or use the client as ``async with``) when done."""
+
+    def __init__(self, config: ClientConfig, session: aiohttp.ClientSession, clock: Callable[[], float],
+                 http_client: str | None = None) -> None:
         self.config = config
         self.session = session
         self.clock = clock
         remember_secret(config.api_key)  # masked at every cut from now on, however the config was built
         self._chat = config.api == "chat"
-        self._url = config.base_url.rstrip("/") + ("/v1/chat/completions" if self._chat else "/v1/completions")
+        self._path = "/v1/chat/completions" if self._chat else "/v1/completions"
+        self._url = config.base_url.rstrip("/") + self._path
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if config.api_key:
             self._headers["Authorization"] = f"Bearer {config.api_key}"
+        self.http_client = http_client_for(config.base_url, http_client)
+        self._pool: fasthttp.FastPool | None = None
+        if self.http_client == "fast":
+            self._pool = fasthttp.FastPool(config.base_url, connect_timeout_s=config.connect_timeout_s, clock=clock)
+            try:
+                self._head = self._pool.head(self._path, self._headers)
+            except UnicodeEncodeError:  # a header HTTP/1.1 cannot carry (a non-Latin-1 key): aiohttp's error, per request
+                self._pool = None
+                self.http_client = "aiohttp"
+
+    async def close(self) -> None:
+        """Close the fast client's connections (the aiohttp session is its owner's to close)."""
+        if self._pool is not None:
+            await self._pool.close()
+
+    async def __aenter__(self) -> OpenAIClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _post(self, data: bytes) -> Any:
+        """``async with`` this: the response, as :class:`fasthttp.Response` or :class:`_AioResponse`."""
+        if self._pool is not None and not self._pool.redirected:
+            return self._pool.post(self._head, data, lambda: self._aio_post(data))
+        return self._aio_post(data)
+
+    def _aio_post(self, data: bytes) -> _AioExchange:
+        return _AioExchange(self.session.post(self._url, data=data, headers=self._headers), self.clock)
 
     def body(self, spec: Any) -> bytes:
         c = self.config
@@ -260,6 +329,11 @@ class OpenAIClient:
         if c.temperature is not None:
             body["temperature"] = c.temperature
         body.update(c.extra_body)
+        if _dumps is not None:
+            try:
+                return _dumps(body)  # compact UTF-8 JSON, the same document json.dumps makes
+            except TypeError:  # what orjson refuses (a lone surrogate, an int past 64 bits): json decides
+                pass
         return json.dumps(body, ensure_ascii=False).encode()
 
     async def send(self, spec: Any, rec: RequestRecord, body: bytes | None = None) -> None:
@@ -284,16 +358,16 @@ class OpenAIClient:
         try:
             async with asyncio.timeout_at(None if first_deadline == float("inf") else first_deadline) as tmo:
                 rec.sent_at = clock()
-                async with self.session.post(self._url, data=data, headers=self._headers) as resp:
-                    rec.first_byte_at = clock()
+                async with self._post(data) as resp:
+                    rec.first_byte_at = resp.head_at
                     rec.http_status = resp.status
                     if resp.status != 200:
-                        text = _body_text(await resp.content.read(2048), resp.headers.get("Content-Encoding"))
+                        text = _body_text(await resp.read_some(2048), resp.header("Content-Encoding"))
                         raise RequestFailed(http_error_class(resp.status), http_detail(resp.status, text), resp.status)
-                    dec = _Decoder.of(resp.headers.get("Content-Encoding"))
-                    ctype = resp.headers.get("Content-Type", "")
+                    dec = _Decoder.of(resp.header("Content-Encoding"))
+                    ctype = resp.header("Content-Type") or ""
                     if "text/event-stream" not in ctype:
-                        raw = await resp.read()
+                        raw = await resp.read(BODY_MAX)
                         self._handle_plain(raw if dec is None else dec.whole(raw, BODY_MAX), rec, tally)
                     else:
                         finished = await self._read_stream(resp, rec, tally, tmo, deadline_total, dec)
@@ -309,7 +383,7 @@ class OpenAIClient:
             rec.outcome = OK
         except RequestFailed as exc:
             self._fail(rec, exc.error_class, exc.detail)
-        except aiohttp.ServerTimeoutError as exc:
+        except (aiohttp.ServerTimeoutError, fasthttp.ConnectTimeout) as exc:
             self._fail(rec, "connect_timeout", f"no connection within {c.connect_timeout_s:g} s: {exc}")
         except TimeoutError:
             if rec.first_token_at is None and deadline_first is not None and (
@@ -322,6 +396,15 @@ class OpenAIClient:
             self._fail(rec, "client_fd_limit", exc.detail())
         except aiohttp.ClientConnectorError as exc:
             self._fail(rec, "connect_error", f"cannot connect to {self.config.base_url}: {exc.os_error}")
+        except fasthttp.ConnectFailed as exc:
+            fd = fd_exhausted(exc.os_error)
+            if fd is not None:  # this client's own limit (client.session)
+                self._fail(rec, "client_fd_limit", f"this client ran out of file descriptors connecting to "
+                                                   f"{self._pool.host if self._pool else c.base_url}:"
+                                                   f"{self._pool.port if self._pool else ''} ({fd.strerror or fd}); "
+                                                   "raise `ulimit -n` or lower the concurrency")
+            else:
+                self._fail(rec, "connect_error", f"cannot connect to {self.config.base_url}: {exc.os_error}")
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
             if rec.first_byte_at is None:
                 self._fail(rec, "connect_error", f"connection broke before a response: {type(exc).__name__}")
@@ -332,6 +415,8 @@ class OpenAIClient:
             self._fail(rec, "malformed_response", str(exc))
         except aiohttp.ClientResponseError as exc:
             self._fail(rec, "malformed_response", f"bad HTTP response: {exc.message}")
+        except fasthttp.BadResponse as exc:
+            self._fail(rec, "malformed_response", f"bad HTTP response: {exc}")
         except aiohttp.ClientError as exc:
             self._fail(rec, "connect_error", f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
@@ -340,27 +425,29 @@ class OpenAIClient:
             self._fail(rec, "malformed_response", f"unreadable response ({type(exc).__name__}: {exc})")
         self._finish_tokens(rec, tally, len(data))
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord, tally: StreamTally,
+    async def _read_stream(self, resp: Any, rec: RequestRecord, tally: StreamTally,
                            tmo: asyncio.Timeout, deadline_total: float | None, dec: _Decoder | None = None) -> bool:
         """Read events until ``[DONE]`` or the final usage chunk (or the connection closes).
 
-        Sets ``rec.ended_at`` to the arrival of the event that finished the response, not to
-        when the connection closed: every event is stamped with the arrival of the read that
-        completed it, including a last event flushed at close (its bytes came with the last read)."""
+        ``resp.next_chunk()`` gives each socket read's bytes with its arrival time: every event a
+        read completes is stamped with that time. Sets ``rec.ended_at`` to the arrival of the event
+        that finished the response, not to when the connection closed, including a last event
+        flushed at close (its bytes came with the last read)."""
         parser = SSEParser()
         chat = self._chat
-        clock = self.clock
         finished = False
         times = rec.chunk_times
         rescheduled = False
-        on_event = self._on_event
-        feed = parser.feed_data
-        now = clock()
-        async for raw in resp.content.iter_any():
-            now = clock()  # the arrival of these bytes: every event they complete is stamped with it
+        on_events = self._on_events
+        feed = parser.feed_raw
+        nxt = resp.next_chunk
+        now = self.clock()
+        while (got := await nxt()) is not None:
+            now, raw = got  # the arrival of these bytes: every event they complete is stamped with it
             for piece in (raw,) if dec is None else dec.decode(raw):
-                for data in feed(piece):
-                    state = on_event(data, now, rec, tally, chat, times)
+                datas = feed(piece)
+                if datas:
+                    state = on_events(datas, now, rec, tally, chat, times)
                     if state and not finished:
                         finished = True
                         rec.ended_at = now
@@ -374,11 +461,69 @@ class OpenAIClient:
         # arrived with the last read, at ``now``, not when the server got round to closing.
         tail = parser.feed(dec.flush()) if dec is not None else []
         for ev in tail + parser.close():
-            state = on_event(ev.data, now, rec, tally, chat, times)
+            state = self._on_event(ev.data, now, rec, tally, chat, times)
             if state and not finished:
                 finished = True
                 rec.ended_at = now
         return finished
+
+    def _on_events(self, datas: list[str | bytes], now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                   times: list[float]) -> int:
+        """The SSE data payloads of one read, in order, as :meth:`_on_event` would take them one by one:
+        _FINISHED when one of them carried a finish_reason, _TERMINAL at the first that ends the
+        response (those after it are not looked at), else 0.
+
+        The usual event (one choice whose delta or text is non-empty text, no finish_reason, no usage,
+        no reasoning field) is counted here; the tally's sums and the thinking flags of a run of them
+        are taken once, before any other event and at the end of the read (:meth:`_plain`). A payload in
+        bytes (``SSEParser.feed_raw``) is parsed as it is; one that is not valid UTF-8 JSON is decoded
+        (invalid bytes replaced) and handled as text, as :meth:`_on_event` would have it."""
+        loads = _loads
+        run: list[str] = []  # the usual events' texts not yet in the tally
+        state = 0
+        obj: Any
+        for data in datas:
+            obj = None
+            try:  # the usual event's shape, looked up directly: any other raises, or leaves text not a str
+                obj = loads(data)
+                c0 = obj["choices"][0]
+                if chat:
+                    delta = c0["delta"]
+                    text = delta["content"]
+                    if "reasoning_content" in delta or "reasoning" in delta:
+                        text = None
+                else:
+                    text = c0["text"]
+            except (ValueError, LookupError, TypeError):
+                text = None
+            if type(text) is str and text and not c0.get("finish_reason") and not obj.get("usage"):
+                run.append(text)
+                continue
+            if run:
+                self._plain(run, now, rec, tally, times)
+            text_data = data if isinstance(data, str) else data.decode("utf-8", errors="replace")
+            st = self._on_event(text_data, now, rec, tally, chat, times) if obj is None \
+                else self._on_obj(obj, text_data, now, rec, tally, chat, times)
+            if st == _TERMINAL:
+                return st
+            state |= st
+        if run:
+            self._plain(run, now, rec, tally, times)
+        return state
+
+    @staticmethod
+    def _plain(run: list[str], now: float, rec: RequestRecord, tally: StreamTally, times: list[float]) -> None:
+        """Count a run of usual events (see :meth:`_on_events`), all arrived at ``now``, and empty ``run``."""
+        if rec.first_token_at is None:
+            rec.first_token_at = now
+        times += [now] * len(run)
+        tally.char_lens += map(len, run)
+        tally.split.plain(run)
+        text = "".join(run)
+        tally.bytes += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        rec.stream_tokens += len(run)
+        tally.events += len(run)
+        run.clear()
 
     def _on_event(self, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
                   times: list[float]) -> int:
@@ -391,6 +536,11 @@ class OpenAIClient:
             obj = _loads(data)
         except ValueError:
             raise RequestFailed("malformed_response", f"invalid JSON in stream: {data[:80]!r}") from None
+        return self._on_obj(obj, data, now, rec, tally, chat, times)
+
+    def _on_obj(self, obj: Any, data: str, now: float, rec: RequestRecord, tally: StreamTally, chat: bool,
+                times: list[float]) -> int:
+        """:meth:`_on_event` once ``data`` is parsed into ``obj``."""
         if type(obj) is not dict:
             raise RequestFailed("malformed_response", f"stream event is not a JSON object: {data[:80]!r}")
         choices = obj.get("choices")
@@ -521,7 +671,7 @@ class OpenAIClient:
             rec.chunk_tokens = [1] * len(char_lens)
         first = split.first_answer()
         rec.first_answer_at = rec.chunk_times[first] if first is not None and first < len(rec.chunk_times) else None
-        streamed_reasoning = sum(k for k, f in zip(rec.chunk_tokens, flags) if f)
+        streamed_reasoning = sum(k for k, f in zip(rec.chunk_tokens, flags) if f) if True in flags else 0
         if rec.usage_source is None or rec.usage_source == REJECTED:
             rec.prompt_tokens = rec.requested_input_tokens
             if rec.error_detail and rec.error_detail.startswith(NOT_STREAMED):
@@ -579,3 +729,41 @@ def _empty_detail(rec: RequestRecord, streamed: bool) -> str:
     if rec.completion_tokens:
         what += f"; its usage claims {rec.completion_tokens} completion tokens"
     return what
+
+
+class _AioResponse:
+    """An aiohttp response seen through the interface of :class:`fasthttp.Response` (each read stamped
+    with ``clock`` when it reaches the client)."""
+
+    __slots__ = ("_resp", "_clock", "status", "head_at")
+
+    def __init__(self, resp: aiohttp.ClientResponse, clock: Callable[[], float]) -> None:
+        self._resp, self._clock = resp, clock
+        self.status = resp.status
+        self.head_at = clock()
+
+    def header(self, name: str) -> str | None:
+        return self._resp.headers.get(name)
+
+    async def next_chunk(self) -> tuple[float, bytes] | None:
+        raw = await self._resp.content.readany()
+        return (self._clock(), raw) if raw else None
+
+    async def read(self, limit: int) -> bytes:
+        return await self._resp.read()
+
+    async def read_some(self, n: int) -> bytes:
+        return await self._resp.content.read(n)
+
+
+class _AioExchange:
+    __slots__ = ("_cm", "_clock")
+
+    def __init__(self, cm: Any, clock: Callable[[], float]) -> None:
+        self._cm, self._clock = cm, clock
+
+    async def __aenter__(self) -> _AioResponse:
+        return _AioResponse(await self._cm.__aenter__(), self._clock)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._cm.__aexit__(*exc)

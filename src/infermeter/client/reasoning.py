@@ -69,6 +69,24 @@ class ReasoningSplit:
         answer = self._content(content, len(self.flags)) if content else False
         self.flags.append(not answer)
 
+    def plain(self, contents: list[str]) -> None:
+        """``chunk(c, "")`` for each of ``contents`` (each non-empty), in order. While no tag has been seen,
+        no reasoning field and the opening is decided, the rest are taken at once when the joined text holds no
+        closing tag (one that would end in a chunk is found there: ``_tail`` keeps enough before it); else
+        one by one (the text is joined at most once per call)."""
+        for i, c in enumerate(contents):
+            if self._state == _OPEN and self._lead is None and not self._fields:
+                rest = contents[i:] if i else contents
+                both = self._tail + "".join(rest)
+                if CLOSE_TAG not in both:
+                    self._tail = both[-_KEEP:]
+                    self.flags += [False] * len(rest)
+                    return
+                for c in rest:
+                    self.chunk(c, "")
+                return
+            self.chunk(c, "")
+
     def first_answer(self) -> int | None:
         """Index of the first answer chunk (None: no answer arrived)."""
         for i, f in enumerate(self.flags):

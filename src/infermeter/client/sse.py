@@ -96,6 +96,12 @@ class SSEParser:
         """:meth:`feed`, keeping only each event's ``data`` (the hot path of a streamed completion, which
         reads nothing else): the same events in the same order, without building an :class:`SSEEvent` for
         the usual one-line ``data:`` block."""
+        return [d if isinstance(d, str) else d.decode("utf-8", errors="replace") for d in self.feed_raw(data)]
+
+    def feed_raw(self, data: bytes) -> list[str | bytes]:
+        """:meth:`feed_data` with the usual one-line ``data:`` block's payload left in bytes, undecoded (a JSON
+        parser reads UTF-8 bytes as they are; ``.decode("utf-8", errors="replace")`` gives the text
+        :meth:`feed_data` has); any other event's data is text, as :meth:`feed_data` gives it."""
         if self._pending_cr or b"\r" in data:
             return [ev.data for ev in self.feed(data)]
         old = len(self._buf)
@@ -105,14 +111,22 @@ class SSEParser:
             if len(buf) > self.max_event_bytes:
                 raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
             return []
+        end = buf.rfind(b"\n\n")
+        seps = buf.count(b"\n\ndata: ", 0, end)
+        if buf.startswith(b"data: ") and buf.count(b"\n", 0, end) == 2 * seps:
+            # every complete block is the usual one (one "data: " line): their payloads in one split
+            self._buf = buf[end + 2:]
+            if len(self._buf) > self.max_event_bytes:
+                raise SSEError(f"SSE event larger than {self.max_event_bytes} bytes")
+            return buf[6:end].split(b"\n\ndata: ")  # type: ignore[return-value]
         blocks = buf.split(b"\n\n")
         self._buf = blocks.pop()
-        out: list[str] = []
+        out: list[str | bytes] = []
         for block in blocks:
             if not block:
                 continue
-            if block[:6] == b"data: " and b"\n" not in block:  # the usual block: one data line
-                out.append(block[6:].decode("utf-8", errors="replace"))
+            if block.startswith(b"data: ") and b"\n" not in block:  # the usual block: one data line
+                out.append(block[6:])
                 continue
             ev = _parse_block(block if block[0] != 10 else block.lstrip(b"\n"))
             if ev is not None:

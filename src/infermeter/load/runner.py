@@ -276,7 +276,10 @@ class Runner:
                 t = asyncio.get_running_loop().create_task(self._one(idx, spec, self.clock()))
                 self._tasks.add(t)
                 t.add_done_callback(self._tasks.discard)
-                await asyncio.wait({t})
+                # the request is its own task (cancelled with the others at a stop: _one records it), awaited
+                # here without asyncio.wait's waiter and callbacks; a stream cancelled while it waits cancels
+                # it, as the stop that cancels streams does anyway
+                await t
 
         await asyncio.gather(*(stream() for _ in range(n)))
 

@@ -160,8 +160,8 @@ class WorkerRun:
             journal.write(rec)
             self.records += 1
 
-        async with make_session(connect_timeout_s=plan.connect_timeout_s, max_connections=0) as session:
-            client = OpenAIClient(plan.client, session, clock)
+        async with make_session(connect_timeout_s=plan.connect_timeout_s, max_connections=0) as session, \
+                OpenAIClient(plan.client, session, clock) as client:
             self.runner = Runner(send=client.send, specs=specs, shape=plan.shape_for(k),
                                  limits=plan.limits_for(k), clock=clock, on_record=on_record,
                                  rng=np.random.default_rng(plan.seed), live=self.live,
@@ -180,7 +180,8 @@ class WorkerRun:
                 "worker": k, "pid": os.getpid(), "records": self.records, "sent": stats.sent,
                 "cap_held": stats.cap_held, "max_in_flight": stats.max_in_flight, "client_cpu": stats.client_cpu,
                 "wall_s": stats.wall_s, "interrupted": stats.interrupted, "halted": stats.halted,
-                "auth_failure": stats.extra.get("auth_failure"), "write_failure": stats.extra.get("write_failure")}
+                "auth_failure": stats.extra.get("auth_failure"), "write_failure": stats.extra.get("write_failure"),
+                "http_client": client.http_client, "event_loop": eventloop.running()}
 
 
 # -- processes ---------------------------------------------------------------------------------

@@ -67,8 +67,8 @@ async def calibrate(make_specs: Callable[[], Iterator[Any]], seconds: float = 1.
         def clock() -> float:
             return time.perf_counter() - t_base
 
-        async with make_session(max_connections=0) as session:
-            client = OpenAIClient(ClientConfig(base_url=emu.base_url, model="infermeter-emulator"), session, clock)
+        async with make_session(max_connections=0) as session, \
+                OpenAIClient(ClientConfig(base_url=emu.base_url, model="infermeter-emulator"), session, clock) as client:
             warm = Runner(send=client.send, specs=iter(specs * 4), shape=ConstantConcurrency(concurrency=concurrency),
                           limits=Limits(requests=min(len(specs) * 4, 400)), clock=clock, on_record=lambda r: None)
             await warm.run()

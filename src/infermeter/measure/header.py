@@ -173,6 +173,10 @@ def runtime(stats: list[dict[str, Any]]) -> dict[str, Any]:
         "max_in_flight": sum(s.get("max_in_flight", 0) for s in ok), "client_cpu": max(cpu) if cpu else None,
         "wall_s": max((s.get("wall_s", 0.0) for s in ok), default=0.0),
         "interrupted": any(s.get("interrupted") for s in ok) or len(ok) < len(stats)}
+    for key in ("http_client", "event_loop"):  # how the requests were sent (client.openai, client.eventloop)
+        seen = sorted({s[key] for s in ok if s.get(key)})
+        if seen:
+            out[key] = seen[0] if len(seen) == 1 else seen
     halted = next((s["halted"] for s in ok if s.get("halted")), None)
     if halted:
         out["halted"] = halted

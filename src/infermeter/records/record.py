@@ -145,10 +145,7 @@ COLUMNS = tuple(ARROW_SCHEMA.names)
 
 def records_to_table(records: list[RequestRecord]) -> pa.Table:
     """Columnar table of records in ``ARROW_SCHEMA``."""
-    cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-    for r in records:
-        for name in COLUMNS:
-            cols[name].append(getattr(r, name))
+    cols = {name: [getattr(r, name) for r in records] for name in COLUMNS}
     return pa.table(cols, schema=ARROW_SCHEMA)
 
 
@@ -170,8 +167,5 @@ def conform(table: pa.Table) -> pa.Table:
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:
     """Columnar table from dict rows (missing keys become null)."""
-    cols: dict[str, list[Any]] = {name: [] for name in COLUMNS}
-    for row in rows:
-        for name in COLUMNS:
-            cols[name].append(row.get(name))
+    cols = {name: [row.get(name) for row in rows] for name in COLUMNS}
     return pa.table(cols, schema=ARROW_SCHEMA)

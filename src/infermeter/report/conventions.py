@@ -133,7 +133,7 @@ def aiperf(s: RecordedStream) -> ToolMetrics:
 def infermeter_rule(s: RecordedStream) -> ToolMetrics:
     """infermeter's own figures, from its client's handling of the same payloads."""
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api="chat" if s.chat else "completions"),
-                          session=None, clock=lambda: 0.0)  # type: ignore[arg-type]
+                          session=None, clock=lambda: 0.0, http_client="aiohttp")  # type: ignore[arg-type]
     rec = RequestRecord(request_id=0, intended_at=s.sent_at, sent_at=s.sent_at, first_byte_at=s.sent_at)
     tally = StreamTally()
     for t, data in s.events:
