@@ -74,7 +74,7 @@ class SimRequest:
         self.g0: int = 0
         self.c0: int = 0
         self.o0: int = 0
-        self.epoch: int = 0  # bumps on preemption: stale heap entries are skipped
+        self.epoch: int = 0  # bumps each time it leaves decode early (preempted, aborted, cancelled)
         self.scheduled_at: float | None = None
         self.first_token_at: float | None = None
         self.ended_at: float | None = None
