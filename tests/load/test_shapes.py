@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from infermeter.load.shapes import ConstantArrivalRate, RampingArrivalRate
+from infermeter.load.shapes import ConstantArrivalRate, RampingArrivalRate, TraceReplay
 
 
 def take(it, n):
@@ -87,3 +87,29 @@ def test_arrival_names_come_from_the_registry():
         RunConfig(rate=3, arrival="pareto", requests=5)
     with pytest.raises(ConfigError, match="--burstiness 2 needs --arrival gamma or weibull"):
         build_shape(RunConfig(rate=3, burstiness=2, requests=5))
+
+
+@pytest.mark.parametrize("arrival,k", [("poisson", 1.0), ("gamma", 0.5), ("weibull", 0.7), ("constant", 1.0)])
+def test_arrival_points_are_the_running_sum_of_the_gaps_and_blocks_give_the_same_floats(arrival, k):
+    from infermeter.load.shapes.arrivals import ARRIVALS, operational_times
+
+    rng = np.random.default_rng(2)
+    gaps = np.concatenate([ARRIVALS[arrival](rng, 1024, k) for _ in range(3)])
+    u, expected = 0.0, []
+    for g in gaps[:3000]:  # u_{n+1} = u_n + g_n, one addition after the other (across draw blocks)
+        expected.append(u)
+        u += float(g)
+    assert take(operational_times(arrival, k, np.random.default_rng(2)), 3000).tolist() == expected
+    shape = ConstantArrivalRate(rate_per_s=48, arrival=arrival, burstiness=k)
+    blocks = shape.arrival_blocks(np.random.default_rng(2))
+    assert np.concatenate([next(blocks) for _ in range(3)])[:3000].tolist() == \
+        take(shape.arrivals(np.random.default_rng(2)), 3000).tolist() == [x / 48 for x in expected]
+
+
+def test_a_shape_without_blocks_of_its_own_gives_its_arrivals_in_arrays():
+    ramp = RampingArrivalRate(start_rate_per_s=1, end_rate_per_s=20, ramp_s=100)
+    blocks = ramp.arrival_blocks(np.random.default_rng(1))
+    assert np.concatenate([next(blocks) for _ in range(2)]).tolist() == \
+        take(ramp.arrivals(np.random.default_rng(1)), 2048).tolist()
+    assert ramp.offsets_only and ConstantArrivalRate(rate_per_s=1).offsets_only
+    assert not TraceReplay().offsets_only  # its times come from the specs

@@ -193,6 +193,32 @@ def test_a_keyless_child_stream_gives_the_keyed_requests_without_keys():
     assert len({r.keys[0] for r in a}) == len(a)  # the keyed stream's first blocks: all distinct
 
 
+def test_a_keyless_child_stream_sends_columns_cut_as_the_spec_stream():
+    """Over several batches: the first ``skip`` requests passed over, none sent at or after the duration."""
+    from infermeter.measure.feeder import BATCH, length_columns
+
+    wl = {"input_tokens": "300,100", "output_tokens": "40,20", "seed": 3}
+    shape = ConstantArrivalRate(rate_per_s=50.0, arrival="gamma", burstiness=0.5)
+    assert length_columns(build_workload(**wl), shape, 1) is not None  # the column path
+    local = local_stream(shape, iter(build_workload(**wl).requests()), seed=1)
+    a = []
+    for r in local:
+        if r.arrival >= 1000.0:
+            break
+        if r.rid >= 7000:
+            a.append(r)
+    assert len(a) > 3 * BATCH // 2
+    child = ChildStream(FeedSpec(workload=wl, shape=shape, seed=1, duration_s=1000.0, keys=False, skip=7000))
+    try:
+        b = list(child)
+    finally:
+        child.close()
+    assert [(r.rid, r.arrival, r.intended_at, r.prompt_tokens, r.max_tokens, r.conversation_id, r.prefix_group)
+            for r in a] == \
+           [(r.rid, r.arrival, r.intended_at, r.prompt_tokens, r.max_tokens, r.conversation_id, r.prefix_group)
+            for r in b]
+
+
 def test_child_stream_gives_the_same_requests_as_the_local_one():
     a, b = _local_and_child({"input_tokens": "96,16,48,160", "output_tokens": "16", "prefix_tokens": 32,
                              "prefix_groups": 3, "seed": 5})

@@ -76,3 +76,26 @@ def test_same_seed_same_draws_across_blocks() -> None:
 def test_lengths_beyond_any_context_are_refused(text):
     with pytest.raises(ConfigError, match="above the 10,000,000 allowed"):
         LengthDist.parse(text, flag="--output-tokens")
+
+
+@pytest.mark.parametrize("text", ["600,300", "32", "100,40,20,150"])
+def test_blocks_give_the_draws_in_order(text):
+    dist = LengthDist.parse(text)
+    drawn = LengthSampler(dist, np.random.default_rng(9))
+    blocks = LengthSampler(dist, np.random.default_rng(9)).blocks()
+    assert np.concatenate([next(blocks) for _ in range(3)]).tolist() == [drawn.draw() for _ in range(3 * 1024)]
+    drawn.draw()
+    with pytest.raises(RuntimeError):
+        next(drawn.blocks())
+
+
+def test_a_keyless_workloads_length_blocks_are_its_specs_lengths():
+    from infermeter.workload import build_workload
+
+    wl = build_workload(seed=4, input_tokens="200,50", output_tokens="30,10")
+    blocks = wl.length_blocks()
+    pt, mt = (np.concatenate(c) for c in zip(*[next(blocks) for _ in range(2)]))
+    specs = [s for _, s in zip(range(2048), wl.requests(text=False))]
+    assert pt.tolist() == [s.input_tokens for s in specs] and mt.tolist() == [s.max_tokens for s in specs]
+    with pytest.raises(ValueError):
+        build_workload(seed=4, profile="code").length_blocks()

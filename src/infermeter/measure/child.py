@@ -60,6 +60,7 @@ def start_child(target: str, payload: Any, *, name: str = "infermeter-child",
     docstring. ``fds``: pipe ends ``(fd, "r" | "w")`` handed to the child (closed here), which gets them as
     extra connections, in order."""
     out_r, out_w = os.pipe()
+    _widen(out_r)
     job_r, job_w = os.pipe()
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
     extra = [f"{fd}{mode}" for fd, mode in fds]
@@ -83,6 +84,23 @@ def start_child(target: str, payload: Any, *, name: str = "infermeter-child",
         child.close(timeout=2.0)
         raise
     return child
+
+
+PIPE_BYTES = 1 << 20  # the result pipe's buffer: a child runs this far ahead of its reader (Linux's unprivileged cap)
+
+
+def _widen(fd: int) -> None:
+    """Give the pipe ``fd`` a buffer of :data:`PIPE_BYTES` where the system allows (Linux ``F_SETPIPE_SZ``;
+    the default, 64 KiB, holds a fraction of one batch, so a child would wait for its reader after each)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return
+    if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux only
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:  # above the system's pipe-max-size: the default stays
+            pass
 
 
 def _main(argv: list[str]) -> int:

@@ -23,6 +23,9 @@ Send times come from the shape's own ``schedule`` (a trace replay's included).
 ``synthetic`` and ``fixed`` without a shared prefix) gets no keys at all, and its specs are made
 without text: no key could ever match, so the simulation is the same, at about half the CPU
 (a 72-hour stream of them) (:meth:`~infermeter.workload.synthetic.SingleTurnWorkload.text_optional`).
+Where such a workload also reads its lengths in blocks and the shape's schedule is its arrivals (not
+a trace), a child makes no spec at all: it draws send offsets and lengths as arrays, a block at a
+time, the same numbers from the same seeds (:func:`length_columns`), and sends only those columns.
 """
 
 from __future__ import annotations
@@ -117,11 +120,85 @@ class FeedSpec:
     skip: int = 0  # requests of the stream to pass over first (a resumed run)
 
 
+def length_columns(workload: Any, shape: BaseShape | None, seed: int = 0
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """``(send offsets, prompt tokens, max tokens)`` in aligned blocks: the keyless stream of ``workload`` on the
+    open-loop ``shape`` without a spec per request, where the workload reads its lengths in blocks
+    (``length_blocks``, a keyless one: :func:`needs_keys` is False) and the shape's schedule is its arrivals
+    (``offsets_only``: not a trace). The same numbers as :func:`timed_specs` over
+    ``workload.requests(text=False)``, from the same seeds; None where this does not apply."""
+    if (needs_keys(workload) or not hasattr(workload, "length_blocks") or shape is None or not shape.open_loop
+            or not shape.offsets_only):
+        return None
+    return _aligned(shape.arrival_blocks(np.random.default_rng(seed)), workload.length_blocks())
+
+
+def _aligned(times: Iterator[np.ndarray], lengths: Iterator[tuple[np.ndarray, np.ndarray]]
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Blocks of times and of length pairs (of any sizes) cut to aligned blocks; ends with the shorter stream."""
+    t = np.zeros(0)
+    p = m = np.zeros(0, np.int64)
+    while True:
+        if not len(t):
+            nt = next(times, None)
+            if nt is None:
+                return
+            t = nt
+        if not len(p):
+            nl = next(lengths, None)
+            if nl is None:
+                return
+            p, m = nl
+        k = min(len(t), len(p))
+        yield t[:k], p[:k], m[:k]
+        t, p, m = t[k:], p[k:], m[k:]
+
+
+def column_batches(cols: Iterator[tuple[np.ndarray, ...]], *, skip: int = 0, limit: int | None = None,
+                   horizon: float = float("inf"), size: int = BATCH) -> Iterator[tuple[np.ndarray, ...]]:
+    """:func:`length_columns`' blocks as batches of ``size`` rows (the last one shorter): the
+    first ``skip`` rows passed over, then rows while the send offset (column 0) is before ``horizon``, up to
+    ``limit`` rows in all (those skipped included), as :func:`produce` cuts a stream of specs."""
+    n = 0  # rows of the stream passed so far (skipped or taken)
+    held: list[tuple[np.ndarray, ...]] = []
+    rows = 0
+    for block in cols:
+        if n < skip:
+            drop = min(skip - n, len(block[0]))
+            n += drop
+            block = tuple(c[drop:] for c in block)
+        late = np.flatnonzero(block[0] >= horizon)
+        end = int(late[0]) if len(late) else len(block[0])
+        if limit is not None:
+            end = min(end, limit - n)
+        done = end < len(block[0])
+        block = tuple(c[:end] for c in block)
+        n += end
+        while len(block[0]):
+            take = min(size - rows, len(block[0]))
+            held.append(tuple(c[:take] for c in block))
+            rows += take
+            block = tuple(c[take:] for c in block)
+            if rows == size:
+                yield tuple(np.concatenate(cs) for cs in zip(*held))
+                held, rows = [], 0
+        if done:
+            break
+    if held:
+        yield tuple(np.concatenate(cs) for cs in zip(*held))
+
+
 def produce(spec: FeedSpec, conn: Any) -> None:
-    """The child's side (:mod:`infermeter.measure.child`): the stream in columnar batches on ``conn``."""
+    """The child's side (:mod:`infermeter.measure.child`): the stream in columnar batches on ``conn``; a keyless
+    stream whose lengths come in blocks (:func:`length_columns`) as send offsets, prompt and max tokens only
+    (no conversation, prefix group or keys: ``None``)."""
     gc.disable()  # short-lived, cycle-free objects only
     try:
         wl = build_workload(**spec.workload)
+        lengths = None if spec.keys else length_columns(wl, spec.shape, spec.seed)
+        if lengths is not None:
+            _produce_columns(lengths, spec, conn)
+            return
         timed = timed_specs(spec.shape, workload_specs(wl, spec.keys), spec.seed)
         if spec.skip:
             timed = itertools.islice(timed, spec.skip, None)
@@ -157,6 +234,14 @@ def produce(spec: FeedSpec, conn: Any) -> None:
         conn.close()
 
 
+def _produce_columns(lengths: Iterator[tuple[np.ndarray, ...]], spec: FeedSpec, conn: Any) -> None:
+    """:func:`produce` for a stream of :func:`length_columns`: send offsets, prompt and max tokens only."""
+    horizon = spec.duration_s if spec.duration_s is not None else float("inf")
+    for at, pt, mt in column_batches(lengths, skip=spec.skip, limit=spec.limit, horizon=horizon):
+        conn.send_bytes(pickle.dumps(("batch", (at, pt, mt, None, None, None, None)), protocol=pickle.HIGHEST_PROTOCOL))
+    conn.send_bytes(pickle.dumps(("end", None)))
+
+
 def batch_keys(make: KeyMaker | None, specs: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """``(key counts, keys flat)`` of a batch of specs (:meth:`KeyMaker.batch`); a keyless stream's: none."""
     if make is None:
@@ -183,9 +268,11 @@ def report_error(conn: Any, exc: BaseException) -> None:
 def unpack_requests(rids: Iterable[int], at: Any, pt: Any, mt: Any, conv: Any, grp: Any, kcount: Any,
                     kflat: Any) -> Iterator[SimRequest]:
     """SimRequests from the column arrays a child process sent (arrival, prompt and max tokens, conversation
-    and prefix group (-1: none), key counts and the keys flat; :func:`infermeter.twin.request.from_columns`)."""
-    return from_columns(rids, at.tolist(), pt.tolist(), mt.tolist(), conv.tolist(), grp.tolist(),
-                        np.cumsum(kcount).tolist(), kflat)
+    and prefix group (-1: none), key counts and the keys flat; None for a column: none for every request;
+    :func:`infermeter.twin.request.from_columns`)."""
+    return from_columns(rids, at.tolist(), pt.tolist(), mt.tolist(), None if conv is None else conv.tolist(),
+                        None if grp is None else grp.tolist(),
+                        None if kcount is None else np.cumsum(kcount).tolist(), kflat)
 
 
 class ChildStream:

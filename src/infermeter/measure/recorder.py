@@ -219,7 +219,7 @@ class WindowSink:
         self.token_times = token_times
         self.thinking = thinking
         self._buf: list[SimRequest] = []
-        self._rows: list[tuple[Any, ...]] = []
+        self._rows: list[Any] = []  # the rows' fields, one row after the other (ROW_FIELDS each)
         self._bind()
 
     def _bind(self) -> None:
@@ -242,7 +242,7 @@ class WindowSink:
         rows = self._rows
         if not rows:
             return None
-        cols = [list(c) for c in zip(*rows)]
+        cols = [rows[k::ROW_FIELDS] for k in range(ROW_FIELDS)]  # columns: strided slices of the flat rows
         intended, sent = cols[1], cols[2]
         if None in intended:  # not sent by a load schedule: intended when sent
             cols[1] = [s if i is None else i for i, s in zip(intended, sent)]
@@ -251,20 +251,24 @@ class WindowSink:
 
 
 def _sink(warmup: int, token_times: bool, thinking: Thinking | None, buf: list[SimRequest],
-          rows: list[tuple[Any, ...]]) -> WindowSink:
+          rows: list[Any]) -> WindowSink:
     sink = WindowSink.__new__(WindowSink)
     sink.warmup, sink.token_times, sink.thinking, sink._buf, sink._rows = warmup, token_times, thinking, buf, rows
     sink._bind()
     return sink
 
 
-def _row_taker(rows: list[tuple[Any, ...]]) -> Callable[[SimRequest], None]:
+ROW_FIELDS = 14  # fields of a row that a sink without token times takes
+
+
+def _row_taker(rows: list[Any]) -> Callable[[SimRequest], None]:
     """``add`` of a sink without token times: a request's record fields as one row (the columns of
-    :func:`~infermeter.twin.request.columns_of`, the intended send as the request has it, then its error class)."""
-    append = rows.append
+    :func:`~infermeter.twin.request.columns_of`, the intended send as the request has it, then its error class),
+    appended to the flat ``rows`` (a window's columns are then strided slices of it, not a transposition)."""
+    extend = rows.extend
 
     def take(r: SimRequest) -> None:
-        append((r.rid, r.intended_at, r.arrival, r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs,
+        extend((r.rid, r.intended_at, r.arrival, r.first_token_at, r.ended_at, r.prompt_tokens, r.outputs,
                 r.cached_tokens, r.max_tokens, r.conversation_id, r.prefix_group, r.state, r.error, r.error_class))
 
     return take

@@ -141,8 +141,8 @@ def simulate(
 CHECKPOINT = "checkpoint.pkl"
 # first bytes of a checkpoint: its format (the pickled classes' states, and the prompt texts a resumed stream makes),
 # bumped when they change (3: the openings of workload/compose.py, 2026-12-02; 4: a window's records kept as
-# columns, issue 33)
-CHECKPOINT_MAGIC = b"infermeter-checkpoint 4\n"
+# columns, issue 33; 5: a window's rows kept flat, and the waiting series' current bucket, issue 33)
+CHECKPOINT_MAGIC = b"infermeter-checkpoint 5\n"
 
 
 def save_checkpoint(out_dir: Path, state: dict[str, Any]) -> None:

@@ -27,7 +27,8 @@ blocks the rest.
 
 Decoding requests are not visited per step: a step counter ``g`` advances, a
 request entered decode at ``g0`` with ``c0`` computed tokens and ``o0`` outputs, and
-finishes at ``g0 + max_tokens - o0`` (a heap). The sum of contexts and the number of
+finishes at ``g0 + max_tokens - o0`` (a heap of those step counts, each with its requests in the
+order they entered decode; a request leaving decode early is taken out of its list). The sum of contexts and the number of
 new KV blocks per step (a histogram of block-boundary phases) are O(1), so a step
 costs O(requests whose state changes). When no prefill is pending and nothing can
 be admitted, :meth:`schedule` covers several identical decode steps at once (a
@@ -118,8 +119,8 @@ class Engine(DecodeSpans):
         self.n_dec = 0
         self._sum_c = 0  # sum over decoding requests of (c0 - g0)
         self._phase = [0] * bs  # decoding requests per block-boundary phase
-        self._heap: list[tuple[int, int, int, SimRequest]] = []
-        self._seq = 0
+        self._heap: list[int] = []  # step counts at which decoding requests finish (a key may repeat, or be gone)
+        self._ends: dict[int, list[SimRequest]] = {}  # step count -> its decoding requests, in decode-entry order
         self._tlog: list[float] = [0.0]  # end time of the step that set the counter to g
         # the step in flight: (steps, n_dec, plan, ends, start, kv, duration, first step's decode blocks)
         self._pending: tuple[int, int, list[tuple[SimRequest, int]], list[float], float, int, float, int] | None = None
@@ -388,42 +389,45 @@ class Engine(DecodeSpans):
                 self._tlog.append(now)
             heap = self._heap
             g = self.g
-            if heap and heap[0][0] <= g:  # decodes that reached max_tokens (inlined _leave_decode + _finish)
+            if heap and heap[0] <= g:  # decodes that reached max_tokens (inlined _leave_decode + _finish)
                 bs = self.block_size
                 phase = self._phase
                 tlog = self._tlog
                 pop = heapq.heappop
+                finish_at = self._ends
                 left = 0  # decodes that finished
                 sum_c = 0  # their (c0 - g0)
                 anon = 0  # blocks of finished requests holding no cache group, freed together (the same queue)
-                while heap and heap[0][0] <= g:
-                    gk, _, epoch, r = pop(heap)  # gk: the step count at which r has max_tokens
-                    if epoch != r.epoch or r.state != DECODE:
+                while heap and heap[0] <= g:
+                    gk = pop(heap)  # the step count at which these requests have max_tokens
+                    those = finish_at.pop(gk, None)
+                    if those is None:  # they all left decode early
                         continue
-                    g0, c0 = r.g0, r.c0
                     if gk < g:  # a verify step went past max_tokens: the extra tokens are discarded
-                        self.generation_tokens_total -= g - gk
-                    left += 1
-                    sum_c += c0 - g0
-                    phase[(g0 - c0) % bs] -= 1
-                    if r.token_times is not None:
-                        r.token_times.extend(tlog[g0 + 1 : gk + 1])
-                    computed = r.computed = c0 + g - g0  # KV written (freed below)
-                    r.outputs = r.o0 + gk - g0
-                    blocks = r.blocks = -(-computed // bs)
-                    del running[r.rid]
-                    held = r.held
-                    if held:  # the tail first, as one request's free() would (anonymous, then its groups)
-                        pool.free(held, anon + blocks - r.keyed)
-                        anon = 0
-                        r.held = []
-                    else:
-                        anon += blocks - r.keyed
-                    r.keyed = 0
-                    r.cursor = r.own = None
-                    r.state = FINISHED
-                    r.ended_at = now
-                    finished.append(r)
+                        self.generation_tokens_total -= (g - gk) * len(those)
+                    for r in those:
+                        g0, c0 = r.g0, r.c0
+                        left += 1
+                        sum_c += c0 - g0
+                        phase[(g0 - c0) % bs] -= 1
+                        if r.token_times is not None:
+                            r.token_times.extend(tlog[g0 + 1 : gk + 1])
+                        computed = r.computed = c0 + g - g0  # KV written (freed below)
+                        r.outputs = r.o0 + gk - g0
+                        blocks = r.blocks = -(-computed // bs)
+                        del running[r.rid]
+                        held = r.held
+                        if held:  # the tail first, as one request's free() would (anonymous, then its groups)
+                            pool.free(held, anon + blocks - r.keyed)
+                            anon = 0
+                            r.held = []
+                        else:
+                            anon += blocks - r.keyed
+                        r.keyed = 0
+                        r.cursor = r.own = None
+                        r.state = FINISHED
+                        r.ended_at = now
+                        finished.append(r)
                 if anon:
                     pool.free_anonymous(anon)
                 self.n_dec -= left
@@ -435,7 +439,7 @@ class Engine(DecodeSpans):
             phase = self._phase
             heap = self._heap
             push = heapq.heappush
-            seq = self._seq
+            finish_at = self._ends
             sampled = prompt = entered = sum_c = 0  # counters, added once
             for r, chunk in plan:
                 computed = r.computed = r.computed + chunk
@@ -471,13 +475,17 @@ class Engine(DecodeSpans):
                 entered += 1
                 sum_c += computed - g
                 phase[(g - computed) % bs] += 1
-                seq += 1
-                push(heap, (g + r.max_tokens - out, seq, r.epoch, r))
+                gk = g + r.max_tokens - out
+                those = finish_at.get(gk)
+                if those is None:
+                    finish_at[gk] = [r]
+                    push(heap, gk)
+                else:
+                    those.append(r)
             self.generation_tokens_total += sampled
             self.prompt_tokens_total += prompt
             self.n_dec += entered
             self._sum_c += sum_c
-            self._seq = seq
         return finished
 
     def cancel_all(self, now: float) -> list[SimRequest]:
@@ -549,6 +557,11 @@ class Engine(DecodeSpans):
         del self.running[r.rid]
         bs = self.block_size
         if r.state == DECODE:
+            gk = r.g0 + r.max_tokens - r.o0  # its finish: out of that list (its heap key may stay, then empty)
+            those = self._ends[gk]
+            those.remove(r)
+            if not those:
+                del self._ends[gk]
             self._leave_decode(r)
             r.outputs = r.o0 + self.g - r.g0
             r.computed = r.c0 + self.g - r.g0

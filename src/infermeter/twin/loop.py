@@ -250,14 +250,15 @@ class EventLoop:
         stop = stop if strict else math.nextafter(stop, inf)
         arrived = done = 0
         t_first, t_total = timeouts
-        # clients' deadlines, (time, kind 0 first token | 1 total, r): sends come in time order, so each
-        # kind's deadlines do too: two FIFO queues
-        dl1: deque[tuple[float, int, SimRequest]] = deque()
-        dl2: deque[tuple[float, int, SimRequest]] = deque()
+        # clients' deadlines: sends come in time order, so each kind's deadlines do too: two FIFO queues of
+        # requests, whose deadlines are their send (``arrival``, fixed once sent) + f1 (kind 0, first token) or
+        # + f2 (kind 1, total)
+        dl1: deque[SimRequest] = deque()
+        dl2: deque[SimRequest] = deque()
+        f1, f2 = t_first or 0.0, t_total or 0.0
         first_fifo = t_first is not None and (not t_total or t_first <= t_total)
         dlq = dl1 if first_fifo else dl2
-        dl_kind = 0 if first_fifo else 1
-        dl_after = (t_first if first_fifo else t_total) or 0.0
+        dl_after = f1 if first_fifo else f2
         use_dl = bool(t_first or t_total)
         resume: tuple[Any, float] | None = None
         if saved is not None:
@@ -329,7 +330,7 @@ class EventLoop:
             v0 = ver[0]
             t_step = min((e[0] for e in steps if e[2] == v0), default=inf) if busy[0] else inf
             # the clients' earliest deadline (kept as sends and deadlines come, not looked up at every event)
-            t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
+            t_dl = min(dl1[0].arrival + f1 if dl1 else inf, dl2[0].arrival + f2 if dl2 else inf)
             while True:
                 if resume is not None:  # the send a checkpoint was taken at
                     sent, t_src = resume
@@ -340,8 +341,9 @@ class EventLoop:
                     if t_dl < t_src and t_dl < t_step:  # a client's deadline, before anything else
                         if t_dl >= stop:
                             break
-                        q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
-                        _, kind, r = q[0]
+                        kind = 0 if dl1 and (not dl2 or dl1[0].arrival + f1 <= dl2[0].arrival + f2) else 1
+                        q = dl2 if kind else dl1
+                        r = q[0]
                         if r.state < FINISHED and not r.timed_out and (kind or r.first_token_at is None):
                             q.popleft()
                             clock.now = t_dl
@@ -355,22 +357,22 @@ class EventLoop:
                             # ended or started streaming: done with them too, at once (a deadline that no
                             # longer applies never changes anything, whenever it is dropped).
                             while dl1:  # first-token deadlines (kind 0)
-                                r = dl1[0][2]
+                                r = dl1[0]
                                 if r.state >= FINISHED or r.timed_out:
                                     dl1.popleft()
                                 elif r.first_token_at is not None:
                                     dl1.popleft()
                                     if t_total:
-                                        dl2.append((r.arrival + t_total, 1, r))
+                                        dl2.append(r)
                                 else:
                                     break
                             while dl2:  # total deadlines (kind 1)
-                                r = dl2[0][2]
+                                r = dl2[0]
                                 if r.state >= FINISHED or r.timed_out:
                                     dl2.popleft()
                                 else:
                                     break
-                        t_dl = min(dl1[0][0] if dl1 else inf, dl2[0][0] if dl2 else inf)
+                        t_dl = min(dl1[0].arrival + f1 if dl1 else inf, dl2[0].arrival + f2 if dl2 else inf)
                         continue
                     if t_src > t_step:  # the step in flight ends first (at equal times the send goes first)
                         if t_step >= stop:
@@ -410,7 +412,7 @@ class EventLoop:
                     r.replica = 0
                 if use_dl:
                     d = r.arrival + dl_after
-                    dlq.append((d, dl_kind, r))
+                    dlq.append(r)
                     if d < t_dl:
                         t_dl = d
                 arrived += 1
@@ -438,17 +440,18 @@ class EventLoop:
                     t_fe = fe[0][0] if fe else (fe_q[0][0] if fe_q else inf)
                     t_step = steps[0][0] if steps else inf
                     if dl1 or dl2:
-                        q = dl1 if dl1 and (not dl2 or dl1[0][0] <= dl2[0][0]) else dl2
-                        t_dl = q[0][0]
+                        kind = 0 if dl1 and (not dl2 or dl1[0].arrival + f1 <= dl2[0].arrival + f2) else 1
+                        q = dl2 if kind else dl1
+                        t_dl = q[0].arrival + (f2 if kind else f1)
                         if t_dl < t_src and t_dl < t_fe and t_dl < t_step:  # a client's deadline, before anything else
                             if t_dl >= stop:
                                 break
-                            _, kind, r = q.popleft()
+                            r = q.popleft()
                             if r.state >= FINISHED or r.timed_out:
                                 continue
                             if kind == 0 and r.first_token_at is not None:  # its first token came in time
                                 if t_total:
-                                    dl2.append((r.arrival + t_total, 1, r))
+                                    dl2.append(r)
                                 continue
                             clock.now = t_dl
                             end = give_up(r, t_dl, kind)
@@ -542,7 +545,7 @@ class EventLoop:
                 if j < 0:
                     j = r.replica = 0 if single else pick(r.rid, r.conversation_id, r.prefix_group)
                 if use_dl:
-                    dlq.append((r.arrival + dl_after, dl_kind, r))
+                    dlq.append(r)
                 if fast:  # arrive(r, j, t_src), inlined: the common case
                     eng = engines[j]
                     arrived += 1

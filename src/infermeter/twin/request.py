@@ -74,7 +74,7 @@ class SimRequest:
         self.g0: int = 0
         self.c0: int = 0
         self.o0: int = 0
-        self.epoch: int = 0  # bumps on preemption: stale heap entries are skipped
+        self.epoch: int = 0  # bumps each time it leaves decode early (preempted, aborted, cancelled)
         self.scheduled_at: float | None = None
         self.first_token_at: float | None = None
         self.ended_at: float | None = None
@@ -112,16 +112,17 @@ class SimRequest:
         return self.state >= FINISHED
 
 
-def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[int], conv: list[int],
-                 grp: list[int], ends: list[int], kflat: Any) -> Iterator[SimRequest]:
+def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[int], conv: list[int] | None,
+                 grp: list[int] | None, ends: list[int] | None, kflat: Any) -> Iterator[SimRequest]:
     """SimRequests from columns (lists): arrival (also the intended send), prompt and max tokens,
     conversation and prefix group (-1: none), each request's end offset in ``kflat`` (an int64 array of
-    every request's keys, flat). Short key lists become lists (cheaper to index), long ones their own
+    every request's keys, flat); ``None`` for ``conv``, ``grp`` or ``ends``: none for every request (a
+    keyless stream). Short key lists become lists (cheaper to index), long ones their own
     small int64 array (less memory). The requests are made as they are taken (a ``map``: no Python frame
     per request but the constructor's)."""
-    n = len(ends)
+    n = len(at)
     keys: Iterable[Any]
-    if not n or ends[n - 1] == 0:  # a keyless stream
+    if ends is None or not n or ends[n - 1] == 0:  # a keyless stream
         keys = repeat(())
     else:
         # mostly short lists: one conversion per batch (slicing a list is cheap, an array's is not); mostly
@@ -134,8 +135,10 @@ def from_columns(rids: Iterable[int], at: list[float], pt: list[int], mt: list[i
                          flat[pos:end] if flat is not None else kflat[pos:end].tolist())
             pos = end
         keys = klist
-    convs: Iterable[int | None] = repeat(None) if not n or max(conv) < 0 else [None if c < 0 else c for c in conv]
-    grps: Iterable[int | None] = repeat(None) if not n or max(grp) < 0 else [None if g < 0 else g for g in grp]
+    convs: Iterable[int | None] = (repeat(None) if conv is None or not n or max(conv) < 0
+                                   else [None if c < 0 else c for c in conv])
+    grps: Iterable[int | None] = (repeat(None) if grp is None or not n or max(grp) < 0
+                                  else [None if g < 0 else g for g in grp])
     return map(SimRequest, rids, at, pt, mt, keys, at, convs, grps)
 
 

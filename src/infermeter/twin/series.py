@@ -26,30 +26,47 @@ MAX_BUCKETS = 1024
 class LevelSeries:
     """Integral of a piecewise-constant level, per time bucket (see the module docstring)."""
 
-    __slots__ = ("width", "sums", "t", "level", "max_buckets")
+    __slots__ = ("width", "sums", "t", "level", "max_buckets", "edge", "i")
 
     def __init__(self, width: float = 1.0 / 16, max_buckets: int = MAX_BUCKETS) -> None:
+        if not (width > 0 and math.frexp(width)[0] == 0.5):
+            raise ValueError(f"width {width!r}: a power of two is needed (bucket edges are then exact)")
         self.width = width
         self.sums: list[float] = []
         self.t = 0.0
         self.level = 0
         self.max_buckets = max_buckets
+        # the bucket ``i`` of ``t`` while it is in ``sums``, and where it ends (else -inf: none known). With a
+        # power-of-two width, ``t' < edge`` is exactly ``int(t' / width) == i``
+        self.edge = -math.inf
+        self.i = 0
 
     def set(self, t: float, level: int) -> None:
         """The level becomes ``level`` at time ``t`` (times never decrease)."""
         t0 = self.t
         if t > t0:
-            c = self.level
-            if c:
-                w = self.width
-                i = int(t0 / w)
-                sums = self.sums
-                if i == int(t / w) and i < len(sums):  # within one bucket (the usual case)
-                    sums[i] += c * (t - t0)
-                else:
-                    self._add(t0, t, c)
+            if t < self.edge:  # within t0's bucket (the usual case)
+                c = self.level
+                if c:
+                    self.sums[self.i] += c * (t - t0)
+            else:
+                self._move(t0, t, self.level)
             self.t = t
         self.level = level
+
+    def _move(self, t0: float, t: float, c: int) -> None:
+        """``set``'s other case: from ``t0`` to ``t`` in a later bucket (or one not in ``sums`` yet)."""
+        if c:
+            w = self.width
+            i = int(t0 / w)
+            if i == int(t / w) and i < len(self.sums):
+                self.sums[i] += c * (t - t0)
+            else:
+                self._add(t0, t, c)
+        w = self.width
+        i = int(t / w)
+        self.i = i
+        self.edge = (i + 1) * w if i < len(self.sums) else -math.inf
 
     def close(self, t: float) -> None:
         """Integrate the current level up to ``t`` (the end of the run)."""

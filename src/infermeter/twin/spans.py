@@ -35,7 +35,8 @@ class DecodeSpans:
     n_dec: int
     g: int
     _phase: list[int]
-    _heap: list[Any]
+    _heap: list[int]
+    _ends: dict[int, list[Any]]
     max_span_steps: int
 
     def interrupt(self, t: float) -> float | None:
@@ -111,10 +112,10 @@ class DecodeSpans:
     def _span_steps(self, now: float, horizon: float, kv: int, free: int) -> int:
         """Identical decode steps until the next finish, KV exhaustion or ``horizon`` (at least 1)."""
         heap = self._heap
-        while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
+        while heap and heap[0] not in self._ends:  # keys whose requests all left decode early
             heapq.heappop(heap)
         g = self.g
-        k = min(heap[0][0] - g, self.max_span_steps) if heap else self.max_span_steps
+        k = min(heap[0] - g, self.max_span_steps) if heap else self.max_span_steps
         if k <= 1:
             return 1
         n = self.n_dec

@@ -21,6 +21,7 @@ longer; a larger count could not be sent, recorded or pooled).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,9 +115,24 @@ class LengthSampler:
         if d.stdev == 0 or d.min == d.max:
             self._buf = [min(max(d.mean, d.min), d.max)] * _BLOCK
         else:
-            draws = np.rint(self._rng.normal(d.mean, d.stdev, _BLOCK))
-            self._buf = np.clip(draws, d.min, d.max).astype(np.int64).tolist()
+            self._buf = self._block().tolist()
         self._pos = 0
+
+    def _block(self) -> np.ndarray:
+        """The next ``_BLOCK`` draws (int64)."""
+        d = self.dist
+        if d.stdev == 0 or d.min == d.max:
+            return np.full(_BLOCK, min(max(d.mean, d.min), d.max), dtype=np.int64)
+        draws = np.rint(self._rng.normal(d.mean, d.stdev, _BLOCK))
+        return np.clip(draws, d.min, d.max).astype(np.int64)
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The draws :meth:`draw` gives, from here on, as int64 arrays (a sampler is either drawn from or
+        read in blocks: the first block starts at a block boundary)."""
+        if self._pos:
+            raise RuntimeError("LengthSampler.blocks() after draw(): read a fresh sampler")
+        while True:
+            yield self._block()
 
     def draw(self) -> int:
         if self._pos >= len(self._buf):

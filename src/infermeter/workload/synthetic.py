@@ -94,12 +94,25 @@ class SingleTurnWorkload:
             raise ValueError(f"the {self.params.kind} profile's prompts cannot be left out (text_optional is False)")
         return self._requests(text)
 
+    def length_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(prompt tokens, max tokens)`` of the specs ``requests(text=False)`` gives, in order, as int64 arrays
+        (blocks of the samplers' draws, so a consumer of lengths alone makes no spec; only where
+        :attr:`text_optional`)."""
+        if not self.text_optional:
+            raise ValueError(f"the {self.params.kind} profile's prompts cannot be left out (text_optional is False)")
+        ins, outs = self._samplers()
+        return zip(ins.blocks(), outs.blocks())
+
+    def _samplers(self) -> tuple[LengthSampler, LengthSampler]:
+        """The input and output length samplers, seeded (every request draws one length from each)."""
+        params = self.params
+        return (LengthSampler(params.input_tokens, np.random.default_rng([self.seed, 1])),
+                LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3])))
+
     def _requests(self, with_text: bool) -> Iterator[RequestSpec]:
         params, ctx, pool = self.params, self.ctx, self.pool
-        rng = np.random.default_rng([self.seed, 1])
         maker = TextMaker(pool, ctx.text_rng(self.seed))
-        ins = LengthSampler(params.input_tokens, rng)
-        outs = LengthSampler(params.output_tokens, np.random.default_rng([self.seed, 3]))
+        ins, outs = self._samplers()
         groups = np.random.default_rng([self.seed, 4])
         P, G = self.prefix_tokens, self.prefix_groups
         prefixes = [maker.first(10**9 + g, P) for g in range(G)] if P else []

@@ -59,9 +59,18 @@ def check_arrival(name: str) -> str:
 
 def operational_times(arrival: str, burstiness: float, rng: np.random.Generator) -> Iterator[float]:
     """Unit-mean arrival points u_0 = 0, u_1, ...; see the module docstring."""
+    for block in operational_blocks(arrival, burstiness, rng):
+        yield from block.tolist()
+
+
+def operational_blocks(arrival: str, burstiness: float, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """The points of :func:`operational_times` as float64 arrays of ``_BATCH``, one block of gaps drawn per
+    array (the same draws, when they are needed): ``u_{n+1} = u_n + g_n``, added one after the other in
+    double precision (``np.add.accumulate`` is a running sum, not a pairwise one: the same floats)."""
     gaps_of = ARRIVALS[check_arrival(arrival)]
     u = 0.0
     while True:
-        for g in gaps_of(rng, _BATCH, burstiness):
-            yield u
-            u += float(g)
+        gaps = np.asarray(gaps_of(rng, _BATCH, burstiness), dtype=np.float64)
+        points = np.add.accumulate(np.concatenate(([u], gaps)))
+        u = float(points[-1])
+        yield points[:-1]

@@ -21,7 +21,7 @@ A new shape is one module with a subclass of :class:`BaseShape` and one line in 
 
 from __future__ import annotations
 
-import itertools  # noqa: F401 - used by the doctest
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +63,22 @@ class BaseShape(BaseModel):
     def arrivals(self, rng: np.random.Generator) -> Iterator[float]:
         """Intended send offsets (s) that do not depend on the specs."""
         raise NotImplementedError(f"{self.kind} has no schedule of its own")
+
+    @property
+    def offsets_only(self) -> bool:
+        """Whether :meth:`schedule` is :meth:`arrivals` paired with the specs in order (then
+        :meth:`arrival_blocks` gives its times without the specs)."""
+        return type(self).schedule is BaseShape.schedule
+
+    def arrival_blocks(self, rng: np.random.Generator) -> Iterator[np.ndarray]:
+        """:meth:`arrivals` as float64 arrays (the same floats in the same order; a shape may draw them a
+        block at a time)."""
+        it = self.arrivals(rng)
+        while True:
+            block = np.fromiter(itertools.islice(it, 1024), dtype=np.float64)
+            if not len(block):
+                return
+            yield block
 
     def schedule(self, rng: np.random.Generator, specs: Iterator[Any]) -> Iterator[tuple[float, Any]]:
         """``(offset_s, spec)`` for each request, in send order (open loop)."""

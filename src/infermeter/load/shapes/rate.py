@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from infermeter.load.shapes.arrivals import SHAPED, check_arrival, operational_times
+from infermeter.load.shapes.arrivals import SHAPED, check_arrival, operational_blocks, operational_times
 from infermeter.load.shapes.base import BaseShape
 from infermeter.numbers import rate
 
@@ -58,12 +58,12 @@ class ConstantArrivalRate(BaseShape):
         return self.rate_per_s
 
     def arrivals(self, rng: np.random.Generator) -> Iterator[float]:
-        points = operational_times(self.arrival, self.burstiness, rng)
         n = self.exact_over
         if n is None:
-            for u in points:
-                yield u / self.rate_per_s
+            for block in self.arrival_blocks(rng):
+                yield from block.tolist()
             return
+        points = operational_times(self.arrival, self.burstiness, rng)
         a = self.exact_after
         head = np.fromiter(itertools.islice(points, a + n), dtype=float, count=a + n)
         span = float(head[-1] - head[a])
@@ -72,6 +72,13 @@ class ConstantArrivalRate(BaseShape):
             yield float(u) * scale / self.rate_per_s
         for u in points:  # later points keep their gaps, at the same scale
             yield u * scale / self.rate_per_s
+
+    def arrival_blocks(self, rng: np.random.Generator) -> Iterator[np.ndarray]:
+        if self.exact_over is not None:
+            yield from super().arrival_blocks(rng)
+            return
+        for block in operational_blocks(self.arrival, self.burstiness, rng):
+            yield block / self.rate_per_s  # t_n = u_n / rate, as one float division each
 
     def rate_at(self, t: float) -> float:
         return self.rate_per_s
