@@ -5,6 +5,7 @@ installed in an engine venv, dequantizes it once into a Hugging Face
 safetensors folder (``_convert_gguf.py``, run with the engine's interpreter)
 and returns that folder. A marker file (``.infermeter-model.json``) records
 the source; with the marker present and matching, the call returns at once.
+Concurrent callers take turns on ``<name>.lock`` beside the folder (one converts).
 Nothing is downloaded from a model hub.
 
     model_dir = prepare_gguf_model(SMOLLM2, engine_python, cache_root() / "models")
@@ -13,6 +14,7 @@ Nothing is downloaded from a model hub.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -63,17 +65,29 @@ def model_ready(model: GgufModel, models_dir: Path) -> bool:
 
 
 def prepare_gguf_model(model: GgufModel, engine_python: Path, models_dir: Path, *, timeout_s: float = 1800) -> Path:
-    """Convert once; return the safetensors folder (see module docstring)."""
+    """Convert once; return the safetensors folder (see module docstring). Processes preparing the same model at
+    once (parallel test workers, two campaigns) take turns on a lock file: the first converts, the others find
+    its marker."""
     out = Path(models_dir) / model.name
     gguf = find_gguf(model, engine_python)
     source = {"gguf": gguf.name, "size": gguf.stat().st_size, "dtype": model.dtype}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (out.parent / f"{model.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _convert(model, engine_python, gguf, source, out, timeout_s)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _convert(model: GgufModel, engine_python: Path, gguf: Path, source: dict[str, object], out: Path,
+             timeout_s: float) -> Path:
     marker = out / MODEL_MARKER
     try:
         if json.loads(marker.read_text()).get("source") == source and (out / "config.json").exists():
             return out
     except (OSError, ValueError):
         pass
-    out.parent.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{model.name}.convert.log"
     cmd = [str(engine_python), str(_CONVERTER), "--gguf", str(gguf), "--out", str(out), "--dtype", model.dtype]
     t0 = time.monotonic()
