@@ -1,9 +1,12 @@
 """Suite-wide fixtures: the installed CLI, a throwaway history database for every run, and headless Chromium."""
 
 import importlib.util
+import json
 import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,6 +51,26 @@ def pytest_collection_modifyitems(config, items):
         if _GROUP_OF.get(path) in SLOW_SETUP and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SLOW_SETUP[_GROUP_OF[path]]))
     items.sort(key=lambda item: _ORDER.get(_GROUP_OF.get(rel(item), ""), len(_ORDER)))  # stable: file order kept
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that have ended (subprocesses, servers a fixture stopped)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+_CPU_LOG = os.environ.get("INFERMETER_TEST_CPU")  # a folder: one line per test (CPU and wall seconds) per worker
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        cpu0, wall0 = _cpu_s(), time.monotonic()
+        yield
+        line = {"test": item.nodeid.split("@")[0], "cpu_s": round(_cpu_s() - cpu0, 3),
+                "wall_s": round(time.monotonic() - wall0, 3)}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(_CPU_LOG) / f"{worker}.jsonl", "a") as fh:
+            fh.write(json.dumps(line) + "\n")
 
 
 @pytest.fixture(autouse=True, scope="session")
