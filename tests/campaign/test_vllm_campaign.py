@@ -2,7 +2,8 @@
 
 Skips with the reason when the engine cannot be installed here (a failure with
 INFERMETER_REQUIRE_ENGINE=1, as in tests/engines). Each vLLM start takes ~40 s
-on 2 cores, and this test starts three (A, then A again and B after the
+on 2 cores in eager mode (--enforce-eager: the torch.compile warm-up would add
+another ~40 s), and this test starts three (A, then A again and B after the
 interruption): budget about three minutes.
 """
 
@@ -27,8 +28,8 @@ name: vllm-seqs
 repeats: 1
 defaults: {input_tokens: "32", output_tokens: "16", ignore_eos: true, calibrate: false}
 targets:
-  - {name: seqs1, engine: vllm-cpu, args: [--max-num-seqs, "1"], settings: {kv_cache_gb: 1}}
-  - {name: seqs4, engine: vllm-cpu, args: [--max-num-seqs, "4"], settings: {kv_cache_gb: 1}}
+  - {name: seqs1, engine: vllm-cpu, args: [--max-num-seqs, "1", --enforce-eager], settings: {kv_cache_gb: 1}}
+  - {name: seqs4, engine: vllm-cpu, args: [--max-num-seqs, "4", --enforce-eager], settings: {kv_cache_gb: 1}}
 loads:
   - {name: c4, concurrency: 4, duration: 8, grace: 60}
 """

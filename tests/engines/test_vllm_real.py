@@ -1,7 +1,8 @@
 """infermeter against a real vLLM (CPU build, SmolLM2-135M) on 127.0.0.1.
 
 The module fixture installs the engine when missing (its own venv under
-~/.cache/infermeter), starts it once, and stops it at the end. The tests skip
+~/.cache/infermeter), starts it once (eager mode: without the torch.compile
+warm-up), and stops it at the end. The tests skip
 with the reason only when the engine cannot be *installed* here; with
 INFERMETER_REQUIRE_ENGINE=1 (set by .ci/run) that becomes a failure. An
 engine that installs but does not start is always a failure.
@@ -48,7 +49,8 @@ REQUIRED = os.environ.get("INFERMETER_REQUIRE_ENGINE") == "1"
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("vllm")
-    eng = VllmCpuEngine(port=None, log_path=log_dir / "server.log")
+    # --enforce-eager: no torch.compile warm-up (40 s of each start on 2 cores), which is not what these tests measure
+    eng = VllmCpuEngine(port=None, log_path=log_dir / "server.log", extra_args=("--enforce-eager",))
     try:
         eng.prepare_model()  # installs the engine venv first when missing
     except EngineError as exc:

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# the mypyc build is the module fixture's: ~150 s of compiling on a quiet 2-core machine, over 300 s (the suite's
+# default timeout) once seen in a fresh-clone `make test` beside a CPU hog and other jobs
+pytestmark = pytest.mark.timeout(1200)
 
 DRIVER = r'''
 import json, sys, tempfile
