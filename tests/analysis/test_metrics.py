@@ -74,7 +74,13 @@ def test_warmup_rows_do_not_count():
     assert s["completed"] == 1 and s["duration_s"] == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize("lens,total,expected", [([4, 4], 2, [1, 1]), ([1, 9], 6, [1, 5]), ([5, 5, 5], 9, [3, 3, 3])])
+@pytest.mark.parametrize("lens,total,expected", [
+    ([4, 4], 2, [1, 1]), ([1, 9], 6, [1, 5]), ([5, 5, 5], 9, [3, 3, 3]),
+    # a loaded server coalesced 3 tokens of 4 characters into one chunk among 57 single tokens: exact
+    ([4] * 20 + [12] + [4] * 37, 60, [1] * 20 + [3] + [1] * 37),
+    ([8, 4, 12, 4], 7, [2, 1, 3, 1]),
+    ([0, 10], 5, [1, 4]),  # a chunk with no text still carried a token
+])
 def test_allocate_tokens(lens, total, expected):
     assert allocate_tokens(lens, total) == expected
 

@@ -223,25 +223,32 @@ def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
     """Split ``total`` tokens over chunks in proportion to their text length (each >= 1).
 
     Used when the server's usage says more tokens than token-bearing chunks
-    (servers that put several tokens in one chunk). Largest-remainder rounding.
+    (servers that put several tokens in one chunk: a loaded server coalesces
+    the tokens that fell due while it was busy). Each chunk's share is
+    ``total x chars / all chars``, rounded by largest remainder, then a chunk
+    left with none takes one from the largest: where every token has the same
+    text the split is exact (a 3-token chunk among 1-token ones gets 3).
     """
     n = len(char_lens)
     if n == 0:
         return []
     if total <= n:
         return [1] * n
-    extra = total - n
-    weights = [max(c - 1, 0) for c in char_lens]
-    wsum = sum(weights)
-    if wsum == 0:
-        weights, wsum = [1] * n, n
-    shares = [extra * w / wsum for w in weights]
+    csum = sum(max(c, 0) for c in char_lens)
+    weights = [max(c, 0) for c in char_lens] if csum else [1] * n
+    wsum = csum or n
+    shares = [total * w / wsum for w in weights]
     base = [int(s) for s in shares]
-    left = extra - sum(base)
+    left = total - sum(base)
     order = sorted(range(n), key=lambda i: shares[i] - base[i], reverse=True)
     for i in order[:left]:
         base[i] += 1
-    return [1 + b for b in base]
+    for i in range(n):  # every chunk carried a token (total > n leaves a donor with 2 or more)
+        if base[i] == 0:
+            donor = max(range(n), key=lambda j: base[j])
+            base[donor] -= 1
+            base[i] = 1
+    return base
 
 
 HTTP_CLIENT_ENV = "INFERMETER_HTTP_CLIENT"
