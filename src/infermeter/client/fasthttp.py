@@ -128,11 +128,9 @@ class _Conn(asyncio.Protocol):
             self._close()
             return
         self._now = now
-        if self.head_at is None:
+        pending = self.head_at is None
+        if pending:
             self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEAD and self._headers_pending():
-                self._error(BadResponse(f"response head larger than {MAX_HEAD} bytes"))
-                return
         err: BaseException | None = None
         try:
             self.parser.feed_data(data)
@@ -140,6 +138,10 @@ class _Conn(asyncio.Protocol):
             err = BadResponse("the server switched protocols")
         except httptools.HttpParserError as exc:
             err = exc.__cause__ if isinstance(exc.__cause__, BadResponse) else BadResponse(str(exc) or type(exc).__name__)
+        # judged after parsing: a read can hold a small head and a large body (held: at most MAX_HEAD + one read)
+        if pending and err is None and self.head_bytes > MAX_HEAD and self._headers_pending():
+            self._error(BadResponse(f"response head larger than {MAX_HEAD} bytes"))
+            return
         body = self._body
         if body:
             chunk = body[0] if len(body) == 1 else b"".join(body)
