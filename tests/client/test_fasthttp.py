@@ -209,6 +209,26 @@ def test_a_small_head_read_together_with_a_large_body_is_not_taken_for_a_large_h
     conn, (status, _, chunks, err) = _feed([HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body])
     assert err is None and status == 200 and b"".join(c for _, c in chunks) == body
 
+
+def test_a_connection_paused_on_a_large_body_is_resumed_before_it_is_reused(monkeypatch):
+    monkeypatch.setattr(fasthttp, "HIGH_WATER", 200)
+    monkeypatch.setattr(fasthttp, "LOW_WATER", 50)
+
+    async def go():
+        conn = _conn()
+        body = b"x" * 300
+        conn.data_received(HEAD + b"Content-Length: 300\r\n\r\n" + body[:150])
+        conn.data_received(body[150:])  # the rest: complete, and past the high water
+        assert conn.tr.paused and conn.done and conn.keep
+        await conn.head()
+        await conn.next_chunk()  # the reader takes what it wants (an error's first bytes) and leaves
+        pool = FastPool("http://127.0.0.1:9", clock=lambda: 0.0)
+        pool._all.add(conn)
+        pool._release(conn, True)
+        assert pool._idle == [conn]
+        assert not conn.tr.paused  # else the next response on it is never read
+    asyncio.run(go())
+
 # -- against servers on 127.0.0.1 ------------------------------------------------------------------
 
 async def _server(answer, conns):

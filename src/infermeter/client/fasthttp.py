@@ -405,6 +405,9 @@ class FastPool:
         conn.busy = False
         conn.waiter = None
         if clean and conn.done and conn.keep and not conn.lost and conn.exc is None and not self.closed:
+            if conn.paused and conn.tr is not None:  # a body left unread past the high water: read the next response
+                conn.paused = False
+                conn.tr.resume_reading()
             conn.reset(parser=False)
             conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)
