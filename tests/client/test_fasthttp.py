@@ -229,6 +229,7 @@ def test_a_connection_paused_on_a_large_body_is_resumed_before_it_is_reused(monk
         assert not conn.tr.paused  # else the next response on it is never read
     asyncio.run(go())
 
+
 # -- against servers on 127.0.0.1 ------------------------------------------------------------------
 
 async def _server(answer, conns):
@@ -365,6 +366,14 @@ def test_the_pool_speaks_to_the_url_it_was_given():
     assert b"\r\nAuthorization: Bearer k\r\n" in req and b"Accept-Encoding: identity\r\n" in req
     assert req.endswith(b"Content-Length: 2\r\n\r\n")
 
+
+
+def test_a_header_with_a_line_break_is_never_written_by_the_fast_client():
+    # a key read from a file with its newline would otherwise end the head early (and smuggle what follows)
+    for key in ("k\r\nX-Evil: 1", "k\n", "k\r"):
+        client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key=key), None,  # type: ignore[arg-type]
+                              lambda: 0.0, http_client="auto")
+        assert client.http_client == "aiohttp", repr(key)
 
 def test_a_key_http_cannot_carry_leaves_the_request_to_aiohttp():
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key="clé-€"), None,  # type: ignore[arg-type]

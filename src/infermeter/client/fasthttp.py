@@ -365,6 +365,8 @@ class FastPool:
         :meth:`post`): made once by the caller and reused."""
         lines = [f"POST {self.prefix}{path} HTTP/1.1".encode("ascii"), b"Host: " + self.netloc]
         lines += [f"{k}: {v}".encode("latin-1") for k, v in headers.items()]
+        if any(c in line for line in lines for c in (b"\r", b"\n", b"\0")):  # would end the head early (aiohttp refuses)
+            raise ValueError("a header holds a line break or NUL")
         if not any(k.lower() == "accept-encoding" for k in headers):
             lines.append(b"Accept-Encoding: identity")
         return b"\r\n".join(lines) + b"\r\nContent-Length: "
