@@ -230,6 +230,15 @@ def test_a_connection_paused_on_a_large_body_is_resumed_before_it_is_reused(monk
     asyncio.run(go())
 
 
+def test_endless_trailers_are_refused_without_being_held(monkeypatch):
+    # after the last chunk a server may send trailer fields: one that never ends would be buffered by the parser
+    monkeypatch.setattr(fasthttp, "MAX_HEAD", 1000)
+    first = HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Trailer: "
+    conn, (status, _, chunks, err) = _feed([first] + [b"a" * 100] * 20)
+    assert err is BadResponse and conn.tr.closed and status == 200
+    conn, (_, _, chunks, err) = _feed([first, b"a" * 500 + b"\r\n\r\n"])  # a trailer of sane size is fine
+    assert err is None and conn.done and b"".join(c for _, c in chunks) == b"hello"
+
 # -- against servers on 127.0.0.1 ------------------------------------------------------------------
 
 async def _server(answer, conns):

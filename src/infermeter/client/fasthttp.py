@@ -27,8 +27,9 @@ Errors, each a subclass the client classifies (``client.openai``): :class:`Conne
 ``OSError`` of a connect; ``client.session.fd_exhausted`` tells EMFILE), :class:`ConnectTimeout`,
 :class:`Disconnected` (a ``ConnectionError``: closed before the response head, or before the body
 ended — every chunk that arrived is given out first), :class:`BadResponse` (not HTTP/1.x, a head
-larger than ``MAX_HEAD`` bytes, an upgrade). A body is buffered up to ``HIGH_WATER`` bytes, then
-the socket is paused until the reader catches up.
+larger than ``MAX_HEAD`` bytes, or as many after it in a row carrying no body byte: endless trailers,
+say; an upgrade). A body is buffered up to ``HIGH_WATER`` bytes, then the socket is paused until the
+reader catches up.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class _Conn(asyncio.Protocol):
         self.headers: dict[str, str] = {}
         self.head_at: float | None = None
         self.head_bytes = 0
+        self.bare = 0  # bytes read since the head or the last body byte (chunk framing, trailers)
         self.done = False  # the response ended (its body is complete)
         self.keep = False  # ... and the server let the connection live on
         self.exc: BaseException | None = None
@@ -148,9 +150,14 @@ class _Conn(asyncio.Protocol):
             body.clear()
             self.chunks.append((now, chunk))
             self.buffered += len(chunk)
+            self.bare = 0
             if self.buffered > HIGH_WATER and not self.paused and self.tr is not None:
                 self.paused = True
                 self.tr.pause_reading()
+        elif not pending and not self.done and err is None:
+            self.bare += len(data)
+            if self.bare > MAX_HEAD:  # endless trailers (which the parser would hold) or chunk framing
+                err = BadResponse(f"more than {MAX_HEAD} bytes after the response head without a body byte")
         if err is not None:  # after a complete response, only the connection is spoilt (bytes nobody asked for)
             if not self.done:
                 self.exc = err
