@@ -202,6 +202,43 @@ def test_a_large_body_pauses_reading_until_it_is_read(monkeypatch):
     asyncio.run(go())
 
 
+
+def test_a_small_head_read_together_with_a_large_body_is_not_taken_for_a_large_head():
+    # a server that writes head and body at once can have both arrive in one read far larger than MAX_HEAD
+    body = b"x" * (fasthttp.MAX_HEAD * 2)
+    conn, (status, _, chunks, err) = _feed([HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body])
+    assert err is None and status == 200 and b"".join(c for _, c in chunks) == body
+
+
+def test_a_connection_paused_on_a_large_body_is_resumed_before_it_is_reused(monkeypatch):
+    monkeypatch.setattr(fasthttp, "HIGH_WATER", 200)
+    monkeypatch.setattr(fasthttp, "LOW_WATER", 50)
+
+    async def go():
+        conn = _conn()
+        body = b"x" * 300
+        conn.data_received(HEAD + b"Content-Length: 300\r\n\r\n" + body[:150])
+        conn.data_received(body[150:])  # the rest: complete, and past the high water
+        assert conn.tr.paused and conn.done and conn.keep
+        await conn.head()
+        await conn.next_chunk()  # the reader takes what it wants (an error's first bytes) and leaves
+        pool = FastPool("http://127.0.0.1:9", clock=lambda: 0.0)
+        pool._all.add(conn)
+        pool._release(conn, True)
+        assert pool._idle == [conn]
+        assert not conn.tr.paused  # else the next response on it is never read
+    asyncio.run(go())
+
+
+def test_endless_trailers_are_refused_without_being_held(monkeypatch):
+    # after the last chunk a server may send trailer fields: one that never ends would be buffered by the parser
+    monkeypatch.setattr(fasthttp, "MAX_HEAD", 1000)
+    first = HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Trailer: "
+    conn, (status, _, chunks, err) = _feed([first] + [b"a" * 100] * 20)
+    assert err is BadResponse and conn.tr.closed and status == 200
+    conn, (_, _, chunks, err) = _feed([first, b"a" * 500 + b"\r\n\r\n"])  # a trailer of sane size is fine
+    assert err is None and conn.done and b"".join(c for _, c in chunks) == b"hello"
+
 # -- against servers on 127.0.0.1 ------------------------------------------------------------------
 
 async def _server(answer, conns):
@@ -338,6 +375,14 @@ def test_the_pool_speaks_to_the_url_it_was_given():
     assert b"\r\nAuthorization: Bearer k\r\n" in req and b"Accept-Encoding: identity\r\n" in req
     assert req.endswith(b"Content-Length: 2\r\n\r\n")
 
+
+
+def test_a_header_with_a_line_break_is_never_written_by_the_fast_client():
+    # a key read from a file with its newline would otherwise end the head early (and smuggle what follows)
+    for key in ("k\r\nX-Evil: 1", "k\n", "k\r"):
+        client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key=key), None,  # type: ignore[arg-type]
+                              lambda: 0.0, http_client="auto")
+        assert client.http_client == "aiohttp", repr(key)
 
 def test_a_key_http_cannot_carry_leaves_the_request_to_aiohttp():
     client = OpenAIClient(ClientConfig(base_url="http://127.0.0.1:9", model="m", api_key="clé-€"), None,  # type: ignore[arg-type]

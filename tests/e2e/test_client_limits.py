@@ -101,6 +101,8 @@ def test_emfile_on_connect_is_the_clients_failure_and_invalidates_the_run(emu, t
     assert s["errors"] == {"client_fd_limit": 2} and s["completed"] == 18
     assert s["valid"] is False and any(r.startswith("client_fd_limit") for r in s["invalid_reasons"])
     assert "Too many open files" in s["error_messages"]["client_fd_limit"]
+    runtime = json.loads((out / "run.json").read_text())["runtime"]  # how the requests were sent
+    assert runtime["http_client"] == http_client and runtime["event_loop"] == "asyncio"
 
 
 def test_a_model_the_server_does_not_list_is_one_line_with_did_you_mean(emu, tmp_path, cli):

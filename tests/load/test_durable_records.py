@@ -6,6 +6,7 @@ import asyncio
 import errno
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -209,7 +210,7 @@ def test_a_killed_runs_lock_in_a_folder_with_nothing_measured_is_taken_over(tmp_
     e.mkdir()
     (e / outputs.LOCK).write_text("999999999\n")  # a pid no process has; no run files beside it
     with outputs.claim_run_dir(e) as d:
-        assert d == e and (e / outputs.LOCK).read_text() == f"{os.getpid()}\n"
+        assert d == e and (e / outputs.LOCK).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
         assert [p.name for p in e.iterdir()] == [outputs.LOCK]  # the renamed-away lock is gone too
     assert not (e / outputs.LOCK).exists()
     # a live holder's lock is never taken, even in an empty folder
@@ -218,6 +219,23 @@ def test_a_killed_runs_lock_in_a_folder_with_nothing_measured_is_taken_over(tmp_
         with outputs.claim_run_dir(e):
             pass
     assert (e / outputs.LOCK).read_text() == f"{os.getpid()}\n"
+
+
+def test_a_lock_written_on_another_host_is_never_taken_over(tmp_path):
+    """A folder shared between machines (or containers: their own pids): a pid that is not here says nothing
+    about the run that wrote it there, which may be alive and about to write its files."""
+    e = tmp_path / "shared"
+    e.mkdir()
+    (e / outputs.LOCK).write_text("999999999 some-other-host\n")
+    with pytest.raises(OutputError, match=r"another infermeter run \(pid 999999999 on some-other-host\)"):
+        with outputs.claim_run_dir(e):
+            pass
+    assert (e / outputs.LOCK).read_text() == "999999999 some-other-host\n"
+    with outputs.claim_run_dir(tmp_path / "new") as d:  # a lock names its host
+        assert (d / outputs.LOCK).read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+    (e / outputs.LOCK).write_text(f"999999999 {socket.gethostname()}\n")  # this host's killed run: taken over
+    with outputs.claim_run_dir(e):
+        pass
 
 
 def test_writability_is_proved_by_writing_not_by_os_access(tmp_path):

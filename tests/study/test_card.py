@@ -307,3 +307,34 @@ def test_a_saturation_figure_from_an_invalid_run_is_flagged_and_never_ranked(kit
     assert _saturation_ratio([valid, slow], "h100-sxm", "a100-80gb", "chat") == 3.0
     (table,) = ranking_tables(study, [valid, slow], prices)
     assert [row[1].display for row in table.rows] == ["h100-sxm", "a100-80gb"]
+
+
+def test_the_throughput_finding_never_names_an_invalid_saturation_run_the_leader(kit: Any) -> None:
+    """The findings say who has the highest throughput at saturation: a figure from a run judged invalid (shown
+    flagged, not ranked in the table) is not the leader there either."""
+    study = kit.study_of([_conf("h100-sxm", 4.0), _conf("a100-80gb", 2.0), _conf("l40s", 1.0)], ["chat"])
+    fast = kit.make_cell("h100-sxm", "chat", 9000)
+    fast = replace(fast, saturation={**fast.saturation, "valid": False, "invalid_reasons": ["schedule_lag"]})
+    cells = [fast, kit.make_cell("a100-80gb", "chat", 3000), kit.make_cell("l40s", "chat", 1000)]
+    fs = [f.text for f in write_findings(study, cells, price_study(study, cells, TODAY)) if f.topic == "throughput"]
+    assert len(fs) == 1 and fs[0].startswith("chat: a100-80gb has the highest throughput"), fs
+    assert "h100-sxm" not in fs[0]
+
+
+def test_a_saturation_run_judged_invalid_is_no_cost_basis(kit: Any) -> None:
+    """Without an SLO every cell is priced at its saturation throughput: a figure from a run judged invalid is no
+    price per token, so it gets no cost rank and is not the best value (as a cell without a basis)."""
+    from infermeter.study.tables import ranking_tables
+
+    study = kit.study_of([_conf("h100-sxm", 4.0), _conf("a100-80gb", 2.0)], ["chat"])
+    assert not study.slo.limits
+    fast = kit.make_cell("h100-sxm", "chat", 9000)  # 4 $/h over 9,000 tok/s: the cheaper per token, were it valid
+    fast = replace(fast, saturation={**fast.saturation, "valid": False, "invalid_reasons": ["schedule_lag"]})
+    cells = [fast, kit.make_cell("a100-80gb", "chat", 3000)]
+    prices = price_study(study, cells, TODAY)
+    cc = prices.cost[fast.key]
+    assert cc.result is None and "invalid" in (cc.reason or "")
+    (table,) = ranking_tables(study, cells, prices)
+    by_config = {row[1].display: row for row in table.rows}
+    assert by_config["h100-sxm"][7].value is None and by_config["a100-80gb"][7].value == 1
+    assert prices.picks["chat"].best.cell.config == "a100-80gb"

@@ -27,8 +27,9 @@ Errors, each a subclass the client classifies (``client.openai``): :class:`Conne
 ``OSError`` of a connect; ``client.session.fd_exhausted`` tells EMFILE), :class:`ConnectTimeout`,
 :class:`Disconnected` (a ``ConnectionError``: closed before the response head, or before the body
 ended — every chunk that arrived is given out first), :class:`BadResponse` (not HTTP/1.x, a head
-larger than ``MAX_HEAD`` bytes, an upgrade). A body is buffered up to ``HIGH_WATER`` bytes, then
-the socket is paused until the reader catches up.
+larger than ``MAX_HEAD`` bytes, or as many after it in a row carrying no body byte: endless trailers,
+say; an upgrade). A body is buffered up to ``HIGH_WATER`` bytes, then the socket is paused until the
+reader catches up.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class _Conn(asyncio.Protocol):
         self.headers: dict[str, str] = {}
         self.head_at: float | None = None
         self.head_bytes = 0
+        self.bare = 0  # bytes read since the head or the last body byte (chunk framing, trailers)
         self.done = False  # the response ended (its body is complete)
         self.keep = False  # ... and the server let the connection live on
         self.exc: BaseException | None = None
@@ -128,11 +130,9 @@ class _Conn(asyncio.Protocol):
             self._close()
             return
         self._now = now
-        if self.head_at is None:
+        pending = self.head_at is None
+        if pending:
             self.head_bytes += len(data)
-            if self.head_bytes > MAX_HEAD and self._headers_pending():
-                self._error(BadResponse(f"response head larger than {MAX_HEAD} bytes"))
-                return
         err: BaseException | None = None
         try:
             self.parser.feed_data(data)
@@ -140,15 +140,24 @@ class _Conn(asyncio.Protocol):
             err = BadResponse("the server switched protocols")
         except httptools.HttpParserError as exc:
             err = exc.__cause__ if isinstance(exc.__cause__, BadResponse) else BadResponse(str(exc) or type(exc).__name__)
+        # judged after parsing: a read can hold a small head and a large body (held: at most MAX_HEAD + one read)
+        if pending and err is None and self.head_bytes > MAX_HEAD and self._headers_pending():
+            self._error(BadResponse(f"response head larger than {MAX_HEAD} bytes"))
+            return
         body = self._body
         if body:
             chunk = body[0] if len(body) == 1 else b"".join(body)
             body.clear()
             self.chunks.append((now, chunk))
             self.buffered += len(chunk)
+            self.bare = 0
             if self.buffered > HIGH_WATER and not self.paused and self.tr is not None:
                 self.paused = True
                 self.tr.pause_reading()
+        elif not pending and not self.done and err is None:
+            self.bare += len(data)
+            if self.bare > MAX_HEAD:  # endless trailers (which the parser would hold) or chunk framing
+                err = BadResponse(f"more than {MAX_HEAD} bytes after the response head without a body byte")
         if err is not None:  # after a complete response, only the connection is spoilt (bytes nobody asked for)
             if not self.done:
                 self.exc = err
@@ -363,6 +372,8 @@ class FastPool:
         :meth:`post`): made once by the caller and reused."""
         lines = [f"POST {self.prefix}{path} HTTP/1.1".encode("ascii"), b"Host: " + self.netloc]
         lines += [f"{k}: {v}".encode("latin-1") for k, v in headers.items()]
+        if any(c in line for line in lines for c in (b"\r", b"\n", b"\0")):  # would end the head early (aiohttp refuses)
+            raise ValueError("a header holds a line break or NUL")
         if not any(k.lower() == "accept-encoding" for k in headers):
             lines.append(b"Accept-Encoding: identity")
         return b"\r\n".join(lines) + b"\r\nContent-Length: "
@@ -403,6 +414,9 @@ class FastPool:
         conn.busy = False
         conn.waiter = None
         if clean and conn.done and conn.keep and not conn.lost and conn.exc is None and not self.closed:
+            if conn.paused and conn.tr is not None:  # a body left unread past the high water: read the next response
+                conn.paused = False
+                conn.tr.resume_reading()
             conn.reset(parser=False)
             conn.idle_since = asyncio.get_running_loop().time()
             self._idle.append(conn)

@@ -298,7 +298,7 @@ class OpenAIClient:
             self._pool = fasthttp.FastPool(config.base_url, connect_timeout_s=config.connect_timeout_s, clock=clock)
             try:
                 self._head = self._pool.head(self._path, self._headers)
-            except UnicodeEncodeError:  # a header HTTP/1.1 cannot carry (a non-Latin-1 key): aiohttp's error, per request
+            except ValueError:  # a header HTTP/1.1 cannot carry (a non-Latin-1 key, a line break): aiohttp's error, per request
                 self._pool = None
                 self.http_client = "aiohttp"
 

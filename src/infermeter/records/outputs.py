@@ -14,16 +14,19 @@ root passes ``os.access`` on a folder of mode 0o555 (and can indeed write there)
 sees a read-only mount. :func:`claim_run_dir` claims a run directory atomically: it creates
 ``.infermeter.lock`` with ``O_CREAT | O_EXCL`` (which one of two racing runs wins, whatever the
 timing), *then* refuses a folder that already holds a run's files; the lock (the claiming process's
-pid) is removed when the claim ends, a folder made for a claim that ended with nothing in it too.
-A lock left by a run that was killed (its pid gone) in a folder that holds none of a run's files is
-taken over (renamed away atomically, so of two runs taking it over one wins); where the killed run left
-files the folder is refused, naming the dead pid, so nothing it measured is ever overwritten.
+pid and host name) is removed when the claim ends, a folder made for a claim that ended with nothing
+in it too. A lock left on this host by a run that was killed (its pid gone) in a folder that holds
+none of a run's files is taken over (renamed away atomically, so of two runs taking it over one
+wins); where the killed run left files the folder is refused, naming the dead pid, so nothing it
+measured is ever overwritten. A lock from another host is never taken over: a pid says nothing
+about another machine's (or container's) runs.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,7 +129,7 @@ def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
         raise OutputError(f"{flag} {path}: cannot write there ({why(exc)})") from None
     try:
         try:
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, f"{os.getpid()} {_HOST}\n".encode())
         finally:
             os.close(fd)
         if holds_run(path, files):
@@ -140,11 +143,26 @@ def _claim(path: Path, flag: str, files: Iterable[str]) -> bool:
     return made
 
 
+_HOST = socket.gethostname()  # a lock names its host: a pid says nothing about another machine's (or container's) runs
+
+
 def _lock_pid(lock: Path) -> int | None:
+    """The pid in ``lock`` when it was written on this host (a lock without a host: an older run's, here)."""
     try:
-        return int(lock.read_text().split()[0])
+        words = lock.read_text().split()
+        pid = int(words[0])
     except (OSError, ValueError, IndexError):
         return None
+    return pid if len(words) < 2 or words[1] == _HOST else None
+
+
+def _lock_owner(lock: Path) -> str | None:
+    """'pid N on HOST' for a lock written on another host, else None."""
+    try:
+        words = lock.read_text().split()
+    except OSError:
+        return None
+    return f"pid {words[0]} on {words[1]}" if len(words) >= 2 and words[1] != _HOST else None
 
 
 def _gone(pid: int) -> bool:
@@ -184,7 +202,9 @@ def _take_stale_lock(path: Path, files: Iterable[str]) -> bool:
 def _holder(lock: Path) -> str:
     pid = _lock_pid(lock)
     if pid is None:
-        return "another infermeter run is writing to it"
+        elsewhere = _lock_owner(lock)
+        return f"another infermeter run ({elsewhere}) is writing to it" if elsewhere else \
+            "another infermeter run is writing to it"
     if _gone(pid):
         return (f"it holds the lock and the files of a run that did not finish (pid {pid}, gone): "
                 f"`infermeter summarize` it, or remove {lock} to reuse the folder")

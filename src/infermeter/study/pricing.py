@@ -139,6 +139,11 @@ def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> Cell
                           basis=basis_text)
         return compute_cost(price, tp, subject, overhead=study.pricing.overhead, utilization=study.pricing.utilization)
 
+    if block is cell.saturation and (block or {}).get("valid", True) is False:
+        # a saturation figure from a run judged invalid is shown flagged, never ranked (study/tables.py): no price basis
+        reasons = "; ".join((block or {}).get("invalid_reasons") or []) or "see its run"
+        return CellCost(cell, basis, None, None, comparable,
+                        why_not or f"its saturation run was judged invalid ({reasons})")
     result = cost(block, basis)
     if result is None and has_slo:
         why_not = why_not or (status.text() if status.status == "upper_bound" else "no tested load met the SLO")
