@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 client for the streamed requests of one plain ``http://`` server.
 
 :class:`FastPool` sends a POST on a pooled keep-alive connection and gives its response, read by
-an :class:`asyncio.Protocol` with ``httptools`` (llhttp, the parser uvicorn uses; the ``fast``
-extra). It exists for speed: aiohttp's request and response machinery was most of what a
+an :class:`asyncio.Protocol` with ``httptools`` (llhttp, the parser uvicorn uses; a core
+dependency). It exists for speed: aiohttp's request and response machinery was most of what a
 streamed request cost the client beyond the parsing of its events. What it does not cover is
 left to aiohttp (``client.openai`` picks): ``https://`` (TLS), anything but
 ``http://host[:port]``, and redirects (a 3xx with a Location is sent again through aiohttp,
@@ -351,7 +351,7 @@ class FastPool:
 
     def __init__(self, base_url: str, *, connect_timeout_s: float = 10.0, clock: Callable[[], float]) -> None:
         if httptools is None:
-            raise RuntimeError("the fast HTTP client needs httptools (pip install 'infermeter[fast]')")
+            raise RuntimeError("the fast HTTP client needs httptools (a core dependency: reinstall infermeter)")
         u = urlsplit(base_url)
         if not applies(base_url):
             raise ValueError(f"the fast HTTP client speaks only plain http://host[:port]: {base_url!r}")

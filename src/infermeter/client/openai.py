@@ -258,7 +258,7 @@ def http_client_for(base_url: str, want: str | None = None) -> str:
     """Which HTTP client streams the requests to ``base_url``: ``fast`` (``client.fasthttp``) or ``aiohttp``.
 
     ``want`` (default: ``INFERMETER_HTTP_CLIENT``, else ``auto``): ``auto`` is ``fast`` for a plain
-    ``http://`` URL when httptools is installed (the ``fast`` extra), else ``aiohttp``; ``fast``
+    ``http://`` URL when httptools (a core dependency) imports, else ``aiohttp``; ``fast``
     insists (a clear error when it cannot); ``aiohttp`` never uses the fast client."""
     want = (want if want is not None else os.environ.get(HTTP_CLIENT_ENV) or "auto").strip().lower()
     if want not in ("auto", "fast", "aiohttp"):
@@ -267,7 +267,7 @@ def http_client_for(base_url: str, want: str | None = None) -> str:
         return "aiohttp"
     ok = fasthttp.available() and fasthttp.applies(base_url)
     if want == "fast" and not ok:
-        why = ("httptools is not installed (pip install 'infermeter[fast]')" if not fasthttp.available()
+        why = ("httptools is not installed (a core dependency: reinstall infermeter)" if not fasthttp.available()
                else f"it speaks only plain http://host[:port], not {base_url}")
         raise UserError(f"{HTTP_CLIENT_ENV}=fast, but the fast HTTP client cannot be used: {why}")
     return "fast" if ok else "aiohttp"
