@@ -296,8 +296,7 @@ def _record(row: Any, cal: Any, pub: str) -> Record:  # noqa: ANN401
 def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: ANN401 - a validate.Report
     """(regime under the row's leave-one-publication-out fit, log error in the group's orientation, publication, row)."""
     from infermeter.perfmodel.corpus import publication
-    from infermeter.perfmodel.serving import saturation
-    from infermeter.perfmodel.validate import deployment_for
+    from infermeter.perfmodel.validate import deployment_for, validation_regime
 
     out = []
     for r in report.results:
@@ -305,9 +304,7 @@ def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: AN
             continue
         row = r.row
         pub = publication(row)
-        d = deployment_for(row, report.refits[pub])
-        batch = saturation(d, row.input_tokens, row.output_tokens)[1] if row.scenario == "saturated" else (row.concurrency or 1)
-        reg = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+        reg = validation_regime(row, deployment_for(row, report.refits[pub]))
         out.append((reg, METRIC_GROUPS[row.metric][1] * math.log(row.value / r.predicted_lopo), pub, r))
     return out
 
