@@ -96,6 +96,7 @@ class Deployment:
     kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
     gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
     seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
+    tp_seq_overhead_us: float = field(repr=False, default=0.0)  # per running sequence and step at TP > 1 (vLLM V0's broadcast)
     prefill_dtype: str = field(repr=False, default="")  # dtype whose prefill efficiency applies ("" = the weight dtype)
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
@@ -137,16 +138,18 @@ class Deployment:
         return self._oh_step
 
     def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
-                    request_overhead_ms: float, seq_overhead_us: float) -> Deployment:
+                    request_overhead_ms: float, seq_overhead_us: float, tp_seq_overhead_us: float | None = None) -> Deployment:
         """The same replica with other calibrated values (what a fit tries; memory and shapes unchanged)."""
         c, b = self.mfu / mfu, self.mbu / mbu
         f_old, f_new = self.kv_reread_factor, 1.0 + kv_reread * (self.gqa_group - 1.0)
         eng = self.engine_defaults
+        tp_seq = self.tp_seq_overhead_us if tp_seq_overhead_us is None else tp_seq_overhead_us
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
         changed: dict[str, Any] = dict(
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
-            seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
+            seq_overhead_us=seq_overhead_us, tp_seq_overhead_us=tp_seq,
+            _oh_seq=(seq_overhead_us + (tp_seq if self.config.tp > 1 else 0.0)) * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _score=self._score * b,
@@ -260,6 +263,9 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     step_oh_ms = oh[0] if oh else eng.overhead_ms
     so = cal.lookup(fam, eng.name, "*", "seq_overhead", "*", cls)
     seq_oh_us = so[0] if so else eng.per_seq_us
+    # vLLM V0 sends the scheduler's output to every TP worker each step (V1 keeps request state in the workers)
+    tso = cal.lookup(fam, eng.generation, "*", "tp_seq_overhead", "*", cls) if eng.tp_seq_us > 0 else None
+    tp_seq_us = (tso[0] if tso else eng.tp_seq_us) if eng.tp_seq_us > 0 else 0.0
     lo = cal.lookup(fam, eng.name, "*", "layer_overhead", "*", cls)
     layer_oh_us = lo[0] if lo else eng.layer_overhead_us
     group = spec.heads / spec.kv_heads if eng.gqa_kv_reads == "per_query_head" else 1.0
@@ -290,9 +296,10 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
         notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
-        calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None),
+        calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
+                             tso[1] if tso else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
-        seq_overhead_us=seq_oh_us, prefill_dtype=pre_dtype,
+        seq_overhead_us=seq_oh_us, tp_seq_overhead_us=tp_seq_us, prefill_dtype=pre_dtype,
         _dequant=(L * per_layer + spec.blocks_params / tp * 2.0) / bw if dequant else 0.0,
         _lin_tok=2 * spec.blocks_active_params / tp / p_c,
         _lin_seq=2 * spec.head_params / tp / p_16,
@@ -303,7 +310,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _att_pair=L * spec.attn_pair_flops / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
-        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,
+        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
     )

@@ -9,6 +9,8 @@ per-step overheads and scheduler limits (``spec`` may carry a version, ``trtllm@
     decode         memory-bandwidth efficiency (fraction of peak bandwidth, MBU)
     step_overhead  ms per engine step (fitted; the engine's overhead_ms is the prior)
     seq_overhead   us per running sequence and step (fitted; the engine's per_seq_us is the prior)
+    tp_seq_overhead us per running sequence and step at TP > 1, for generations that send the scheduler's output to
+                   every TP worker each step (vLLM V0; fitted per generation, its tp_seq_us is the prior)
     layer_overhead us per layer and step (kernel launches; engines without CUDA graphs)
     kv_reread      fraction of per-query-head K/V re-reads that reach DRAM (old TensorRT-LLM)
 
@@ -48,10 +50,10 @@ __all__ = ["Calibration", "EngineDefaults", "Entry", "dtype_class", "load_calibr
 
 DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", "fp8": "fp8", "int8": "int8", "q8_0": "int8",
                                  "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4"}
-PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread")
+PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread", "tp_seq_overhead")
 # allowed range of each phase's value (a fit stays inside it, a file outside it is an error)
 PHASE_BOUNDS: dict[str, tuple[float, float]] = {"prefill": (0.05, 0.95), "decode": (0.05, 0.95), "step_overhead": (0.02, 50.0), "seq_overhead": (0.2, 200.0),
-                                                "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0)}
+                                                "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0), "tp_seq_overhead": (0.2, 500.0)}
 
 
 def dtype_class(dtype: str) -> str:

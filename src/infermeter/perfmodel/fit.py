@@ -51,11 +51,12 @@ _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
 PairParam = tuple[Literal["oh", "ohl"], str, str]  # ("oh", engine, family) | ("ohl", engine, class)
-OneParam = tuple[Literal["rr", "ps", "req"], str]  # ("rr", generation) | ("ps", engine) | ("req", engine)
+OneParam = tuple[Literal["rr", "ps", "req", "tps"], str]  # ("rr"|"tps", generation) | ("ps", engine) | ("req", engine)
 Param = EffParam | PairParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
-_PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead"}
-_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps")  # the order of Deployment.calibration_entries
+_PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
+                             "tps": "tp_seq_overhead"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -111,13 +112,13 @@ class _RowModel:
     def __init__(self, row: Row, d: Deployment, slots: dict[str, Param | None], req: Param | None):
         self.row, self.d, self.slots, self.req = row, d, slots, req
         self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
-                      "ps": d.seq_overhead_us, "req": d.request_overhead_s * 1e3}
+                      "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "req": d.request_overhead_s * 1e3}
 
     def log_error(self, values: dict[Param, float]) -> float:
         v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
         req = values[self.req] if self.req is not None else self.start["req"]
         d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
-                               request_overhead_ms=req, seq_overhead_us=v["ps"])
+                               request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"])
         return math.log(value_of(self.row, d) / self.row.value)
 
 
@@ -130,7 +131,7 @@ def _prior(base: Calibration, p: Param) -> float:
         return found[0]
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
     return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
-            "kv_reread": e.kv_reread}[phase]
+            "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us}[phase]
 
 
 def _generation_defaults(base: Calibration, gen_id: str) -> EngineDefaults:
@@ -231,6 +232,8 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             out.append(("ohl", eng.name, d.hw.memory_class))
         if d.gqa_group > 1 and eng.generation:
             out.append(("rr", eng.generation))
+        if eng.tp_seq_us > 0 and d.config.tp > 1:
+            out.append(("tps", eng.generation))
         return out
 
     def by_family(row: Row, d: Deployment) -> list[Param]:
