@@ -134,6 +134,12 @@ def _prior(base: Calibration, p: Param) -> float:
             "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us}[phase]
 
 
+def _per_seq_generation(base: Calibration, gen_id: str) -> bool:
+    """Whether generation ``gen_id`` has a per-sequence cost of its own (its fields set ``per_seq_us``): fitted apart,
+    on the rows with more than SMALL_BATCH sequences in flight, where a per-sequence cost shows."""
+    return any(g.id == gen_id and "per_seq_us" in dict(g.fields) for g in base.generations)
+
+
 def _generation_defaults(base: Calibration, gen_id: str) -> EngineDefaults:
     """The engine defaults with generation ``gen_id``'s fields applied (its priors)."""
     g = next(g for g in base.generations if g.id == gen_id)
@@ -234,6 +240,8 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             out.append(("rr", eng.generation))
         if eng.tp_seq_us > 0 and d.config.tp > 1:
             out.append(("tps", eng.generation))
+        if eng.generation and _per_seq_generation(base, eng.generation) and not _small_batch(row):
+            out.append(("ps", eng.generation))
         return out
 
     def by_family(row: Row, d: Deployment) -> list[Param]:
