@@ -258,6 +258,10 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     pre_dtype = "fp16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
     mfu, mfu_e = cal.efficiency(fam, eng.name, pre_dtype, "prefill", tp, cls)
     mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
+    if mbu_e.family != fam:  # no decode value of this family at this precision: the family's at another precision
+        other = cal.lookup_other_dtype(fam, eng.name, prec.weight_dtype, "decode", tp)
+        if other is not None:
+            mbu, mbu_e = other
     # a generation's step overhead is its own (its fields give the prior); else the engine's
     oh = cal.lookup(fam, eng.generation or eng.name, "*", "step_overhead", "*", cls)
     step_oh_ms = oh[0] if oh else eng.overhead_ms

@@ -50,6 +50,7 @@ __all__ = ["Calibration", "EngineDefaults", "Entry", "dtype_class", "load_calibr
 
 DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", "fp8": "fp8", "int8": "int8", "q8_0": "int8",
                                  "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4"}
+PLAIN_CLASSES = ("half", "fp8")  # precisions whose decode streams plain weights (no dequantising kernel)
 PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread", "tp_seq_overhead")
 # allowed range of each phase's value (a fit stays inside it, a file outside it is an error)
 PHASE_BOUNDS: dict[str, tuple[float, float]] = {"prefill": (0.05, 0.95), "decode": (0.05, 0.95), "step_overhead": (0.02, 50.0), "seq_overhead": (0.2, 200.0),
@@ -116,6 +117,30 @@ class Calibration:
             else:
                 ts = -abs(math.log2(int(e.tp) / int(tp)))
             score = (fs, 2.0 if e.engine == engine else 1.0 if e.engine == group else 0.0, float(ds), ts)
+            if best is None or score > best[0]:
+                best = (score, e)
+        return None if best is None else (best[1].value, best[1])
+
+    def lookup_other_dtype(self, family: str, engine: str, dtype: str, phase: str, tp: int | str) -> tuple[float, Entry] | None:
+        """The best entry of ``phase`` for exactly ``family`` and ``engine`` (or its group) at another precision class.
+
+        What a decode (bandwidth) efficiency falls back to before the memory class: the share of datasheet bandwidth
+        a family's memory system and an engine's kernels reach streams weights and KV at whatever precision (vLLM on
+        MI300X reaches 0.47 in FP8 where the HBM pool across vendors says 0.71); the precision changes the bytes,
+        which the roofline counts, not the bandwidth achieved. Only between the plain 16- and 8-bit floating-point
+        classes (``half``, ``fp8``): quantised formats decode through dequantising kernels whose achieved bandwidth is
+        their own (llama.cpp's GGUF matvecs against its F16 ones differ by up to 30% on one GPU)."""
+        cls = dtype_class(dtype)
+        if cls not in PLAIN_CLASSES:
+            return None
+        group = next((x.group for x in self.engines if x.name == engine), engine)
+        best: tuple[tuple[float, ...], Entry] | None = None
+        for e in self.entries:
+            if (e.phase != phase or e.family != family or e.engine not in (engine, group) or e.dtype in ("*", dtype, cls)
+                    or dtype_class(e.dtype) not in PLAIN_CLASSES):
+                continue
+            ts = 1.0 if e.tp in ("*", tp) else (-abs(math.log2(int(e.tp) / int(tp))) if tp != "*" else 0.0)
+            score = (2.0 if e.engine == engine else 1.0, 1.0 if e.tp == "*" else 0.0, ts)
             if best is None or score > best[0]:
                 best = (score, e)
         return None if best is None else (best[1].value, best[1])
