@@ -58,14 +58,11 @@ def test_publications_group_editions_and_snapshots(corpus):
 
 
 def test_in_sample_errors_meet_the_targets(lopo_report):
+    """Median within 10% and every row within 36% in sample. The two vLLM V0 rows that were beyond it (an 8B model on
+    4 H100s at batch 64, +64.5%; PR #7117's 256/256 H100 throughput, +48%) are within it with V0's per-sequence and
+    per-TP-worker step costs (docs section 8)."""
     assert lopo_report.median_abs("in") <= 0.10
-    # 0.65, not 0.35: two vLLM V0 rows of the 258-row corpus that one fit cannot reconcile with vLLM's
-    # other H100 publications (docs section 8): albvllm-h100-tp4-l38b-b64-1024-1024 (+64.5%, an 8B
-    # model split over 4 GPUs in vLLM 0.5, whose per-step multi-GPU cost the model has no term for)
-    # and vllmpr7117-h100-l38b-256-256 (+48%). Every other row is within 36% in sample.
-    assert lopo_report.max_abs("in") <= 0.65
-    beyond = {r.row.id for r in lopo_report.results if abs(r.error) > 0.36}
-    assert beyond <= {"albvllm-h100-tp4-l38b-b64-1024-1024", "vllmpr7117-h100-l38b-256-256"}, beyond
+    assert lopo_report.max_abs("in") <= 0.36, [(r.row.id, round(r.error, 3)) for r in lopo_report.worst("in", 3)]
 
 
 def test_out_of_sample_errors(lopo_report):
