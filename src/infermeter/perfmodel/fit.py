@@ -50,13 +50,13 @@ _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl"], str, str]  # ("oh", engine, family) | ("ohl", engine, class)
+PairParam = tuple[Literal["oh", "ohl", "ohm", "mg"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
 OneParam = tuple[Literal["rr", "ps", "req", "tps"], str]  # ("rr"|"tps", generation) | ("ps", engine) | ("req", engine)
 Param = EffParam | PairParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
 _PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
-                             "tps": "tp_seq_overhead"}
-_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps")  # the order of Deployment.calibration_entries
+                             "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -71,7 +71,7 @@ def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] == "oh" or p[0] == "ohl":
+    if p[0] in ("oh", "ohl", "ohm", "mg"):
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
@@ -112,13 +112,15 @@ class _RowModel:
     def __init__(self, row: Row, d: Deployment, slots: dict[str, Param | None], req: Param | None):
         self.row, self.d, self.slots, self.req = row, d, slots, req
         self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
-                      "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "req": d.request_overhead_s * 1e3}
+                      "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "ohm": d.moe_layer_overhead_us, "mg": d.moe_gemm,
+                      "req": d.request_overhead_s * 1e3}
 
     def log_error(self, values: dict[Param, float]) -> float:
         v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
         req = values[self.req] if self.req is not None else self.start["req"]
         d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
-                               request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"])
+                               request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"],
+                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"])
         return math.log(value_of(self.row, d) / self.row.value)
 
 
@@ -131,7 +133,8 @@ def _prior(base: Calibration, p: Param) -> float:
         return found[0]
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
     return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
-            "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us}[phase]
+            "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us, "moe_layer_overhead": e.moe_layer_us,
+            "moe_gemm": e.moe_gemm}[phase]
 
 
 def _per_seq_generation(base: Calibration, gen_id: str) -> bool:
@@ -229,6 +232,9 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
+        if d.spec.is_moe:  # MoE rows fit only the MoE terms (what they show beyond the dense physics): dense values stay dense
+            moe: list[Param] = [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
+            return moe + ([("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else [])
         out: list[Param] = [("req", eng.name)] if _request_floor(row) else []
         if _small_batch(row):
             out.append(("oh", eng.generation or eng.name, d.hw.family))
@@ -245,9 +251,13 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
         return out
 
     def by_family(row: Row, d: Deployment) -> list[Param]:
+        if d.spec.is_moe:
+            return []
         return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
 
     def specific(row: Row, d: Deployment) -> list[Param]:
+        if d.spec.is_moe:
+            return []
         return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row)]
 
     stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)

@@ -99,6 +99,13 @@ def _status(d: Deployment, which: int) -> str:
     e = d.calibration_entries[which] if len(d.calibration_entries) > which else None
     if e is None or not e.fitted:
         return "deployment" if e is not None and e.origin else "unseen"
+    if d.spec.is_moe:  # an MoE model: its own terms decide, and rest on few publications (never the dense rows' cell)
+        m = d.calibration_entries[8 if which == 0 else 7] if len(d.calibration_entries) > 8 else None
+        if m is None or not m.fitted:
+            return "unseen"
+        if m.origin:
+            return "deployment"
+        return "pooled"
     if e.origin:
         return "deployment"
     eng = d.engine_defaults.name if d.engine_defaults else d.engine
@@ -273,12 +280,14 @@ def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, An
     return {"basis": regime.calibration, "n": cell.n, "cell": "/".join(cell.key)}
 
 
-def combination(row: Any) -> tuple[str, str, str]:  # noqa: ANN401 - a corpus Row
-    """A row's (hardware family, engine, precision class): what an ``unseen`` deployment has no row of."""
+def combination(row: Any) -> tuple[str, str, str, str]:  # noqa: ANN401 - a corpus Row
+    """A row's (hardware family, engine, precision class, ``moe`` or ``dense``): what an ``unseen`` deployment has no row of."""
     from infermeter.perfmodel.calibration import dtype_class
     from infermeter.perfmodel.hardware import get_hardware
+    from infermeter.perfmodel.models import get_model
 
-    return get_hardware(row.hardware).family, row.engine, dtype_class(row.weight_dtype)
+    kind = "moe" if get_model(row.model).is_moe else "dense"
+    return get_hardware(row.hardware).family, row.engine, dtype_class(row.weight_dtype), kind
 
 
 Record = tuple[Regime, float, str, Any, float]  # regime, log error (group orientation), publication, row, prediction
