@@ -102,6 +102,7 @@ class Deployment:
     prefill_dtype: str = field(repr=False, default="")  # dtype whose prefill efficiency applies ("" = the weight dtype)
     moe_layer_overhead_us: float = field(repr=False, default=0.0)  # per MoE layer and step: routing, permutation, grouped-GEMM launches
     moe_gemm: float = field(repr=False, default=1.0)  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach
+    decode_dtype: str = field(repr=False, default="")  # dtype whose decode efficiency applies ("" = the weight dtype)
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
     _lin_seq: float = field(repr=False, default=0.0)
@@ -265,10 +266,16 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     fam, cls = hw.family, hw.memory_class
     dequant = eng.name == "llamacpp" and hw.type == "gpu" and prec.weight_only and prec.weight_dtype in GGUF_TYPES
     pre_dtype = "fp16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
+    dec_dtype = prec.weight_dtype
+    if spec.expert_bits and spec.expert_bits / 8 < prec.bytes_per_weight:
+        # routed experts kept in the checkpoint's own 4-bit format (gpt-oss MXFP4): most weight bytes and FLOPs run through
+        # the engine's MoE kernels for that format (on GPUs without FP4 units a dequantising W4A16 kernel, vLLM's Marlin
+        # on A100), not the dense 16-bit GEMMs: both efficiencies are the format's own, never the dense model's
+        pre_dtype = dec_dtype = "mxfp4"
     mfu, mfu_e = cal.efficiency(fam, eng.name, pre_dtype, "prefill", tp, cls)
-    mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
+    mbu, mbu_e = cal.efficiency(fam, eng.name, dec_dtype, "decode", tp, cls)
     if mbu_e.family != fam:  # no decode value of this family at this precision: the family's at another precision
-        other = cal.lookup_other_dtype(fam, eng.name, prec.weight_dtype, "decode", tp)
+        other = cal.lookup_other_dtype(fam, eng.name, dec_dtype, "decode", tp)
         if other is not None:
             mbu, mbu_e = other
     # a generation's step overhead is its own (its fields give the prior); else the engine's
@@ -321,6 +328,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
         seq_overhead_us=seq_oh_us, tp_seq_overhead_us=tp_seq_us, prefill_dtype=pre_dtype,
         moe_layer_overhead_us=moe_us, moe_gemm=moe_g,
+        decode_dtype="" if dec_dtype == prec.weight_dtype else dec_dtype,
         _dequant=(L * per_layer + spec.blocks_params / tp * 2.0) / bw if dequant else 0.0,
         _lin_tok=2 * (spec.blocks_active_params - routed_active) / tp / p_c + 2 * routed_active / tp / (p_c * moe_g),
         _lin_exp=2 * routed_active / tp / (p_c * moe_g),

@@ -51,7 +51,8 @@ from infermeter.perfmodel.precision import GGUF_TYPES
 __all__ = ["Calibration", "EngineDefaults", "Entry", "dtype_class", "load_calibration", "parse_calibration"]
 
 DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", "fp8": "fp8", "int8": "int8", "q8_0": "int8",
-                                 "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4"}
+                                 "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4",
+                                 "mxfp4": "int4"}  # MoE experts in MXFP4 (gpt-oss): weight-only 4-bit kernels (Marlin-class on A100/H100)
 PLAIN_CLASSES = ("half", "fp8")  # precisions whose decode streams plain weights (no dequantising kernel)
 PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread", "tp_seq_overhead",
           "moe_layer_overhead", "moe_gemm")

@@ -223,7 +223,7 @@ def _phases(row: Row) -> tuple[str, ...]:
 
 def _dtype(d: Deployment, phase: str) -> str:
     """The dtype whose ``phase`` efficiency the replica uses (llama.cpp's GGUF prompts run FP16 GEMMs after dequantising)."""
-    return d.prefill_dtype or d.dtype if phase == "prefill" else d.dtype
+    return d.prefill_dtype or d.dtype if phase == "prefill" else d.decode_dtype or d.dtype
 
 
 def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:

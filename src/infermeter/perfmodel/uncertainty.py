@@ -109,7 +109,7 @@ def _status(d: Deployment, which: int) -> str:
     if e.origin:
         return "deployment"
     eng = d.engine_defaults.name if d.engine_defaults else d.engine
-    dtype = (d.prefill_dtype or d.dtype) if which == 0 else d.dtype
+    dtype = (d.prefill_dtype or d.dtype) if which == 0 else (d.decode_dtype or d.dtype)
     if e.family != d.hw.family or e.engine != eng or e.dtype not in (dtype, dtype_class(dtype)):
         return "unseen"
     return "calibrated" if e.tp == d.config.tp or str(e.tp) == str(d.config.tp) else "pooled"
