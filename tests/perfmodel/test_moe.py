@@ -204,3 +204,5 @@ def test_an_moe_deployment_is_never_calibrated_by_dense_rows():
         assert regime_of(fitted, metric, 1000, 200, 4).calibration in ("pooled", "unseen")
     dense = build_deployment("qwen3-32b", "a100-80gb")
     assert regime_of(dense, "tpot_ms", 1000, 200, 4).calibration == "calibrated"
+    mla = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm")
+    assert {regime_of(mla, m, 3200, 800, 4).calibration for m in ("ttft_ms", "tpot_ms", "output_tokens_per_s")} == {"unseen"}

@@ -22,7 +22,10 @@ entries for this hardware family, engine, precision class and TP degree), ``pool
 family, engine and precision class, fitted at another TP degree) or ``unseen`` (no fitted entry
 for this family, engine and precision class: the efficiencies come from other engines, another
 precision, the memory class or the priors). For a figure that uses both efficiencies the weaker
-calibration counts.
+calibration counts. An MoE model is never ``calibrated`` by dense rows: its figure is ``pooled``
+where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` for
+decode) was fitted on this hardware family, else ``unseen``; an MLA model (DeepSeek) is always
+``unseen`` (no row measures its decode attention).
 
 Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
 LOPO) in its regime under that fit; and, so that ``unseen`` rests on rows that were unseen, each
@@ -99,6 +102,8 @@ def _status(d: Deployment, which: int) -> str:
     e = d.calibration_entries[which] if len(d.calibration_entries) > which else None
     if e is None or not e.fitted:
         return "deployment" if e is not None and e.origin else "unseen"
+    if d.spec.is_mla:  # no corpus row measures MLA's absorbed decode attention: always an unseen kernel
+        return "unseen"
     if d.spec.is_moe:  # an MoE model: its own terms decide, and rest on few publications (never the dense rows' cell)
         m = d.calibration_entries[8 if which == 0 else 7] if len(d.calibration_entries) > 8 else None
         if m is None or not m.fitted:
