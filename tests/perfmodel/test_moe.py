@@ -176,20 +176,26 @@ def test_with_values_of_the_moe_terms_matches_a_fresh_build():
 
 
 def test_moe_rows_fit_only_the_moe_terms():
-    """Dense efficiencies and engine costs come from dense rows alone: the MoE rows of the corpus leave them unchanged."""
+    """Dense efficiencies and engine costs come from dense rows alone: the MoE rows of the corpus leave every entry a
+    dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4)."""
     from infermeter.perfmodel.fit import fit
 
     rows = _corpus()
-    dense = [r for r in rows if not get_model(r.model).is_moe]
+    moe_ids = {r.id for r in rows if get_model(r.model).is_moe}
+    dense = [r for r in rows if r.id not in moe_ids]
     assert len(dense) < len(rows)
     with_moe, without = fit(rows), fit(dense)
-    moe_phases = ("moe_gemm", "moe_layer_overhead")
-    key = lambda cal: sorted((e.key, e.value) for e in cal.entries if e.fitted and e.phase not in moe_phases)  # noqa: E731
-    assert key(with_moe) == key(without)
-    fitted_moe = {(e.family, e.engine, e.phase) for e in with_moe.entries if e.fitted and e.phase in moe_phases}
+    got = {e.key: e for e in with_moe.entries if e.fitted}
+    for e in without.entries:
+        if e.fitted:
+            assert got[e.key].value == e.value, e.key
+    added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
+    assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)
+    fitted_moe = {(e.family, e.engine, e.phase) for e in added if e.phase.startswith("moe_")}
     assert ("ampere", "vllm", "moe_gemm") in fitted_moe and ("ampere", "vllm", "moe_layer_overhead") in fitted_moe
-    assert ("hopper", "trtllm", "moe_gemm") in fitted_moe
-    assert not any(e.phase in moe_phases for e in without.entries if e.fitted)
+    assert ("hopper", "trtllm", "moe_gemm") in fitted_moe and ("hopper", "vllm", "moe_layer_overhead") in fitted_moe
+    assert {e.dtype for e in added if not e.phase.startswith("moe_")} <= {"mxfp4", "int4"}
+    assert not any(e.phase.startswith("moe_") for e in without.entries if e.fitted)
 
 
 def test_an_moe_deployment_is_never_calibrated_by_dense_rows():

@@ -201,6 +201,7 @@ def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deploym
 
 
 SMALL_BATCH = 16
+MOE_ROWS_FIT_DENSE = False  # True: MoE rows also fit the dense efficiencies and engine costs (an experiment's switch)
 
 
 def _small_batch(row: Row) -> bool:
@@ -226,16 +227,26 @@ def _dtype(d: Deployment, phase: str) -> str:
     return d.prefill_dtype or d.dtype if phase == "prefill" else d.decode_dtype or d.dtype
 
 
+def _expert_format(d: Deployment, phase: str) -> bool:
+    """Whether ``d``'s ``phase`` efficiency is its routed experts' own format (gpt-oss MXFP4: ``api`` sets both the prefill
+    and the decode dtype to it), which no dense model uses, so an MoE row may fit it."""
+    return d.spec.is_moe and bool(d.decode_dtype) and _dtype(d, phase) == d.decode_dtype
+
+
 def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     """Stage 0 (memory class: efficiencies, engine overheads, generation re-reads), stage 1 (family), stage 2 (specific keys)."""
     base = priors_only(base or load_calibration())
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
-        if d.spec.is_moe:  # MoE rows fit only the MoE terms (what they show beyond the dense physics): dense values stay dense
-            moe: list[Param] = [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
-            return moe + ([("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else [])
-        out: list[Param] = [("req", eng.name)] if _request_floor(row) else []
+        moe: list[Param] = []
+        if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
+            moe += [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
+            moe += [("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else []
+            if not MOE_ROWS_FIT_DENSE:  # MoE rows fit only the MoE terms and their experts' own format: dense values stay dense
+                return moe + [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)
+                              if _expert_format(d, ph) and d.hw.memory_class]
+        out: list[Param] = moe + ([("req", eng.name)] if _request_floor(row) else [])
         if _small_batch(row):
             out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:
@@ -250,15 +261,14 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             out.append(("ps", eng.generation))
         return out
 
+    def keep(d: Deployment, ph: str) -> bool:  # MoE rows fit a dense model's efficiencies only when allowed to
+        return not d.spec.is_moe or MOE_ROWS_FIT_DENSE or _expert_format(d, ph)
+
     def by_family(row: Row, d: Deployment) -> list[Param]:
-        if d.spec.is_moe:
-            return []
-        return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row) if keep(d, ph)]
 
     def specific(row: Row, d: Deployment) -> list[Param]:
-        if d.spec.is_moe:
-            return []
-        return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row) if keep(d, ph)]
 
     stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)
     stage1 = _stage(rows, stage0, by_family, LAMBDA_SPECIFIC)
