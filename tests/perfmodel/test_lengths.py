@@ -76,3 +76,14 @@ def test_rows_say_their_lengths(tmp_path):
     with pytest.raises(ConfigError, match="zipf"):
         Lengths.of("zipf", 1, 1)
     assert math.isfinite(Lengths.of("sharegpt", 1, 1).horizon())
+
+
+def test_plan_takes_a_length_distribution():
+    from infermeter.perfmodel.planner import plan
+
+    fixed = plan("llama-3.1-8b", "h100-sxm", input_tokens=224, output_tokens=192, concurrency=64)
+    chat = plan("llama-3.1-8b", "h100-sxm", input_tokens=224, output_tokens=192, concurrency=64, lengths="sharegpt")
+    assert chat.saturation_tokens_per_s < fixed.saturation_tokens_per_s  # a longer running context per sequence
+    assert chat.to_json()["lengths"] == "sharegpt" and "lengths" not in fixed.to_json()
+    with pytest.raises(ConfigError, match="zipf"):
+        plan("llama-3.1-8b", "h100-sxm", lengths="zipf")

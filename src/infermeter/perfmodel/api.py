@@ -281,7 +281,10 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     # a generation's step overhead is its own (its fields give the prior); else the engine's
     oh = cal.lookup(fam, eng.generation or eng.name, "*", "step_overhead", "*", cls)
     step_oh_ms = oh[0] if oh else eng.overhead_ms
-    so = cal.lookup(fam, eng.generation or eng.name, "*", "seq_overhead", "*", cls)
+    # a generation's own per-sequence cost (vLLM V0's) first, else the engine's
+    so = cal.lookup(fam, eng.generation, "*", "seq_overhead", "*", cls) if eng.generation else None
+    if so is None or so[1].engine != eng.generation:
+        so = cal.lookup(fam, eng.name, "*", "seq_overhead", "*", cls)
     seq_oh_us = so[0] if so else eng.per_seq_us
     # vLLM V0 sends the scheduler's output to every TP worker each step (V1 keeps request state in the workers)
     tso = cal.lookup(fam, eng.generation, "*", "tp_seq_overhead", "*", cls) if eng.tp_seq_us > 0 else None
