@@ -18,7 +18,7 @@ and all three when issue 29's third round refitted it on 301 rows with its new t
 per-sequence and TP-broadcast costs, MXFP4 experts keyed apart: gpt-oss no longer pulls A100 vLLM BF16 down, and the
 vLLM per-request floor is 46.7 ms): 5 req/s TTFT p50 132.4 -> 119.6 ms, TPOT p50 48.9 -> 41.7 ms; the 10 req/s case
 completes all 1,500 (1,463 before); c16 TPOT p50 14.70 -> 12.18 ms, duration 195.0 -> 169.5 s.
-and all three when the MoE round refitted it on 334 rows (the tektonc rate calibration's dense vLLM 0.15.1
+Then all three again when the MoE round refitted it on 334 rows (the tektonc rate calibration's dense vLLM 0.15.1
 H100/L40S rows join the Hopper vLLM fit, and MoE rows no longer fit dense values: TTFT p50 of the 5 req/s case
 119.6 -> 123.3 ms, TPOT p50 41.7 -> 42.1 ms; c16 TPOT 12.18 -> 12.16 ms). Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
