@@ -167,3 +167,33 @@ def test_the_request_floor_is_fitted_only_on_rows_that_measure_it(corpus):
     slow = d.with_values(mfu=d.mfu, mbu=d.mbu, step_overhead_ms=d.step_overhead_ms, layer_overhead_us=d.layer_overhead_us,
                          kv_reread=d.kv_reread, request_overhead_ms=d.request_overhead_s * 1e3 + 300, seq_overhead_us=d.seq_overhead_us)
     assert at_concurrency(slow, 128, 64, 1).ttft_s - at_concurrency(d, 128, 64, 1).ttft_s == pytest.approx(0.3, rel=1e-6)
+
+
+def test_vllm_v0_pays_per_sequence_and_per_tp_worker_each_step():
+    """vLLM V0 sends every scheduled sequence's input to the other TP workers each step (V1 sends diffs), and its engine
+    loop does Python work per sequence: both grow with the batch; V1 and TP1 pay no broadcast."""
+    v0_tp4 = build_deployment("llama-3-8b", "4xh100-sxm:tp4", dtype="fp16", engine="vllm@0.5")
+    v1_tp4 = build_deployment("llama-3-8b", "4xh100-sxm:tp4", dtype="fp16", engine="vllm@0.11.0")
+    v0_tp1 = build_deployment("llama-3-8b", "h100-sxm", dtype="fp16", engine="vllm@0.5")
+    assert v0_tp4.tp_seq_overhead_us > 0 and v1_tp4.tp_seq_overhead_us == 0
+    assert v0_tp4._oh_seq == pytest.approx((v0_tp4.seq_overhead_us + v0_tp4.tp_seq_overhead_us) * 1e-6)
+    assert v0_tp1._oh_seq == pytest.approx(v0_tp1.seq_overhead_us * 1e-6)  # one worker: nothing to send
+    assert v0_tp1.seq_overhead_us > v1_tp4.seq_overhead_us
+    grow = [v0_tp4.step_time(n, n * 1500, n) - v1_tp4.step_time(n, n * 1500, n) for n in (1, 64)]
+    assert grow[1] - grow[0] == pytest.approx(63 * (v0_tp4._oh_seq - v1_tp4._oh_seq), rel=1e-6)  # per sequence, additive
+    assert grow[1] - grow[0] > 0.002  # 63 more sequences cost V0 at TP4 milliseconds a step
+    # a fit moves the broadcast cost and keeps it at TP > 1 only
+    moved = v0_tp4.with_values(mfu=v0_tp4.mfu, mbu=v0_tp4.mbu, step_overhead_ms=v0_tp4.step_overhead_ms, layer_overhead_us=0.0,
+                               kv_reread=0.0, request_overhead_ms=1.0, seq_overhead_us=10.0, tp_seq_overhead_us=100.0)
+    assert moved._oh_seq == pytest.approx(110e-6)
+
+
+def test_decode_efficiency_borrows_the_family_at_another_plain_precision():
+    """MI300X has fitted vLLM rows in FP8 only: BF16 decode streams at the family's FP8 share of bandwidth, not the
+    cross-vendor HBM pool; a quantised format does not borrow."""
+    fp8 = build_deployment("llama-3.1-70b", "8xmi300x:tp8", dtype="fp8", engine="vllm")
+    bf16 = build_deployment("llama-3.1-70b", "8xmi300x:tp8", dtype="bf16", engine="vllm")
+    assert bf16.calibration_entries[1].family == "cdna3"
+    assert bf16.mbu == pytest.approx(fp8.mbu, rel=0.3)
+    h100 = build_deployment("llama-3.1-70b", "4xh100-sxm:tp4", dtype="bf16", engine="vllm")
+    assert h100.calibration_entries[1].family == "hopper" and h100.calibration_entries[1].dtype in ("bf16", "half")

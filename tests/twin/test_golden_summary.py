@@ -13,8 +13,14 @@ with it a few character-chunk keys: TTFT p50 60.35 -> 60.62 ms and 42,691 -> 42,
 72.10 -> 72.10 % and 71.81 -> 71.87 %), and all three when issue 29 refitted the model on 258 rows with vLLM's own
 H100 rows (vLLM on Hopper no longer borrows TensorRT-LLM's efficiencies: its step times rose 8-15 %, and its fitted
 per-request floor is 49.8 ms: TTFT p50 of the 5 req/s case 60.6 -> 132.4 ms, TPOT p50 28.9 -> 48.9 ms near that
-profile's capacity; the 10 req/s case completes 1,463 of 1,500 before their timeouts; c16 TPOT 13.14 -> 14.70 ms).
-Regenerate them only for a deliberate
+profile's capacity; the 10 req/s case completes 1,463 of 1,500 before their timeouts; c16 TPOT 13.14 -> 14.70 ms),
+and all three when issue 29's third round refitted it on 301 rows with its new terms (length distributions, vLLM V0's
+per-sequence and TP-broadcast costs, MXFP4 experts keyed apart: gpt-oss no longer pulls A100 vLLM BF16 down, and the
+vLLM per-request floor is 46.7 ms): 5 req/s TTFT p50 132.4 -> 119.6 ms, TPOT p50 48.9 -> 41.7 ms; the 10 req/s case
+completes all 1,500 (1,463 before); c16 TPOT p50 14.70 -> 12.18 ms, duration 195.0 -> 169.5 s.
+Then all three again when the MoE round refitted it on 334 rows (the tektonc rate calibration's dense vLLM 0.15.1
+H100/L40S rows join the Hopper vLLM fit, and MoE rows no longer fit dense values: TTFT p50 of the 5 req/s case
+119.6 -> 123.3 ms, TPOT p50 41.7 -> 42.1 ms; c16 TPOT 12.18 -> 12.16 ms). Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.

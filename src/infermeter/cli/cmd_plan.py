@@ -316,6 +316,7 @@ def register(app: typer.Typer) -> None:
         kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: the engine's rule, FP8 for TensorRT-LLM FP8/FP4 checkpoints, else 16-bit).")] = None,
         input_tokens: Annotated[int, typer.Option("--input-tokens", help="Prompt tokens per request.")] = 1000,
         output_tokens: Annotated[int, typer.Option("--output-tokens", help="Generated tokens per request.")] = 200,
+        lengths: Annotated[str, typer.Option("--lengths", help="Length distribution whose means are --input-tokens/--output-tokens: fixed, uniform (SGLang random, range ratio 0) or sharegpt (chat: log-normal, CV 1).")] = "fixed",
         concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent users (closed loop) over the whole configuration.")] = 1,
         engine: Annotated[str, typer.Option("--engine", help="vllm | trtllm | sglang | llamacpp.")] = "vllm",
         gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of device memory the engine may use (vLLM semantics).")] = 0.9,
@@ -423,7 +424,7 @@ def register(app: typer.Typer) -> None:
 
         plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
                       concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file,
-                      speculative=speculative).to_json()
+                      speculative=speculative, lengths=lengths).to_json()
                  for c in configs]
         if cost:
             _add_costs(plans, input_tokens, output_tokens, price_options, overhead)

@@ -19,10 +19,12 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
+      + L_moe * moe_layer_overhead                                                MoE routing/permutation/launches
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
 
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
+the routed experts' share of it (``L_moe k N_expert T``) at ``MFU * moe_gemm`` (grouped GEMMs, MoE models only),
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
 whose decode attention is not group-aware), ``x_tp`` the interconnect's ``cross_domain_factor`` when
 ``tp`` exceeds its ``p2p_domain`` (PCIe boxes: a ring over more than 4 GPUs crosses the CPU sockets), else 1, ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
@@ -89,17 +91,22 @@ class Deployment:
     memory: MemoryPlan = field(repr=False)
     calibration_sources: tuple[str, str] = field(repr=False, default=("", ""))
     engine_defaults: EngineDefaults | None = field(repr=False, default=None)  # the (versioned) engine's limits and costs
-    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq overhead
+    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq/tp-seq overhead, MoE layer overhead, MoE GEMM
     kv_reread_factor: float = field(repr=False, default=1.0)  # decode K/V reads per unique byte (old non-GQA-aware kernels)
     step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
     layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
     kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
     gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
     seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
+    tp_seq_overhead_us: float = field(repr=False, default=0.0)  # per running sequence and step at TP > 1 (vLLM V0's broadcast)
     prefill_dtype: str = field(repr=False, default="")  # dtype whose prefill efficiency applies ("" = the weight dtype)
+    moe_layer_overhead_us: float = field(repr=False, default=0.0)  # per MoE layer and step: routing, permutation, grouped-GEMM launches
+    moe_gemm: float = field(repr=False, default=1.0)  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach
+    decode_dtype: str = field(repr=False, default="")  # dtype whose decode efficiency applies ("" = the weight dtype)
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
     _lin_seq: float = field(repr=False, default=0.0)
+    _lin_exp: float = field(repr=False, default=0.0)  # the routed experts' part of _lin_tok (at efficiency mfu * moe_gemm)
     _w_dense: float = field(repr=False, default=0.0)
     _w_expert: float = field(repr=False, default=0.0)
     _moe_miss: float = field(repr=False, default=0.0)  # 1 - experts_per_token/experts (0: dense)
@@ -137,21 +144,27 @@ class Deployment:
         return self._oh_step
 
     def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
-                    request_overhead_ms: float, seq_overhead_us: float) -> Deployment:
+                    request_overhead_ms: float, seq_overhead_us: float, tp_seq_overhead_us: float | None = None,
+                    moe_layer_overhead_us: float | None = None, moe_gemm: float | None = None) -> Deployment:
         """The same replica with other calibrated values (what a fit tries; memory and shapes unchanged)."""
         c, b = self.mfu / mfu, self.mbu / mbu
         f_old, f_new = self.kv_reread_factor, 1.0 + kv_reread * (self.gqa_group - 1.0)
         eng = self.engine_defaults
+        tp_seq = self.tp_seq_overhead_us if tp_seq_overhead_us is None else tp_seq_overhead_us
+        moe_us = self.moe_layer_overhead_us if moe_layer_overhead_us is None else moe_layer_overhead_us
+        g = self.moe_gemm if moe_gemm is None else moe_gemm
+        lin_exp = self._lin_exp * c * self.moe_gemm / g
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
         changed: dict[str, Any] = dict(
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
-            seq_overhead_us=seq_overhead_us, _oh_seq=seq_overhead_us * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
-            _lin_tok=self._lin_tok * c, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
+            seq_overhead_us=seq_overhead_us, tp_seq_overhead_us=tp_seq, moe_layer_overhead_us=moe_us, moe_gemm=g, _lin_exp=lin_exp,
+            _oh_seq=(seq_overhead_us + (tp_seq if self.config.tp > 1 else 0.0)) * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
+            _lin_tok=(self._lin_tok - self._lin_exp) * c + lin_exp, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
-            _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6,
+            _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6 + self.spec.moe_layers * moe_us * 1e-6,
             request_overhead_s=request_overhead_ms * 1e-3)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
@@ -253,19 +266,41 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     fam, cls = hw.family, hw.memory_class
     dequant = eng.name == "llamacpp" and hw.type == "gpu" and prec.weight_only and prec.weight_dtype in GGUF_TYPES
     pre_dtype = "fp16" if dequant else prec.weight_dtype  # the GEMM after dequantisation is llama.cpp's FP16 cuBLAS one
+    dec_dtype = prec.weight_dtype
+    if spec.expert_bits and spec.expert_bits / 8 < prec.bytes_per_weight:
+        # routed experts kept in the checkpoint's own 4-bit format (gpt-oss MXFP4): most weight bytes and FLOPs run through
+        # the engine's MoE kernels for that format (on GPUs without FP4 units a dequantising W4A16 kernel, vLLM's Marlin
+        # on A100), not the dense 16-bit GEMMs: both efficiencies are the format's own, never the dense model's
+        pre_dtype = dec_dtype = "mxfp4"
     mfu, mfu_e = cal.efficiency(fam, eng.name, pre_dtype, "prefill", tp, cls)
-    mbu, mbu_e = cal.efficiency(fam, eng.name, prec.weight_dtype, "decode", tp, cls)
+    mbu, mbu_e = cal.efficiency(fam, eng.name, dec_dtype, "decode", tp, cls)
+    if mbu_e.family != fam:  # no decode value of this family at this precision: the family's at another precision
+        other = cal.lookup_other_dtype(fam, eng.name, dec_dtype, "decode", tp)
+        if other is not None:
+            mbu, mbu_e = other
     # a generation's step overhead is its own (its fields give the prior); else the engine's
     oh = cal.lookup(fam, eng.generation or eng.name, "*", "step_overhead", "*", cls)
     step_oh_ms = oh[0] if oh else eng.overhead_ms
-    so = cal.lookup(fam, eng.name, "*", "seq_overhead", "*", cls)
+    # a generation's own per-sequence cost (vLLM V0's) first, else the engine's
+    so = cal.lookup(fam, eng.generation, "*", "seq_overhead", "*", cls) if eng.generation else None
+    if so is None or so[1].engine != eng.generation:
+        so = cal.lookup(fam, eng.name, "*", "seq_overhead", "*", cls)
     seq_oh_us = so[0] if so else eng.per_seq_us
+    # vLLM V0 sends the scheduler's output to every TP worker each step (V1 keeps request state in the workers)
+    tso = cal.lookup(fam, eng.generation, "*", "tp_seq_overhead", "*", cls) if eng.tp_seq_us > 0 else None
+    tp_seq_us = (tso[0] if tso else eng.tp_seq_us) if eng.tp_seq_us > 0 else 0.0
     lo = cal.lookup(fam, eng.name, "*", "layer_overhead", "*", cls)
     layer_oh_us = lo[0] if lo else eng.layer_overhead_us
     group = spec.heads / spec.kv_heads if eng.gqa_kv_reads == "per_query_head" else 1.0
     rr = cal.lookup(fam, eng.generation, "*", "kv_reread", "*", cls) if group > 1 else None
     rr_value = rr[0] if rr else eng.kv_reread
     reread = 1.0 + rr_value * (group - 1.0)
+    # MoE layers: a fixed cost per layer and step (routing, permutation, grouped-GEMM launches) and the grouped GEMMs'
+    # share of the dense GEMM efficiency, per engine (generation) and hardware family; dense models pay neither
+    mo = cal.lookup(fam, eng.generation or eng.name, "*", "moe_layer_overhead", "*", cls) if spec.is_moe else None
+    moe_us = (mo[0] if mo else eng.moe_layer_us) if spec.is_moe else 0.0
+    mg = cal.lookup(fam, eng.generation or eng.name, "*", "moe_gemm", "*", cls) if spec.is_moe else None
+    moe_g = (mg[0] if mg else eng.moe_gemm) if spec.is_moe else 1.0
 
     L, d = spec.layers, spec.hidden
     half = "bf16" if hw.has("bf16") else "fp16"
@@ -273,6 +308,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     p_16 = hw.peak_tflops(half) * 1e12 * mfu
     bw = hw.bandwidth_bytes_per_s * mbu
     per_layer = layer_bytes_per_gpu(spec, prec, tp)
+    routed_active = spec.moe_layers * spec.experts_per_token * spec.expert_params if spec.is_moe else 0
     expert_bytes = routed_expert_bytes_per_gpu(spec, prec, tp) if spec.is_moe else 0.0  # all layers
     head_b = spec.head_params * embed_bytes_per_param(prec) / tp
     kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
@@ -290,11 +326,15 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
         notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
-        calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None),
+        calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
+                             tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
-        seq_overhead_us=seq_oh_us, prefill_dtype=pre_dtype,
+        seq_overhead_us=seq_oh_us, tp_seq_overhead_us=tp_seq_us, prefill_dtype=pre_dtype,
+        moe_layer_overhead_us=moe_us, moe_gemm=moe_g,
+        decode_dtype="" if dec_dtype == prec.weight_dtype else dec_dtype,
         _dequant=(L * per_layer + spec.blocks_params / tp * 2.0) / bw if dequant else 0.0,
-        _lin_tok=2 * spec.blocks_active_params / tp / p_c,
+        _lin_tok=2 * (spec.blocks_active_params - routed_active) / tp / p_c + 2 * routed_active / tp / (p_c * moe_g),
+        _lin_exp=2 * routed_active / tp / (p_c * moe_g),
         _lin_seq=2 * spec.head_params / tp / p_16,
         _w_dense=(L * per_layer - expert_bytes + head_b) / bw,
         _w_expert=expert_bytes / bw,
@@ -303,7 +343,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _att_pair=L * spec.attn_pair_flops / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
-        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6, _oh_seq=seq_oh_us * 1e-6, _k=cal.smooth,
+        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6 + spec.moe_layers * moe_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
     )

@@ -9,8 +9,12 @@ per-step overheads and scheduler limits (``spec`` may carry a version, ``trtllm@
     decode         memory-bandwidth efficiency (fraction of peak bandwidth, MBU)
     step_overhead  ms per engine step (fitted; the engine's overhead_ms is the prior)
     seq_overhead   us per running sequence and step (fitted; the engine's per_seq_us is the prior)
+    tp_seq_overhead us per running sequence and step at TP > 1, for generations that send the scheduler's output to
+                   every TP worker each step (vLLM V0; fitted per generation, its tp_seq_us is the prior)
     layer_overhead us per layer and step (kernel launches; engines without CUDA graphs)
     kv_reread      fraction of per-query-head K/V re-reads that reach DRAM (old TensorRT-LLM)
+    moe_layer_overhead us per MoE layer and step (router, top-k, token permutation, grouped-GEMM launches; MoE models only)
+    moe_gemm       share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (MoE models only)
 
     >>> cal = load_calibration()
     >>> value, entry = cal.efficiency("hopper", "vllm", "bf16", "decode", 1)
@@ -47,11 +51,15 @@ from infermeter.perfmodel.precision import GGUF_TYPES
 __all__ = ["Calibration", "EngineDefaults", "Entry", "dtype_class", "load_calibration", "parse_calibration"]
 
 DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", "fp8": "fp8", "int8": "int8", "q8_0": "int8",
-                                 "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4"}
-PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread")
+                                 "int4": "int4", "awq": "int4", "gptq": "int4", "fp4": "fp4", "nvfp4": "fp4",
+                                 "mxfp4": "int4"}  # MoE experts in MXFP4 (gpt-oss): weight-only 4-bit kernels (Marlin-class on A100/H100)
+PLAIN_CLASSES = ("half", "fp8")  # precisions whose decode streams plain weights (no dequantising kernel)
+PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread", "tp_seq_overhead",
+          "moe_layer_overhead", "moe_gemm")
 # allowed range of each phase's value (a fit stays inside it, a file outside it is an error)
 PHASE_BOUNDS: dict[str, tuple[float, float]] = {"prefill": (0.05, 0.95), "decode": (0.05, 0.95), "step_overhead": (0.02, 50.0), "seq_overhead": (0.2, 200.0),
-                                                "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0)}
+                                                "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0), "tp_seq_overhead": (0.2, 500.0),
+                                                "moe_layer_overhead": (0.5, 1000.0), "moe_gemm": (0.05, 1.0)}
 
 
 def dtype_class(dtype: str) -> str:
@@ -118,6 +126,30 @@ class Calibration:
                 best = (score, e)
         return None if best is None else (best[1].value, best[1])
 
+    def lookup_other_dtype(self, family: str, engine: str, dtype: str, phase: str, tp: int | str) -> tuple[float, Entry] | None:
+        """The best entry of ``phase`` for exactly ``family`` and ``engine`` (or its group) at another precision class.
+
+        What a decode (bandwidth) efficiency falls back to before the memory class: the share of datasheet bandwidth
+        a family's memory system and an engine's kernels reach streams weights and KV at whatever precision (vLLM on
+        MI300X reaches 0.47 in FP8 where the HBM pool across vendors says 0.71); the precision changes the bytes,
+        which the roofline counts, not the bandwidth achieved. Only between the plain 16- and 8-bit floating-point
+        classes (``half``, ``fp8``): quantised formats decode through dequantising kernels whose achieved bandwidth is
+        their own (llama.cpp's GGUF matvecs against its F16 ones differ by up to 30% on one GPU)."""
+        cls = dtype_class(dtype)
+        if cls not in PLAIN_CLASSES:
+            return None
+        group = next((x.group for x in self.engines if x.name == engine), engine)
+        best: tuple[tuple[float, ...], Entry] | None = None
+        for e in self.entries:
+            if (e.phase != phase or e.family != family or e.engine not in (engine, group) or e.dtype in ("*", dtype, cls)
+                    or dtype_class(e.dtype) not in PLAIN_CLASSES):
+                continue
+            ts = 1.0 if e.tp in ("*", tp) else (-abs(math.log2(int(e.tp) / int(tp))) if tp != "*" else 0.0)
+            score = (2.0 if e.engine == engine else 1.0, 1.0 if e.tp == "*" else 0.0, ts)
+            if best is None or score > best[0]:
+                best = (score, e)
+        return None if best is None else (best[1].value, best[1])
+
     def efficiency(self, family: str, engine: str, dtype: str, phase: str, tp: int, hw_class: str = "") -> tuple[float, Entry]:
         found = self.lookup(family, engine, dtype, phase, tp, hw_class)
         if found is None:
@@ -174,7 +206,8 @@ def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
                 max_num_seqs=int(v["max_num_seqs"]), max_batched_tokens=int(v["max_batched_tokens"]),
                 kv_reserve=str(v.get("kv_reserve", "current")), kv_fraction_of=str(v.get("kv_fraction_of", "total")),
                 layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")),
-                ubatch_tokens=int(v.get("ubatch_tokens", 0)), score_bytes=float(v.get("score_bytes", 0.0)), source=source))
+                ubatch_tokens=int(v.get("ubatch_tokens", 0)), score_bytes=float(v.get("score_bytes", 0.0)),
+                moe_layer_us=float(v.get("moe_layer_us", 40.0)), moe_gemm=float(v.get("moe_gemm", 0.7)), source=source))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: bad engine entry ({exc})") from None
     for e in engines:

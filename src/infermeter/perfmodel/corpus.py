@@ -5,7 +5,9 @@ into frozen :class:`Row` objects and raises :class:`DataError` naming the file, 
 bad input. Required columns: id, model, hardware, gpus, tp, pp, weight_dtype, engine, scenario,
 concurrency, input_tokens, output_tokens, metric, value. Optional: source, notes, date,
 engine_version, source_url, conditions (free text for people) and settings (for the model:
-``key=value`` pairs separated by ``;``, see :data:`SETTINGS`)::
+``key=value`` pairs separated by ``;``, see :data:`SETTINGS`; ``lengths`` is the run's length distribution,
+``fixed``, ``uniform`` or ``sharegpt`` (:mod:`perfmodel.lengths`; a row whose conditions name ShareGPT is
+``sharegpt`` unless it says otherwise), ``requests`` the number of requests a saturated run sent at once)::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> r = next(r for r in rows if r.id == "trt061-h100-7b-bs768-128-128")
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import DataError
+from infermeter.perfmodel.lengths import KINDS as LENGTH_KINDS
 
 METRICS = ("output_tokens_per_s", "ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
 SCENARIOS = ("saturated", "fixed_concurrency", "static_batch")
@@ -35,7 +38,8 @@ REQUIRED = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engi
             "input_tokens", "output_tokens", "metric", "value")
 PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 # what a row's `settings` may set: the conditions a publication states that change the prediction
-SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float}
+SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
+                             "lengths": str, "requests": int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,15 @@ class Row:
     def setting(self, key: str, default: Any = None) -> Any:
         return dict(self.settings).get(key, default)
 
+    @property
+    def lengths(self) -> str:
+        """The row's length distribution (:mod:`perfmodel.lengths`): its ``lengths`` setting; else ``sharegpt`` when its
+        conditions name the ShareGPT dataset (the real lengths of a chat corpus, whose means the row carries); else fixed."""
+        stated = self.setting("lengths")
+        if stated:
+            return str(stated)
+        return "sharegpt" if "sharegpt" in self.conditions.lower() else "fixed"
+
 
 def publication(row: Row) -> str:
     """The publication a row comes from: its source URL, else its id up to the first '-'."""
@@ -88,8 +101,10 @@ def _settings(text: str, where: str) -> tuple[tuple[str, Any], ...]:
         key, sep, value = (x.strip() for x in part.partition("="))
         if not sep or key not in SETTINGS:
             raise DataError(f"{where}: column 'settings' item {part!r}: use key=value with key one of {', '.join(SETTINGS)}")
+        if key == "lengths" and value.lower() not in LENGTH_KINDS:
+            raise DataError(f"{where}: column 'settings' item {part!r}: lengths must be one of {', '.join(LENGTH_KINDS)}")
         try:
-            out.append((key, SETTINGS[key](value)))
+            out.append((key, SETTINGS[key](value.lower() if key == "lengths" else value)))
         except ValueError:
             raise DataError(f"{where}: column 'settings' item {part!r}: {key} must be {SETTINGS[key].__name__}") from None
     return tuple(out)

@@ -46,6 +46,9 @@ class EngineDefaults:
     group: str = "serving"  # engines whose kernels are alike pool their efficiencies (llama.cpp is a group of its own)
     ubatch_tokens: int = 0  # a step of more tokens runs as micro-batches of this many, each re-reading the weights (0: one pass)
     score_bytes: float = 0.0  # DRAM bytes per attention score element (attention without flash attention; 0: fused, none)
+    tp_seq_us: float = 0.0  # per running sequence and step at TP > 1: the scheduler output sent to the TP workers each step (vLLM V0)
+    moe_layer_us: float = 40.0  # per MoE layer and step: router, top-k, token permute/unpermute, grouped-GEMM launches (prior)
+    moe_gemm: float = 0.7  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (prior)
 
     @property
     def spec(self) -> str:
@@ -82,7 +85,8 @@ def version_key(version: str) -> tuple[int, ...] | None:
 _FIELD_TYPES = {"overhead_ms": float, "request_overhead_ms": float, "per_seq_us": float, "max_num_seqs": int,
                 "max_batched_tokens": int, "kv_reserve": str, "kv_fraction_of": str, "layer_overhead_us": float,
                 "gqa_kv_reads": str, "kv_reread": float,
-                "ubatch_tokens": int, "score_bytes": float}
+                "ubatch_tokens": int, "score_bytes": float, "tp_seq_us": float,
+                "moe_layer_us": float, "moe_gemm": float}
 
 
 def parse_generation(raw: dict[str, Any], origin: str) -> Generation:

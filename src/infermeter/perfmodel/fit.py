@@ -50,12 +50,13 @@ _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl"], str, str]  # ("oh", engine, family) | ("ohl", engine, class)
-OneParam = tuple[Literal["rr", "ps", "req"], str]  # ("rr", generation) | ("ps", engine) | ("req", engine)
+PairParam = tuple[Literal["oh", "ohl", "ohm", "mg"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
+OneParam = tuple[Literal["rr", "ps", "req", "tps"], str]  # ("rr"|"tps", generation) | ("ps", engine) | ("req", engine)
 Param = EffParam | PairParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
-_PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead"}
-_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps")  # the order of Deployment.calibration_entries
+_PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
+                             "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -70,7 +71,7 @@ def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] == "oh" or p[0] == "ohl":
+    if p[0] in ("oh", "ohl", "ohm", "mg"):
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
@@ -111,13 +112,15 @@ class _RowModel:
     def __init__(self, row: Row, d: Deployment, slots: dict[str, Param | None], req: Param | None):
         self.row, self.d, self.slots, self.req = row, d, slots, req
         self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
-                      "ps": d.seq_overhead_us, "req": d.request_overhead_s * 1e3}
+                      "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "ohm": d.moe_layer_overhead_us, "mg": d.moe_gemm,
+                      "req": d.request_overhead_s * 1e3}
 
     def log_error(self, values: dict[Param, float]) -> float:
         v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
         req = values[self.req] if self.req is not None else self.start["req"]
         d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
-                               request_overhead_ms=req, seq_overhead_us=v["ps"])
+                               request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"],
+                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"])
         return math.log(value_of(self.row, d) / self.row.value)
 
 
@@ -130,7 +133,14 @@ def _prior(base: Calibration, p: Param) -> float:
         return found[0]
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
     return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
-            "kv_reread": e.kv_reread}[phase]
+            "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us, "moe_layer_overhead": e.moe_layer_us,
+            "moe_gemm": e.moe_gemm}[phase]
+
+
+def _per_seq_generation(base: Calibration, gen_id: str) -> bool:
+    """Whether generation ``gen_id`` has a per-sequence cost of its own (its fields set ``per_seq_us``): fitted apart,
+    on the rows with more than SMALL_BATCH sequences in flight, where a per-sequence cost shows."""
+    return any(g.id == gen_id and "per_seq_us" in dict(g.fields) for g in base.generations)
 
 
 def _generation_defaults(base: Calibration, gen_id: str) -> EngineDefaults:
@@ -191,6 +201,7 @@ def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deploym
 
 
 SMALL_BATCH = 16
+MOE_ROWS_FIT_DENSE = False  # True: MoE rows also fit the dense efficiencies and engine costs (an experiment's switch)
 
 
 def _small_batch(row: Row) -> bool:
@@ -213,7 +224,13 @@ def _phases(row: Row) -> tuple[str, ...]:
 
 def _dtype(d: Deployment, phase: str) -> str:
     """The dtype whose ``phase`` efficiency the replica uses (llama.cpp's GGUF prompts run FP16 GEMMs after dequantising)."""
-    return d.prefill_dtype or d.dtype if phase == "prefill" else d.dtype
+    return d.prefill_dtype or d.dtype if phase == "prefill" else d.decode_dtype or d.dtype
+
+
+def _expert_format(d: Deployment, phase: str) -> bool:
+    """Whether ``d``'s ``phase`` efficiency is its routed experts' own format (gpt-oss MXFP4: ``api`` sets both the prefill
+    and the decode dtype to it), which no dense model uses, so an MoE row may fit it."""
+    return d.spec.is_moe and bool(d.decode_dtype) and _dtype(d, phase) == d.decode_dtype
 
 
 def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
@@ -222,7 +239,14 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
-        out: list[Param] = [("req", eng.name)] if _request_floor(row) else []
+        moe: list[Param] = []
+        if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
+            moe += [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
+            moe += [("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else []
+            if not MOE_ROWS_FIT_DENSE:  # MoE rows fit only the MoE terms and their experts' own format: dense values stay dense
+                return moe + [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)
+                              if _expert_format(d, ph) and d.hw.memory_class]
+        out: list[Param] = moe + ([("req", eng.name)] if _request_floor(row) else [])
         if _small_batch(row):
             out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:
@@ -231,13 +255,20 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             out.append(("ohl", eng.name, d.hw.memory_class))
         if d.gqa_group > 1 and eng.generation:
             out.append(("rr", eng.generation))
+        if eng.tp_seq_us > 0 and d.config.tp > 1:
+            out.append(("tps", eng.generation))
+        if eng.generation and _per_seq_generation(base, eng.generation) and not _small_batch(row):
+            out.append(("ps", eng.generation))
         return out
 
+    def keep(d: Deployment, ph: str) -> bool:  # MoE rows fit a dense model's efficiencies only when allowed to
+        return not d.spec.is_moe or MOE_ROWS_FIT_DENSE or _expert_format(d, ph)
+
     def by_family(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row) if keep(d, ph)]
 
     def specific(row: Row, d: Deployment) -> list[Param]:
-        return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row)]
+        return [("eff", d.hw.family, _engine(d).name, _dtype(d, ph), ph, row.tp) for ph in _phases(row) if keep(d, ph)]
 
     stage0 = _stage(rows, base, by_class, LAMBDA_POOLED)
     stage1 = _stage(rows, stage0, by_family, LAMBDA_SPECIFIC)

@@ -26,6 +26,7 @@ from typing import Any
 from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig
+from infermeter.perfmodel.lengths import Lengths
 from infermeter.perfmodel.serving import Estimate, at_concurrency, max_concurrency, saturation
 
 INTERVAL_METRICS = ("ttft_ms", "tpot_ms", "per_user_output_tokens_per_s", "output_tokens_per_s", "saturation_output_tokens_per_s")
@@ -45,6 +46,7 @@ class Plan:
     basis: str = ""
     interval_basis: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {basis, n, cell} (uncertainty.basis_of)
     speculative: dict[str, Any] | None = None  # the speculative-decoding block (perfmodel.speculative), when planned with one
+    lengths: str = "fixed"  # the length distribution planned (perfmodel.lengths); the token counts are its means
 
     @property
     def fits(self) -> bool:
@@ -53,7 +55,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         d, e = self.deployment, self.estimate
         replicas = d.config.replicas
-        return {
+        out: dict[str, Any] = {
             "config": d.config.label,
             "model": d.model_name,
             "hardware": d.hardware,
@@ -88,6 +90,9 @@ class Plan:
             "notes": self.notes(),
             **({"speculative": self.speculative} if self.speculative else {}),
         }
+        if self.lengths != "fixed":
+            out["lengths"] = self.lengths
+        return out
 
     def notes(self) -> list[str]:
         d = self.deployment
@@ -107,11 +112,14 @@ def _r(v: float, metric: str) -> float:
 
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
-         hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None) -> Plan:
+         hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
+         lengths: str = "fixed") -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
 
     ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
-    decoding: TPOT and throughputs become the speculative ones, the plain ones in ``speculative``.
+    decoding: TPOT and throughputs become the speculative ones, the plain ones in ``speculative``. ``lengths``
+    (:mod:`perfmodel.lengths`: ``fixed``, ``uniform`` or ``sharegpt``) plans a length distribution whose means are
+    ``input_tokens`` and ``output_tokens`` (the running batch's context is output-length biased).
     """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
@@ -122,13 +130,14 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     from infermeter.perfmodel.speculative import parse_spec
 
     spec = parse_spec(speculative) if speculative else None  # a bad spec fails before any modelling
+    dist = Lengths.of(lengths, input_tokens, output_tokens)
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
                          max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
-    est = at_concurrency(d, input_tokens, output_tokens, concurrency)
-    sat, batch = saturation(d, input_tokens, output_tokens)
+    est = at_concurrency(d, input_tokens, output_tokens, concurrency, dist)
+    sat, batch = saturation(d, input_tokens, output_tokens, dist)
     values = {"ttft_ms": est.ttft_s * 1e3, "tpot_ms": est.tpot_s * 1e3, "per_user_output_tokens_per_s": est.per_user_tokens_per_s,
               "output_tokens_per_s": est.output_tokens_per_s, "saturation_output_tokens_per_s": sat}
     table = table_of(cal)
@@ -147,4 +156,4 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     basis = (f"predicted; 80% intervals from the out-of-sample errors of {table.rows} published measurements "
              f"({table.publications} publications), each predicted by a fit without its publication, in the figure's regime: "
              + "; ".join(cells))
-    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block)
+    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind)

@@ -33,11 +33,13 @@ TensorRT-LLM benchmarks, vLLM's ``benchmark_latency``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.calibration import load_calibration
 from infermeter.perfmodel.engines import EngineDefaults
+from infermeter.perfmodel.lengths import Lengths
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +89,25 @@ def bound_of(d: Deployment, n: int, ctx: float) -> tuple[str, dict[str, float]]:
     return max(shares, key=lambda k: shares[k]), shares
 
 
-def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurrency: int) -> Estimate:
+def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurrency: int,
+                   lengths: Lengths | None = None) -> Estimate:
+    """The closed loop of the module docstring; with ``lengths`` not fixed, a running sequence's mean context is the
+    output-length-biased ``E[I] + E[O^2] / (2 E[O])`` and a prompt's extra step time is averaged over the prompt lengths."""
     eng = engine_of(d)
+    dist = lengths if lengths is not None and not lengths.fixed else None
     replicas = d.config.replicas
     per_replica = max(1, math.ceil(concurrency / replicas))
     limit = max(1, max_concurrency(d, input_tokens, output_tokens))
     c = min(per_replica, limit)
     pp = d.pipeline_depth
     n = max(1, math.ceil(c / pp))
-    ctx = input_tokens + output_tokens / 2
+    ctx = input_tokens + output_tokens / 2 if dist is None else dist.running_context
     base = d.step_time(n, int(n * ctx), n)
-    delta = prefill_delta(d, input_tokens, n - 1, ctx, eng.max_batched_tokens)
+    if dist is None:
+        delta = prefill_delta(d, input_tokens, n - 1, ctx, eng.max_batched_tokens)
+    else:
+        pts = dist.prompt_points()
+        delta = sum(prefill_delta(d, max(1, round(i)), n - 1, ctx, eng.max_batched_tokens) for i in pts) / len(pts)
     o = max(output_tokens, 1)
     e2e = delta + (o - 1) * base
     ttft = tpot = base
@@ -121,22 +131,82 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
                     bound=bound, shares=shares)
 
 
-def saturation(d: Deployment, input_tokens: int, output_tokens: int) -> tuple[float, int]:
-    """(output tokens/s of the whole configuration with every replica full, sequences per replica)."""
+def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
+               requests: int | None = None) -> tuple[float, int]:
+    """(output tokens/s of the whole configuration with every replica full, sequences per replica).
+
+    With ``lengths`` not fixed, the steady state uses the running batch's output-length-biased context and
+    reservation and the prompts' ``E[I^2]``; with ``requests`` too (a finite run: every request queued at once),
+    the run's drain is added: once the queue is empty the batch empties as its longest requests finish, at the
+    batch sizes the residual lengths leave (``_drain``). Fixed lengths keep the steady state alone: a run of
+    equal requests proceeds in waves that finish together."""
     eng = engine_of(d)
-    reserve = input_tokens + output_tokens if eng.kv_reserve == "full" else input_tokens + output_tokens / 2
+    dist = lengths if lengths is not None and not lengths.fixed else None
+    if dist is None:
+        reserve = input_tokens + output_tokens if eng.kv_reserve == "full" else input_tokens + output_tokens / 2
+    else:
+        reserve = dist.running_reservation if eng.kv_reserve == "full" else dist.running_context
     b = max(1, min(eng.max_num_seqs, d.kv_capacity_tokens // max(int(reserve), 1)))
     o = max(output_tokens, 1)
     n = max(1, math.ceil(b / d.pipeline_depth))
     pre = n * input_tokens / o  # prompt tokens prefilled per step in steady state
     tokens = n + pre
-    kv = n * (input_tokens + o / 2) + pre
-    pairs = n * (input_tokens + o / 2) + pre * (input_tokens + 1) / 2
+    if dist is None:
+        kv = n * (input_tokens + o / 2) + pre
+        pairs = n * (input_tokens + o / 2) + pre * (input_tokens + 1) / 2
+    else:
+        kv = n * dist.running_context + pre
+        pairs = n * dist.running_context + pre * dist.prompt_pairs / dist.mean_i
     t = d.step_time(int(round(tokens)), int(kv), n, attn_pairs=pairs)
     extra_steps = tokens / eng.max_batched_tokens - 1
     if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
         t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s)
-    return d.config.replicas * n * d.pipeline_depth / t, b
+    steady = d.config.replicas * n * d.pipeline_depth / t
+    if dist is None or not requests:
+        return steady, b
+    per_replica = math.ceil(requests / d.config.replicas)
+    if per_replica > b:  # a steady state, then the drain of the last full batch (its residual lengths)
+        tail_tokens = b * dist.o2 / (2 * dist.mean_o)
+        busy = max(per_replica * dist.mean_o - tail_tokens, 0.0) / (steady / d.config.replicas)
+        # the steady rate carries E[I]/E[O] prompt tokens per output token, but every prompt, the last batch's
+        # included, is prefilled before the drain: the prefill part of tail/n more steady steps
+        decode_only = d.step_time(n, int(n * dist.running_context), n)
+        busy += tail_tokens / n * max(t - decode_only, 0.0)
+        total = busy + _drain(d, dist, b, dist.running_context, dist.residual)
+    else:  # every request admitted at once: their prompts, then the batch empties as outputs end
+        prompt_tokens = per_replica * dist.mean_i
+        budget = max(eng.max_batched_tokens, 1)
+        steps = prompt_tokens / budget
+        c = min(budget, prompt_tokens)
+        seqs = max(1, round(c / dist.mean_i))
+        total = steps * d.step_time(int(round(c)), int(round(c)), seqs, attn_pairs=c * dist.prompt_pairs / dist.mean_i)
+        total += _drain(d, dist, per_replica, dist.mean_i, dist.survival)
+        b = per_replica
+    return d.config.replicas * per_replica * dist.mean_o / total, b
+
+
+def _drain(d: Deployment, dist: Lengths, count: int, ctx0: float, share: Callable[[float], float], segments: int = 48) -> float:
+    """Seconds until ``count`` sequences (a share ``share(s)`` still running ``s`` decode steps on) have all ended.
+
+    Each step is charged with the probability that any sequence still runs, at the batch size expected when
+    some do: ``P(any) = 1 - (1 - p)^count``, batch ``count p / P(any)`` (so the last long request runs its
+    steps at batch one). Segments are denser early, where the batch falls fastest."""
+    horizon = dist.horizon()
+    total, prev = 0.0, 0.0
+    for k in range(1, segments + 1):
+        s = horizon * (k / segments) ** 2
+        mid = (prev + s) / 2
+        p = share(mid)
+        if p <= 0.0:
+            break
+        any_running = 1 - (1 - p) ** count
+        if any_running < 1e-6:
+            break
+        m = max(1.0, count * p / any_running)
+        seqs = max(1, math.ceil(m / d.pipeline_depth))
+        total += (s - prev) * any_running * d.step_time(seqs, int(seqs * (ctx0 + mid)), seqs)
+        prev = s
+    return total
 
 
 def static_batch(d: Deployment, input_tokens: int, output_tokens: int, batch: int) -> Estimate:

@@ -22,7 +22,10 @@ entries for this hardware family, engine, precision class and TP degree), ``pool
 family, engine and precision class, fitted at another TP degree) or ``unseen`` (no fitted entry
 for this family, engine and precision class: the efficiencies come from other engines, another
 precision, the memory class or the priors). For a figure that uses both efficiencies the weaker
-calibration counts.
+calibration counts. An MoE model is never ``calibrated`` by dense rows: its figure is ``pooled``
+where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` for
+decode) was fitted on this hardware family, else ``unseen``; an MLA model (DeepSeek) is always
+``unseen`` (no row measures its decode attention).
 
 Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
 LOPO) in its regime under that fit; and, so that ``unseen`` rests on rows that were unseen, each
@@ -99,10 +102,19 @@ def _status(d: Deployment, which: int) -> str:
     e = d.calibration_entries[which] if len(d.calibration_entries) > which else None
     if e is None or not e.fitted:
         return "deployment" if e is not None and e.origin else "unseen"
+    if d.spec.is_mla:  # no corpus row measures MLA's absorbed decode attention: always an unseen kernel
+        return "unseen"
+    if d.spec.is_moe:  # an MoE model: its own terms decide, and rest on few publications (never the dense rows' cell)
+        m = d.calibration_entries[8 if which == 0 else 7] if len(d.calibration_entries) > 8 else None
+        if m is None or not m.fitted:
+            return "unseen"
+        if m.origin:
+            return "deployment"
+        return "pooled"
     if e.origin:
         return "deployment"
     eng = d.engine_defaults.name if d.engine_defaults else d.engine
-    dtype = (d.prefill_dtype or d.dtype) if which == 0 else d.dtype
+    dtype = (d.prefill_dtype or d.dtype) if which == 0 else (d.decode_dtype or d.dtype)
     if e.family != d.hw.family or e.engine != eng or e.dtype not in (dtype, dtype_class(dtype)):
         return "unseen"
     return "calibrated" if e.tp == d.config.tp or str(e.tp) == str(d.config.tp) else "pooled"
@@ -273,12 +285,14 @@ def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, An
     return {"basis": regime.calibration, "n": cell.n, "cell": "/".join(cell.key)}
 
 
-def combination(row: Any) -> tuple[str, str, str]:  # noqa: ANN401 - a corpus Row
-    """A row's (hardware family, engine, precision class): what an ``unseen`` deployment has no row of."""
+def combination(row: Any) -> tuple[str, str, str, str]:  # noqa: ANN401 - a corpus Row
+    """A row's (hardware family, engine, precision class, ``moe`` or ``dense``): what an ``unseen`` deployment has no row of."""
     from infermeter.perfmodel.calibration import dtype_class
     from infermeter.perfmodel.hardware import get_hardware
+    from infermeter.perfmodel.models import get_model
 
-    return get_hardware(row.hardware).family, row.engine, dtype_class(row.weight_dtype)
+    kind = "moe" if get_model(row.model).is_moe else "dense"
+    return get_hardware(row.hardware).family, row.engine, dtype_class(row.weight_dtype), kind
 
 
 Record = tuple[Regime, float, str, Any, float]  # regime, log error (group orientation), publication, row, prediction
@@ -296,8 +310,7 @@ def _record(row: Any, cal: Any, pub: str) -> Record:  # noqa: ANN401
 def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: ANN401 - a validate.Report
     """(regime under the row's leave-one-publication-out fit, log error in the group's orientation, publication, row)."""
     from infermeter.perfmodel.corpus import publication
-    from infermeter.perfmodel.serving import saturation
-    from infermeter.perfmodel.validate import deployment_for
+    from infermeter.perfmodel.validate import deployment_for, validation_regime
 
     out = []
     for r in report.results:
@@ -305,9 +318,7 @@ def records_of(report: Any) -> list[tuple[Regime, float, str, Any]]:  # noqa: AN
             continue
         row = r.row
         pub = publication(row)
-        d = deployment_for(row, report.refits[pub])
-        batch = saturation(d, row.input_tokens, row.output_tokens)[1] if row.scenario == "saturated" else (row.concurrency or 1)
-        reg = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+        reg = validation_regime(row, deployment_for(row, report.refits[pub]))
         out.append((reg, METRIC_GROUPS[row.metric][1] * math.log(row.value / r.predicted_lopo), pub, r))
     return out
 

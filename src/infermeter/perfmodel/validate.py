@@ -31,6 +31,7 @@ from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
+from infermeter.perfmodel.lengths import Lengths
 from infermeter.perfmodel.serving import at_concurrency, engine_of, saturation, static_batch
 from infermeter.perfmodel.uncertainty import Regime, regime_of
 
@@ -54,8 +55,13 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
 
 def validation_regime(row: Row, d: Deployment) -> Regime:
     """The interval regime (:mod:`perfmodel.uncertainty`) of ``row.metric`` for ``d`` under the row's scenario."""
-    batch = saturation(d, row.input_tokens, row.output_tokens)[1] if row.scenario == "saturated" else (row.concurrency or 1)
+    batch = saturation(d, row.input_tokens, row.output_tokens, *_dist(row))[1] if row.scenario == "saturated" else (row.concurrency or 1)
     return regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+
+
+def _dist(row: Row) -> tuple[Lengths, int | None]:
+    """The row's length distribution and, for a saturated run, the requests it sent (None: steady state)."""
+    return Lengths.of(row.lengths, row.input_tokens, row.output_tokens), row.setting("requests")
 
 
 def value_of(row: Row, d: Deployment) -> float:
@@ -64,8 +70,9 @@ def value_of(row: Row, d: Deployment) -> float:
     if row.metric == "prefill_tokens_per_s":
         return i / d.prefill_time(i, engine_of(d).max_batched_tokens)
     if row.scenario == "saturated" and row.metric == "output_tokens_per_s":
-        return saturation(d, i, o)[0]
-    e = static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch" else at_concurrency(d, i, o, row.concurrency or 1)
+        return saturation(d, i, o, *_dist(row))[0]
+    e = (static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch"
+         else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0]))
     if row.metric == "output_tokens_per_s":
         return e.output_tokens_per_s
     if row.metric == "ttft_ms":
