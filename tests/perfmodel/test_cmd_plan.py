@@ -178,3 +178,13 @@ def test_plan_mi300x_with_gpus_runs(app):
     res = run(app, "--model", "llama-3.1-8b", "--gpu", "mi300x", "--gpus", "8", "--json")
     assert res.exit_code == 0, res.output
     assert "already names" not in res.output
+
+
+def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plans_missed(cli):
+    moe = cli("plan", "--model", "deepseek-v3", "--dtype", "fp8", "--gpu", "8xh200:tp8", "--concurrency", "4")
+    assert moe.returncode == 0, moe.stderr
+    text = " ".join(moe.stdout.split())
+    assert "8xh200:tp8: unseen: no fitted publication measures" in text
+    assert "on MoE models no fit had seen" in text and "3 of 37" in text
+    dense = cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+    assert dense.returncode == 0 and "unseen" not in dense.stdout

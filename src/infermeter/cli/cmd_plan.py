@@ -129,10 +129,37 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
                   "(out-of-sample errors on published measurements, by regime; --json has the basis). Memory figures are computed.",
                   highlight=False)
     for p in plans:
+        note = _unseen_note(p)
+        if note:
+            con.print(f"[yellow]{escape(p['config'])}: unseen[/]: {escape(note)}", highlight=False)
+    for p in plans:
         if not p["fits"]:
             con.print(f"[bold red]{escape(p['config'])}: does not fit[/]: {escape(p['why_not'])}", highlight=False)
         for note in p["notes"]:
             con.print(f"[yellow]{escape(p['config'])}: note[/]: {escape(note)}", highlight=False)
+
+
+def _unseen_note(plan: dict[str, Any]) -> str | None:
+    """What a plan whose intervals rest on the 'unseen' band must say: no fitted publication measures its
+    combination, and (for an MoE model) how far such predictions missed on publications never seen
+    (docs/performance-model.md section 8, the second blind set)."""
+    basis = plan.get("interval_basis") or {}
+    figures = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
+    if not figures:
+        return None
+    text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
+            f"brackets of {', '.join(figures)} are borrowed from other combinations")
+    from infermeter.perfmodel.models import get_model
+
+    try:
+        moe = get_model(str(plan.get("model"))).experts > 1
+    except ConfigError:
+        moe = False
+    if moe:
+        text += ("; on MoE models no fit had seen (DeepSeek-V3/R1, Qwen3-235B-A22B), 37 published figures missed by "
+                 "a median 85% (throughput over-predicted, latency under-predicted, up to 10x) and 3 of 37 fell inside "
+                 "such brackets: measure or `infermeter calibrate` before relying on these figures")
+    return text
 
 
 _METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
