@@ -202,7 +202,6 @@ def test_a_large_body_pauses_reading_until_it_is_read(monkeypatch):
     asyncio.run(go())
 
 
-
 def test_a_small_head_read_together_with_a_large_body_is_not_taken_for_a_large_head():
     # a server that writes head and body at once can have both arrive in one read far larger than MAX_HEAD
     body = b"x" * (fasthttp.MAX_HEAD * 2)
