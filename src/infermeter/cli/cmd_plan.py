@@ -165,7 +165,9 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
 _METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
                  "prefill_tokens_per_s": "prompt tok/s"}
 _KIND_LABEL = {"in": "in-sample", "loo": "leave-one-out", "lopo": "leave-one-publication-out"}
-TARGETS = {"median": 0.10, "max": 0.35}  # issue 14: out of sample (leave-one-publication-out)
+# issue 29's bar for publications never fitted (it replaced issue 14's median <= 10 %, max <= 35 %): judged here on
+# the leave-one-publication-out figures, the corpus's stand-in for the next publication
+TARGETS = {"median": 0.12, "max": 0.60, "coverage_low": 0.70, "coverage_high": 0.90}
 
 
 def _num(v: float) -> str:
@@ -274,15 +276,19 @@ def _print_validation(report: Any, path: str) -> None:
         worst = report.worst(k, 1)[0]
         con.print(f"{_KIND_LABEL[k]}: median |error| {report.median_abs(k):.1%}, max {report.max_abs(k):.1%} ({worst.row.id})",
                   highlight=False)
-    if "lopo" in kinds:
-        ok = report.median_abs("lopo") <= TARGETS["median"] and report.max_abs("lopo") <= TARGETS["max"]
-        misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]
-        con.print(f"targets (leave-one-publication-out median <= {TARGETS['median']:.0%}, max <= {TARGETS['max']:.0%}): "
-                  + ("[green]met[/]" if ok else f"[red]NOT met[/] ({len(misses)} rows beyond {TARGETS['max']:.0%})"), highlight=False)
     _, cov = _row_intervals(report)
     if cov["rows"]:
         parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_basis"].items())
         con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
+    if "lopo" in kinds:
+        misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]
+        why = [f"median {report.median_abs('lopo'):.1%}"] if report.median_abs("lopo") > TARGETS["median"] else []
+        why += [f"{len(misses)} rows beyond {TARGETS['max']:.0%}"] if misses else []
+        if cov["rows"] and not TARGETS["coverage_low"] <= cov["inside"] <= TARGETS["coverage_high"]:
+            why.append(f"intervals hold {cov['inside']:.1%}")
+        con.print(f"targets (leave-one-publication-out median <= {TARGETS['median']:.0%}, max <= {TARGETS['max']:.0%}, "
+                  f"80% intervals holding {TARGETS['coverage_low']:.0%}-{TARGETS['coverage_high']:.0%} of rows): "
+                  + ("[green]met[/]" if not why else f"[red]NOT met[/] ({'; '.join(why)})"), highlight=False)
 
 
 _PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests")
