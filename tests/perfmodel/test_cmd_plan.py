@@ -185,6 +185,6 @@ def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plan
     assert moe.returncode == 0, moe.stderr
     text = " ".join(moe.stdout.split())
     assert "8xh200:tp8: unseen: no fitted publication measures" in text
-    assert "on MoE models no fit had seen" in text and "3 of 37" in text
+    assert "on MoE models no fit had seen (37 published figures" in text and "3 of 37 fell inside" in text
     dense = cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
     assert dense.returncode == 0 and "unseen" not in dense.stdout

@@ -142,23 +142,28 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
 def _unseen_note(plan: dict[str, Any]) -> str | None:
     """What a plan whose intervals rest on the 'unseen' band must say: no fitted publication measures its
     combination, and (for an MoE model) how far such predictions missed on publications never seen
-    (docs/performance-model.md section 8, the second blind set)."""
+    (``data/blind-scores.yaml``, scored from the blind set by ``perfmodel.blindscore``)."""
     basis = plan.get("interval_basis") or {}
     figures = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
     if not figures:
         return None
     text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
             f"brackets of {', '.join(figures)} are borrowed from other combinations")
+    from infermeter.perfmodel import blindscore
     from infermeter.perfmodel.models import get_model
 
     try:
         moe = get_model(str(plan.get("model"))).experts > 1
     except ConfigError:
         moe = False
-    if moe:
-        text += ("; on MoE models no fit had seen (DeepSeek-V3/R1, Qwen3-235B-A22B), 37 published figures missed by "
-                 "a median 85% (throughput over-predicted, latency under-predicted, up to 10x) and 3 of 37 fell inside "
-                 "such brackets: measure or `infermeter calibrate` before relying on these figures")
+    shipped = blindscore.load()
+    score = ((shipped or {}).get("scores") or {}).get("moe") if moe else None
+    if score and score.get("rows") and score.get("median_abs_error") is not None:
+        text += (f"; on MoE models no fit had seen ({score['rows']} published figures, "
+                 f"{(shipped or {}).get('source', 'the blind set')}), this model missed by a median "
+                 f"{score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and {score['inside']} of "
+                 f"{score['rows']} fell inside such brackets: measure or `infermeter calibrate` before relying on "
+                 "these figures")
     return text
 
 

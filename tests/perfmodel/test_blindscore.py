@@ -1,0 +1,31 @@
+"""The shipped blind-set figures (data/blind-scores.yaml) are a fresh scoring of the blind file by the shipped model."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from infermeter.perfmodel import blindscore
+from infermeter.perfmodel.models import get_model
+
+BLIND = Path(__file__).resolve().parents[1] / "data" / "published-measurements-blind2.csv"
+
+
+def test_the_shipped_blind_scores_are_a_fresh_scoring_of_the_blind_file(cli):
+    shipped = blindscore.load()
+    assert shipped is not None and shipped["source"] == "tests/data/published-measurements-blind2.csv"
+    p = cli("plan", "--validate", str(BLIND), "--holdout", "none", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["rows"]
+    models = {r["id"]: r["model"] for r in csv.DictReader(BLIND.open())}
+    fresh = blindscore.summarize(rows, [get_model(models[r["id"]]).experts > 1 for r in rows])
+    assert fresh == shipped["scores"], "stale: regenerate data/blind-scores.yaml (perfmodel/blindscore.py)"
+    assert fresh["moe"]["rows"] + fresh["dense"]["rows"] == len(rows) == 61
+
+
+def test_summarize_splits_by_class_and_counts_what_fell_inside():
+    rows = [{"error": 0.5, "inside": False}, {"error": -2.0, "inside": False}, {"error": -0.1, "inside": True}]
+    s = blindscore.summarize(rows, [True, True, False])
+    assert s["moe"] == {"rows": 2, "median_abs_error": 1.25, "max_abs_error": 2.0, "inside": 0}
+    assert s["dense"] == {"rows": 1, "median_abs_error": 0.1, "max_abs_error": 0.1, "inside": 1}
