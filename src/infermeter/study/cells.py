@@ -72,6 +72,12 @@ class CellResult:
     notes: list[str] = field(default_factory=list)  # what the cell's run says about itself (a search stopped ...)
 
     @property
+    def saturation_valid(self) -> bool:
+        """Whether the saturation step's run was judged valid (cells written before the field count as valid):
+        an invalid one is shown flagged, never ranked, priced or named a leader, and checks no claim."""
+        return (self.saturation or {}).get("valid", True) is not False
+
+    @property
     def key(self) -> tuple[str, str]:
         return (self.config, self.profile)
 

@@ -128,7 +128,7 @@ def _study_figure(metric: str, cells: list[Any], label: str | None) -> tuple[flo
         if metric == "ttft_ms" and ttft:
             return ttft, f"{c.source}, {c.profile}, TTFT p50 one request at a time"
         out = (c.saturation or {}).get("output_tokens_per_s")
-        if metric == "output_tokens_per_s" and out and (c.saturation or {}).get("valid", True) is not False:
+        if metric == "output_tokens_per_s" and out and c.saturation_valid:
             return out, f"{c.source}, {c.profile}, output tokens/s at saturation"
     return None, None
 
@@ -199,7 +199,7 @@ def _saturation_ratio(cells: list[Any], fast: str, base: str, profile: str) -> f
     def out(label: str) -> float | None:
         for c in cells:
             if c.config == label and c.profile == profile and not getattr(c, "unavailable", None):
-                if (c.saturation or {}).get("valid", True) is False:
+                if not c.saturation_valid:
                     return None  # a saturation run judged invalid checks no claim
                 v = (c.saturation or {}).get("output_tokens_per_s")
                 return float(v) if v else None

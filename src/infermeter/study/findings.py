@@ -127,7 +127,7 @@ def _lead(w: _Writer, key: str, a: CellResult, b: CellResult) -> tuple[str, list
 
 def _throughput(w: _Writer, profile: str) -> None:
     # a saturation figure from a run judged invalid is not ranked (study/tables.py): no leader, no lowest
-    cs = [c for c in w.comparable(profile, "sat_out") if (c.saturation or {}).get("valid", True) is not False]
+    cs = [c for c in w.comparable(profile, "sat_out") if c.saturation_valid]
     if len(cs) < 2:
         return
     a, b, last = cs[0], cs[1], cs[-1]

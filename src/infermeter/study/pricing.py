@@ -139,7 +139,7 @@ def price_cell(cell: CellResult, price: Price | str, study: StudyConfig) -> Cell
                           basis=basis_text)
         return compute_cost(price, tp, subject, overhead=study.pricing.overhead, utilization=study.pricing.utilization)
 
-    if block is cell.saturation and (block or {}).get("valid", True) is False:
+    if block is cell.saturation and not cell.saturation_valid:
         # a saturation figure from a run judged invalid is shown flagged, never ranked (study/tables.py): no price basis
         reasons = "; ".join((block or {}).get("invalid_reasons") or []) or "see its run"
         return CellCost(cell, basis, None, None, comparable,

@@ -31,11 +31,6 @@ def band_row(profile: str, i: int) -> str:
     return f"{profile} · band {i + 1}"
 
 
-def saturation_valid(c: CellResult) -> bool:
-    """Whether the cell's saturation step was judged valid (cells written before the field count as valid)."""
-    return (c.saturation or {}).get("valid", True) is not False
-
-
 def _flag(c: CellResult) -> str | None:
     return "simulated" if c.source == "simulated" else None
 
@@ -56,7 +51,7 @@ def ranking_tables(study: StudyConfig, cells: list[CellResult], prices: StudyPri
     for profile in study.profiles:
         cs = [c for c in cells if c.profile == profile]
         # a saturation figure from a run judged invalid is shown (flagged) but never ranked against valid ones
-        comp = [c for c in cs if prices.cost[c.key].comparable and saturation_valid(c)]
+        comp = [c for c in cs if prices.cost[c.key].comparable and c.saturation_valid]
         ranked = sorted(comp, key=lambda c: -(c.saturation.get("output_tokens_per_s") or 0.0))
         ranked += [c for c in cs if c not in comp]
         lead = ranked[0].saturation.get("output_tokens_per_s") if comp else None
@@ -68,14 +63,14 @@ def ranking_tables(study: StudyConfig, cells: list[CellResult], prices: StudyPri
             share = tps / lead if (tps is not None and lead and c in comp) else None
             if c in comp:
                 rank = Cell.num(i + 1)
-            elif not saturation_valid(c):
+            elif not c.saturation_valid:
                 rank = Cell.text("not ranked (saturation run invalid: "
                                  f"{'; '.join(c.saturation.get('invalid_reasons') or []) or 'see its run'})", flag="invalid")
             else:
                 rank = Cell.text("not ranked (other model)")
             cost_rank = Cell.num(by_cost.index(c) + 1) if c in by_cost else Cell.text(None)
             sat = _m("sat_out", c, prices)
-            if not saturation_valid(c):
+            if not c.saturation_valid:
                 sat = Cell(sat.display, sat.value, flag="invalid")
             rows.append([rank, Cell.text(c.config), _src(c), sat, Cell.pct(share),
                          _m("cap_rps", c, prices), _m(vkey, c, prices), cost_rank])
