@@ -234,9 +234,10 @@ def allocate_tokens(char_lens: list[int], total: int) -> list[int]:
         return []
     if total <= n:
         return [1] * n
-    csum = sum(max(c, 0) for c in char_lens)
-    weights = [max(c, 0) for c in char_lens] if csum else [1] * n
-    wsum = csum or n
+    weights = [max(c, 0) for c in char_lens]
+    wsum = sum(weights)
+    if wsum == 0:
+        weights, wsum = [1] * n, n
     shares = [total * w / wsum for w in weights]
     base = [int(s) for s in shares]
     left = total - sum(base)
