@@ -40,6 +40,17 @@ def summarize(rows: Sequence[dict[str, Any]], moe: Sequence[bool]) -> dict[str, 
     return out
 
 
+def moe_flags(rows: Sequence[dict[str, Any]], csv_path: Path | str) -> list[bool]:
+    """For each validated row (its ``id``), whether the model the CSV names for it has more than one expert."""
+    import csv
+
+    from infermeter.perfmodel.models import get_model
+
+    with open(csv_path, newline="") as fh:
+        models = {r["id"]: r["model"] for r in csv.DictReader(fh)}
+    return [get_model(models[r["id"]]).experts > 1 for r in rows]
+
+
 def load() -> dict[str, Any] | None:
     """The shipped blind-set figures (None when the file is absent or unreadable)."""
     try:
@@ -60,22 +71,16 @@ def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any
 
 def main() -> None:
     """Rescore the blind file with the installed ``infermeter`` and rewrite :data:`SCORES` (run from the repository)."""
-    import csv
     import json
     import subprocess
     import sys
-
-    from infermeter.perfmodel.models import get_model
 
     source = "tests/data/published-measurements-blind2.csv"
     args = ["plan", "--validate", source, "--holdout", "none", "--json"]
     script = Path(sys.executable).with_name("infermeter")
     out = subprocess.run([str(script), *args], capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)["rows"]
-    with open(source, newline="") as fh:
-        models = {r["id"]: r["model"] for r in csv.DictReader(fh)}
-    write(SCORES, source, "infermeter " + " ".join(args),
-          summarize(rows, [get_model(models[r["id"]]).experts > 1 for r in rows]))
+    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)))
 
 
 if __name__ == "__main__":
