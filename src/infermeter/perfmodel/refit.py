@@ -1,0 +1,76 @@
+"""Refit the shipped performance model from the corpus: one command for every derived data file.
+
+Promise: ``python -m infermeter.perfmodel.refit [CSV]`` (run from the repository's root, the
+corpus ``tests/data/published-measurements.csv`` by default) rewrites, in order and each in a
+fresh process so that every step loads what the previous one wrote:
+
+1. the ``fitted:`` and ``fitted_engines:`` blocks of ``data/calibration.yaml``
+   (``python -m infermeter.perfmodel.fit``), the hand-written parts of the file kept byte for byte;
+2. its ``uncertainty:`` block (``python -m infermeter.perfmodel.uncertainty``: leave-one-publication-out
+   and leave-one-combination-out, the slow step: minutes);
+3. ``data/paired-errors.yaml`` (``python -m infermeter.perfmodel.paired``);
+4. ``data/blind-scores.yaml`` (``python -m infermeter.perfmodel.blindscore``).
+
+Tests compare each of these against a fresh derivation, so a refit that skips one fails them. The
+golden twin summaries (``tests/twin``) are not rewritten here: their test says how. :func:`splice`
+is the text surgery, on its own so it can be tested::
+
+    >>> splice("a: 1\\nfitted:\\n  - old\\n\\n# c\\nuncertainty:\\n  x\\n", "fitted:\\n  - new\\n", "fitted:", "# c")
+    'a: 1\\nfitted:\\n  - new\\n\\n# c\\nuncertainty:\\n  x\\n'
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from infermeter.errors import DataError
+from infermeter.perfmodel.hardware import DATA_DIR
+
+CALIBRATION = DATA_DIR / "calibration.yaml"
+PAIRED = DATA_DIR / "paired-errors.yaml"
+UNCERTAINTY_COMMENT = "# Prediction intervals"
+
+
+def splice(text: str, block: str, start: str, end: str | None) -> str:
+    """``text`` with the lines from the one that starts with ``start`` up to (not including) the one
+    that starts with ``end`` (or to the end of the text) replaced by ``block`` plus one blank line."""
+    lines = text.splitlines(keepends=True)
+    try:
+        i = next(n for n, ln in enumerate(lines) if ln.startswith(start))
+    except StopIteration:
+        raise DataError(f"{CALIBRATION}: no line starts with {start!r}") from None
+    j = len(lines)
+    if end is not None:
+        try:
+            j = next(n for n, ln in enumerate(lines) if n > i and ln.startswith(end))
+        except StopIteration:
+            raise DataError(f"{CALIBRATION}: no line starts with {end!r} after {start!r}") from None
+    body = block if block.endswith("\n") else block + "\n"
+    return "".join(lines[:i]) + body + ("\n" if end is not None else "") + "".join(lines[j:])
+
+
+def _run(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=True).stdout
+
+
+def main(argv: list[str]) -> int:
+    csv = argv[0] if argv else "tests/data/published-measurements.csv"
+    if not Path(csv).is_file():
+        raise DataError(f"{csv}: no such corpus file (run from the repository's root)")
+    fitted = _run("infermeter.perfmodel.fit", csv)
+    CALIBRATION.write_text(splice(CALIBRATION.read_text(), fitted, "fitted:", UNCERTAINTY_COMMENT))
+    sys.stderr.write(f"refit: fitted blocks -> {CALIBRATION}\n")
+    unc = _run("infermeter.perfmodel.uncertainty", csv)
+    CALIBRATION.write_text(splice(CALIBRATION.read_text(), unc, "uncertainty:", None))
+    sys.stderr.write(f"refit: uncertainty block -> {CALIBRATION}\n")
+    PAIRED.write_text(_run("infermeter.perfmodel.paired", csv))
+    sys.stderr.write(f"refit: {PAIRED}\n")
+    _run("infermeter.perfmodel.blindscore")
+    sys.stderr.write("refit: blind scores rewritten\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
