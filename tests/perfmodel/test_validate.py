@@ -39,7 +39,7 @@ def test_at_least_thirty_new_rows_carry_their_provenance(corpus):
     assert len(new) >= 30
     for r in new:
         assert r.source_url.startswith("https://"), r.id
-        assert r.date[:4].isdigit() and r.conditions, r.id
+        assert r.conditions and (r.date[:4].isdigit() or "date not stated" in r.conditions), r.id  # a date, or say there is none
         assert r.engine_version or "not stated" in r.conditions, r.id
     # every column of the original file is kept, and the provenance columns are added
     header = CSV.read_text().splitlines()[0].split(",")
