@@ -187,8 +187,10 @@ def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plan
     text = " ".join(moe.stdout.split())
     assert "8xh200:tp8: unseen: no fitted publication measures" in text
     moe_scores = blindscore.load()["scores"]["moe"]  # the figures the blind set gave (data/blind-scores.yaml)
+    if moe_scores["unseen"]["rows"] >= 5:
+        moe_scores = moe_scores["unseen"]
     n = moe_scores["rows"]
-    assert f"on MoE models no fit had seen ({n} published figures" in text
+    assert "on MoE models in publications no fit had seen" in text and f"{n} published figures" in text
     assert f"{moe_scores['inside']} of {n} fell inside" in text and f"a median {moe_scores['median_abs_error']:.0%}" in text
     dense = cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
     assert dense.returncode == 0 and "unseen" not in dense.stdout

@@ -155,15 +155,19 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
     try:
         moe = get_model(str(plan.get("model"))).experts > 1
     except ConfigError:
-        moe = False
-    shipped = blindscore.load()
-    score = ((shipped or {}).get("scores") or {}).get("moe") if moe else None
-    if score and score.get("rows") and score.get("median_abs_error") is not None:
-        text += (f"; on MoE models no fit had seen ({score['rows']} published figures, "
-                 f"{(shipped or {}).get('source', 'the blind set')}), this model missed by a median "
-                 f"{score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and {score['inside']} of "
-                 f"{score['rows']} fell inside such brackets: measure or `infermeter calibrate` before relying on "
-                 "these figures")
+        return text
+    shipped = blindscore.load() or {}
+    cls = ((shipped.get("scores") or {}).get("moe" if moe else "dense")) or {}
+    score, which = cls.get("unseen") or {}, "on this band"
+    if (score.get("rows") or 0) < 5:  # too few blind rows on the band: the class's figures, whatever their band
+        score, which = cls, "whatever their band"
+    if score.get("rows") and score.get("median_abs_error") is not None:
+        text += (f"; on {'MoE' if moe else 'dense'} models in publications no fit had seen "
+                 f"({shipped.get('source', 'the blind set')}: {score['rows']} published figures {which}), this model "
+                 f"missed by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
+                 f"{score['inside']} of {score['rows']} fell inside their brackets")
+        if score["inside"] < 0.7 * score["rows"]:
+            text += ": measure or `infermeter calibrate` before relying on these figures"
     return text
 
 
