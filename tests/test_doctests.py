@@ -1,0 +1,98 @@
+"""The ``>>>`` examples in infermeter's docstrings are contracts: every one runs here, one test per module.
+
+Each module's examples run with ``doctest`` (ELLIPSIS and NORMALIZE_WHITESPACE, as the docstrings are written) in
+a scratch folder that holds the run folders they name (``results/demo``, ``results/sweep``, ``a``/``b`` ...),
+with the objects they take as given (``run``, ``leaves``, ``costs``, ``content``, ``study``, ``cells``, ``prices``,
+``soaks`` ...) in their namespace: :func:`_world` builds them once, from small synthetic records (no server, no
+network). A module whose import needs an optional extra that is not installed is skipped, naming the extra.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import doctest
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import infermeter
+
+HERE = Path(__file__).parent
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+MODULES = sorted(m.name for m in pkgutil.walk_packages(infermeter.__path__, "infermeter."))
+TODAY = dt.date(2026, 11, 30)
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    """A sibling test module by path (tests run with --import-mode=importlib: conftests are not importable)."""
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def _examples(name: str) -> list[doctest.DocTest]:
+    try:
+        mod = importlib.import_module(name)
+    except ImportError as exc:  # an optional extra (ray, pynvml, transformers ...) is not installed
+        pytest.skip(f"{name} needs a package that is not installed ({exc}); its examples are not run")
+    return [t for t in doctest.DocTestFinder(exclude_empty=True).find(mod, name) if t.examples]
+
+
+HAS_EXAMPLES = []
+for _name in MODULES:
+    try:
+        _mod = importlib.import_module(_name)
+    except ImportError:
+        HAS_EXAMPLES.append(_name)  # collected, then skipped with its reason
+        continue
+    if any(t.examples for t in doctest.DocTestFinder(exclude_empty=True).find(_mod, _name)):
+        HAS_EXAMPLES.append(_name)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return _world(tmp_path_factory.mktemp("doctests"))
+
+
+def _world(root: Path) -> tuple[Path, dict[str, Any]]:
+    """The run folders and objects the examples name, built once in ``root`` (their working directory)."""
+    rep = _load("infermeter_tests_report_conftest", HERE / "report" / "conftest.py")
+    kit = _load("infermeter_tests_study_conftest", HERE / "study" / "conftest.py")
+    write_run, write_sweep = rep.write_run, rep.write_sweep
+
+    write_run(root / "results" / "demo", label="demo", n=200)
+    write_sweep(root / "results" / "sweep", [5.0, 10.0, 20.0], label="sweep")
+    write_run(root / "results" / "a100", label="a100", hardware="a100-80gb", ttft_s=0.25, tpot_s=0.03, seed=1)
+    write_run(root / "results" / "h100", label="h100", hardware="h100-sxm", seed=2)
+    write_run(root / "a", label="a", seed=3)
+    write_run(root / "b", label="b", seed=4)
+    write_run(root / "steps" / "1", label="steps", seed=5, rate=40.0, n=600)
+    (root / "tests").mkdir()
+    (root / "tests" / "data").symlink_to(HERE / "data")  # the corpus the perfmodel examples read
+    ns: dict[str, Any] = {}
+    return root, ns
+
+
+@pytest.mark.parametrize("name", HAS_EXAMPLES)
+def test_docstring_examples(name: str, world: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, ns = world
+    monkeypatch.chdir(root)
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    out: list[str] = []
+    for test in _examples(name):
+        test.globs.update(ns)
+        runner.run(test, out=out.append)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, "".join(out)
