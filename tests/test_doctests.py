@@ -28,6 +28,8 @@ HERE = Path(__file__).parent
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 MODULES = sorted(m.name for m in pkgutil.walk_packages(infermeter.__path__, "infermeter."))
 TODAY = dt.date(2026, 11, 30)
+# modules whose examples need an optional extra that they import only when called: (package, extra)
+NEEDS = {"infermeter.report.history": ("duckdb", "report")}
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -82,13 +84,45 @@ def _world(root: Path) -> tuple[Path, dict[str, Any]]:
     (root / "tests").mkdir()
     (root / "tests" / "data").symlink_to(HERE / "data")  # the corpus the perfmodel examples read
     ns: dict[str, Any] = {}
+    ns.update(_report(root))
     return root, ns
+
+
+def _report(root: Path) -> dict[str, Any]:
+    """What the report modules' examples take as given: three runs loaded, aggregated and priced as
+    ``build_report`` does (``runs``, ``leaves``, ``costs``, ``content``), the first one's aggregates
+    (``run``, ``aggregates``) and per-request metrics (``metrics``)."""
+    from infermeter.analysis.prices import PriceOptions
+    from infermeter.report.aggregate import aggregate_run, read_requests
+    from infermeter.report.build import ReportOptions, build_content
+    from infermeter.report.pricing import price_runs
+    from infermeter.report.rundir import load_run_dirs
+
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        runs = load_run_dirs(["results/demo", "results/a100", "results/h100"])
+        leaves = [leaf for r in runs for leaf in r.leaves()]
+        aggs = [(leaf, aggregate_run(leaf)) for leaf in leaves]
+        options = ReportOptions(price_options=PriceOptions(provider="lambda"), today=TODAY,
+                                now=dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc))
+        costs, notes = price_runs(leaves, options.price_options, options.today)
+        content = build_content(runs, aggs, costs, notes, options)
+        run, aggregates = aggs[0]
+        return {"runs": runs, "leaves": leaves, "costs": costs, "content": content, "run": run,
+                "aggregates": aggregates, "metrics": read_requests(run)}
+    finally:
+        os.chdir(cwd)
 
 
 @pytest.mark.parametrize("name", HAS_EXAMPLES)
 def test_docstring_examples(name: str, world: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     root, ns = world
+    if name in NEEDS and importlib.util.find_spec(NEEDS[name][0]) is None:
+        pytest.skip(f"{name}: its examples need {NEEDS[name][0]} (the {NEEDS[name][1]!r} extra), not installed")
     monkeypatch.chdir(root)
+    # a history database of this test's own (the suite-wide one is shared with every test on this worker)
+    monkeypatch.setenv("INFERMETER_HISTORY_DB", str(root / f"history-{name}.duckdb"))
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     out: list[str] = []
     for test in _examples(name):
