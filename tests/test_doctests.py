@@ -14,7 +14,6 @@ import doctest
 import importlib
 import importlib.util
 import os
-import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +25,9 @@ import infermeter
 
 HERE = Path(__file__).parent
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-MODULES = sorted(m.name for m in pkgutil.walk_packages(infermeter.__path__, "infermeter."))
+PACKAGE = Path(infermeter.__path__[0])
+MODULES = sorted(".".join(["infermeter", *p.relative_to(PACKAGE).with_suffix("").parts]).removesuffix(".__init__")
+                 for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 TODAY = dt.date(2026, 11, 30)
 # modules whose examples need an optional extra that they import only when called: (package, extra)
 NEEDS = {"infermeter.report.history": ("duckdb", "report")}
@@ -57,7 +58,7 @@ def _examples(name: str) -> list[doctest.DocTest]:
 def _has_examples(name: str) -> bool:
     """Whether the module's source holds a ``>>>`` (read as text: collection imports no module). The ``.py``
     file is found by name, so a module compiled in place (``make fast``) is still read."""
-    base = Path(infermeter.__path__[0]).joinpath(*name.split(".")[1:])
+    base = PACKAGE.joinpath(*name.split(".")[1:])
     source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
     return source.is_file() and ">>>" in source.read_text(encoding="utf-8")
 
