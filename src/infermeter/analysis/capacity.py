@@ -1,9 +1,17 @@
 """Capacity: replicas for a daily volume, fleet cost, break-even bands and the best value per profile.
 
+    >>> # peak 23.15 req/s over 8 usable req/s per replica (10 x (1 - 0.2)), rounded up:
     >>> replicas_needed(1_000_000, capacity_rps=10.0, peak_factor=2.0, headroom=0.2)
-    3                      # peak 23.15 req/s over 8 usable req/s per replica (10 x (1 - 0.2)), rounded up
-    >>> sizing = size(candidate, requests_per_day=2_000_000, peak_factor=1.5, headroom=0.2)
+    3
+    >>> candidates = candidates_from([       # a replica's capacity: here each plan's predicted request rate
+    ...     cost_for_throughput("4xa100-80gb:tp4", 1000.0, 2000.0, 4.0, options=PriceOptions(price_per_hour=16.0)),
+    ...     cost_for_throughput("2xh100-sxm:tp2", 1600.0, 3200.0, 6.4, options=PriceOptions(price_per_hour=12.0))])
+    >>> sizing = size(candidates[0], requests_per_day=2_000_000, peak_factor=1.5, headroom=0.2)
+    >>> sizing.replicas, sizing.usd_per_month     # ceil(34.7 req/s peak / 3.2 usable) = 11 x $16/h x 720 h
+    (11, 126720.0)
     >>> bands = break_even(candidates, low=100_000, high=50_000_000, peak_factor=1.5, headroom=0.2)
+    >>> [(b.winner, b.low, b.high) for b in bands.bands]      # cheaper per request at every volume
+    [('2xh100-sxm:tp2 [predicted]', 100000, 50000000)]
 
 Rules:
 - A replica is one deployment of the configuration that was measured or planned (e.g. all of

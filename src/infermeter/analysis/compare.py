@@ -11,11 +11,13 @@ and pass, while a real slowdown fails. A relative change smaller than
 output length makes the interval of the throughput almost zero-wide, and a
 0.2 % difference in run length is not a finding::
 
-    >>> base = per_request_metrics(pq.read_table("a/requests.parquet", columns=READ_COLUMNS))
-    >>> cand = per_request_metrics(pq.read_table("b/requests.parquet", columns=READ_COLUMNS))
+    >>> import pyarrow.parquet as pq          # a/ and b/: two runs of the same system
+    >>> base = per_request_metrics(pq.read_table("a/requests.parquet", columns=list(READ_COLUMNS)))
+    >>> cand = per_request_metrics(pq.read_table("b/requests.parquet", columns=list(READ_COLUMNS)))
     >>> result = compare_runs(base, cand, base_duration_s=60, cand_duration_s=60,
     ...                       threshold=0.05, rng=np.random.default_rng(0))
     >>> result.regressed          # True -> the CLI exits 1
+    False
 
 Per-request metrics come from :mod:`infermeter.analysis.metrics` (measure-phase
 requests; latencies of ``ok`` requests only, like ``summary.json``): TTFT =

@@ -4,7 +4,9 @@
     >>> r = compute_cost(price, Throughput(output_tokens_per_s=1000, input_tokens_per_s=0, requests_per_s=4))
     >>> round(r.usd_per_1m_output_tokens, 2)                     # 16.28 / (1000 * 3600) * 1e6
     4.52
-    >>> cost_for_throughput("2xh100-sxm", 2400.0, 4800.0, 9.5, provider="lambda").usd_per_1m_requests
+    >>> r = cost_for_throughput("2xh100-sxm", 2400.0, 4800.0, 9.5, provider="lambda")
+    >>> r.price.provider, round(r.usd_per_1m_requests, 2)        # 2 x $3.99 / (9.5 * 3600) * 1e6
+    ('lambda', 233.33)
 
 Formulas, with H = hourly price x (1 + overhead) and every rate multiplied by the average
 utilization U (the share of measured capacity production traffic really uses):

@@ -1,8 +1,12 @@
 """Price catalog: dated hourly prices per provider and instance, overrides, and the price of a configuration.
 
+    >>> from infermeter.perfmodel.configspec import parse_config
     >>> catalog = load_catalog()                       # packaged data/prices.yaml
     >>> price = resolve_price(parse_config("4xa100-80gb:tp4"), PriceOptions(provider="azure"), catalog)
-    >>> price.usd_per_hour, price.date_text            # (16.384, '2026-...') or similar
+    >>> price.instance, price.billing, price.usd_per_hour    # 4 of an 8-GPU instance's GPUs, per GPU-hour
+    ('Standard_ND96amsr_A100_v4', 'per-gpu', 16.385)
+    >>> price.date_text                                # a date, or a note saying why there is none
+    'undated (SkyPilot legacy v6 catalog, commit 098741e7)'
     >>> resolve_price(parse_config("4xa100-80gb"), PriceOptions(price_per_hour=16.28)).usd_per_hour
     16.28
 

@@ -6,10 +6,13 @@ numpy arrays, and returns latency distributions (CDF points and a histogram)
 and time series; memory is a few arrays per column and no Python object is
 made per request, so 10M records take seconds::
 
-    >>> agg = aggregate_run(load_run_dir("results/demo"))
-    >>> agg.distributions["ttft_ms"].cdf[-1]     # (max TTFT in ms, 1.0)
+    >>> from infermeter.report.rundir import load_run_dir
+    >>> agg = aggregate_run(load_run_dir("results/demo"))      # a run with server and GPU telemetry
+    >>> ttft_max, level = agg.distributions["ttft_ms"].cdf[-1]   # the last CDF point: (max TTFT in ms, 1.0)
+    >>> level
+    1.0
     >>> [s.key for s in agg.signals]
-    ['request_rate', 'token_rate', 'in_flight', 'ttft_p95', 'kv_cache', 'queue']
+    ['request_rate', 'token_rate', 'in_flight', 'ttft_p95', 'kv_cache', 'queue', 'gpu_temperature', 'gpu_power']
 
 CDF points: the nearest-rank quantiles at ``CDF_LEVELS``. Histogram: 40 bins
 over [min, max], log-spaced when max/min > 10; each bin holds the share of

@@ -12,11 +12,11 @@ measure different things; :func:`run_sql` runs a query with a
 ``run_id`` column) beside ``runs``::
 
     >>> index_run("results/demo")                       # after every `infermeter run`
-    ['/home/me/results/demo']
-    >>> [r["label"] for r in list_runs(model="llama-3-8b", since=parse_when("7d"))]
+    ['/.../results/demo']
+    >>> [r["label"] for r in list_runs(model="llama-3-8b", since=parse_when("2025-01-01"))]  # or "7d", "12h"
     ['demo']
     >>> run_sql("SELECT run_id, count(*) FROM requests GROUP BY 1")
-    (['run_id', 'count_star()'], [('/home/me/results/demo', 200)])
+    (['run_id', 'count_star()'], [('/.../results/demo', 200)])
 
 DuckDB is the ``report`` extra; without it these functions raise
 :class:`infermeter.errors.UserError` saying how to install it.

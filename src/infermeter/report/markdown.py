@@ -11,9 +11,10 @@ result files is escaped (``|``, ``<``, backslashes, line breaks, a leading
 raw, unformatted CSV columns::
 
     >>> print(render_markdown(content).splitlines()[0])
-    # infermeter report: 3 runs
-    >>> summary_rows(leaves, costs)[0]["ttft_ms_p95"]
-    181.2
+    # infermeter report: 3 run(s)
+    >>> row = summary_rows(leaves, costs)[0]                # raw numbers: not rounded, not formatted
+    >>> row["label"], row["ttft_ms_p95"]
+    ('demo', 261.7634115197597)
 """
 
 from __future__ import annotations

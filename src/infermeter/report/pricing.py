@@ -7,9 +7,10 @@ cannot be priced (no hardware, unknown GPU, zero throughput, or no cost
 module) gets a :class:`RunCost` with ``result=None`` and the reason, shown as
 "no price" in the report, never as zero::
 
+    >>> from infermeter.analysis.prices import PriceOptions
     >>> costs, notes = price_runs(leaves, PriceOptions(provider="lambda"))
-    >>> costs[0].usd_per_1m_output, costs[0].reason
-    (1.91, None)
+    >>> costs[0].run.label, costs[0].result.price.usd_per_hour, round(costs[0].usd_per_1m_output, 2), costs[0].reason
+    ('demo', 3.99, 0.66, None)
 
 Break-even (:func:`break_even`): monthly cost of serving V output tokens per
 month on a configuration is ceil(V / capacity) x $/month, with capacity = the

@@ -7,7 +7,7 @@ error rate as a fraction shown in %), so a test can read a value back from
 ``report.md`` and find it in ``summary.json``::
 
     >>> [t.title for t in run_tables(leaves)]
-    ['Runs', 'Throughput', 'Latency: TTFT (ms)', ..., 'Validity']
+    ['Runs', 'Throughput', 'Latency: TTFT (ms)', ..., 'Validity', 'Server metrics']
 
 Invalid runs carry ``flag="invalid"`` on their name cell; simulated runs
 ``flag="simulated"`` on their source cell.

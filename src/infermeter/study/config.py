@@ -9,7 +9,7 @@ completed with flags on top::
     ... slo: {ttft_ms: 2000}
     ... ''', "study.yaml")
     >>> [c.label for c in cfg.configurations], cfg.profiles
-    (['h100-sxm', 'a100-40gb'], ['chat', 'classification', 'code'])
+    (['h100-sxm', 'a100-40gb'], ('chat', 'classification', 'code'))
     >>> cfg.load.kind, cfg.slo.percentile
     ('sweep', 'p95')
 

@@ -5,8 +5,11 @@ configurations, ``--target CONFIG=URL`` attaches to the configuration it names, 
 ``--rate`` ...); :func:`study_source` picks the file, the built-in example, or flags alone::
 
     >>> data, where, text = study_source(None, "seed-003", [])
-    >>> merge_flags(data, {"profile": ["chat"], "price": ["h100-lambda=4.5"]})["profiles"]
-    ['chat']
+    >>> where
+    'the built-in example seed-003'
+    >>> merged = merge_flags(data, {"profile": ["chat"], "price": ["h100 (lambda)=4.5"]})  # NAME=USD per hour
+    >>> merged["profiles"], merged["configurations"][0]["name"], merged["configurations"][0]["price_per_hour"]
+    (['chat'], 'h100 (lambda)', 4.5)
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ cell shown in the table::
 
     >>> METRIC["sat_out"].title
     'Output tokens/s at saturation'
-    >>> t = matrix_table(METRIC["sat_out"], study, cells, prices)
-    >>> t.rows[0][1].display
-    '4,187 (sim.)'
+    >>> configs = [c.label for c in study.configurations]
+    >>> t = matrix_table(METRIC["sat_out"], configs, list(study.profiles), cells, prices)
+    >>> t.rows[0][0].display, t.rows[0][1].display   # row h200, column chat: 4,187 tok/s, simulated: 3 s.f.
+    ('h200', '4,190 (sim.)')
 
 Rows are configurations (study order), columns profiles; ``(sim.)`` / ``(meas.)`` after a value says
 whether it was simulated by the twin or measured on an endpoint; simulated values have 3 significant

@@ -7,9 +7,12 @@ steady window ``[a, b)``: ``a`` = the send time of request ``C + 1`` (the first 
 second round: the burst is over), ``b`` = the last send (until then every stream had a request
 in flight)::
 
-    >>> s = steady_throughput(pq.read_table("steps/1/requests.parquet"), concurrency=256)
-    >>> s.output_tokens_per_s, s.window_s, s.method
-    (4187.3, 117.2, 'steady window')
+    >>> sent = np.repeat(np.arange(10) * 1.08, 8)      # 8 streams in lock step, 10 rounds; each request:
+    >>> records = pa.table({"sent_at": sent, "first_token_at": sent + 0.1, "ended_at": sent + 1.08,  # 50 tokens
+    ...                     "outcome": ["ok"] * 80, "completion_tokens": [50] * 80, "prompt_tokens": [200] * 80})
+    >>> s = steady_throughput(records, concurrency=8)   # (a real run: pq.read_table("steps/1/requests.parquet"))
+    >>> round(s.output_tokens_per_s, 1), round(s.window_s, 2), s.method     # 8 x 50 / 1.08 over [1.08, 9.72)
+    (370.4, 8.64, 'steady window')
 
 Output tokens: each successful request's tokens are spread evenly over ``[first_token_at,
 ended_at]`` and the part inside the window counts. Requests/s = output tokens/s / mean output
