@@ -25,29 +25,37 @@ precision, the memory class or the priors). For a figure that uses both efficien
 calibration counts. An MoE model is never ``calibrated`` by dense rows: its figure is ``pooled``
 where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` for
 decode) was fitted on this hardware family, else ``unseen``; an MLA model (DeepSeek) is always
-``unseen`` (no row measures its decode attention).
+``unseen`` (no row measures its decode attention). A regime also carries the figure's model class
+(:func:`model_class`: ``moe`` for MoE models, MLA ones included, else ``dense``; ``*``: not known).
 
 Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
 LOPO) in its regime under that fit; and, so that ``unseen`` rests on rows that were unseen, each
 row predicted by a fit without every row of its (family, engine, precision class) combination
 (leave-one-combination-out, LOCO; :func:`loco_records`), in its regime under that fit.
 
-Interval: the regime's cell of ``n`` errors (skipped below 4 rows; then (group, any bound,
-calibration), (calibration), all rows) has a centre ``m`` (its mean log error, shrunk towards the
+Interval: every cell is kept per model class and for every class (key: group, bound, calibration,
+class). The regime's cell of ``n`` errors (its class's (group, bound, calibration), (group, any
+bound, calibration), (calibration), then the same for every class, then all rows; a cell below 4
+rows is skipped) has a centre ``m`` (its mean log error, shrunk towards the
 next coarser cell of at least 8 rows with weight 4) and a conformal half-width ``q``: the
 ``ceil((n+1) * 0.8)``-th smallest ``|e - mean|`` of its rows. A small cell is widened towards the
-wide default ``W`` (the ``unseen`` cell's half-width over all metrics)::
+wide default ``W`` (the ``unseen`` cell's half-width over all metrics, of the regime's class where
+it has 8 rows, else of every class)::
 
     h = (n q + 4 W) / (n + 4)        80% interval of log(measured/predicted): m +- h
 
 so 4 rows give half the way to ``W`` and 100 rows almost none. An ``unseen`` regime, whatever its
-metric, takes the ``*/*/unseen`` cell, built only from rows predicted without their whole
-combination (when LOCO records are given; LOPO rows that happened to be unseen are left to them),
-as a band about the prediction: ``+- q_abs``, the ``ceil((n+1) * 0.8)``-th smallest ``|e|`` (the
-sign of a bias on a combination no fit has seen is not known from the others). Reciprocal metrics (tokens/s of
-one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage` checks the
-stated coverage with each row's interval built from errors without its publication;
-:func:`loco_coverage` with each row's interval built without its whole combination.
+metric, takes the ``*/*/unseen`` cell of its model class (``*/*/unseen/moe``; that of every class
+where its class has under 4 rows), built only from rows predicted without their whole combination
+(when LOCO records are given; LOPO rows that happened to be unseen are left to them), as a band
+about the prediction: ``+- h`` with ``q_abs``, the ``ceil((n+1) * 0.8)``-th smallest ``|e|``, in
+place of ``q`` and every class's ``q_abs`` as ``W`` (the sign of a bias on a combination no fit
+has seen is not known from the others). An MoE ``pooled`` figure takes the MoE band too
+(:data:`BANDED`: its MoE terms rest on one or two publications per family). Reciprocal metrics
+(tokens/s of one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage`
+checks the stated coverage with each row's interval built from errors without its publication;
+:func:`loco_coverage` with each row's interval built without its whole combination;
+:func:`coverage_by` splits either check by model class and basis.
 """
 
 from __future__ import annotations
