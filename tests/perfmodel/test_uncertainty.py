@@ -34,7 +34,7 @@ def test_stated_coverage_holds_out_of_sample(lopo_report, loco):
     frac, n, checks = nested_coverage(lopo_report, loco)
     assert n == len(lopo_report.results)
     assert 0.70 <= frac <= 0.90
-    assert all(lo < hi for _, lo, hi, _ in checks)
+    assert all(lo < hi for _, lo, hi, _, _ in checks)
 
 
 def test_coverage_holds_on_combinations_the_fit_never_saw(lopo_report, loco):
@@ -50,7 +50,7 @@ def test_unseen_combination_coverage_reaches_the_target(lopo_report, loco):
     """Issue 29: an unseen combination's 80 % band (*/*/unseen, about the prediction) holds 70-90 % of such rows."""
     frac, _, checks = loco_coverage(lopo_report, loco)
     assert 0.70 <= frac <= 0.90
-    unseen = [inside for rec, _, _, inside in checks if rec[0].calibration == "unseen"]
+    unseen = [inside for _, _, _, inside, reg in checks if reg.calibration == "unseen"]
     assert 0.70 <= sum(unseen) / len(unseen) <= 0.90
 
 
@@ -66,7 +66,7 @@ def test_nested_coverage_holds_per_model_class(lopo_report, loco):
         assert 0.70 <= split["by_class_basis"][key]["inside"] <= 0.90, (key, split["by_class_basis"][key])
     assert "moe/calibrated" not in split["by_class_basis"]  # dense rows never calibrate an MoE figure
     assert sum(v["rows"] for v in split["by_class_basis"].values()) == n
-    assert sum(v["inside"] * v["rows"] for v in split["by_basis"].values()) == pytest.approx(frac * n)
+    assert sum(v["inside"] * v["rows"] for v in split["by_basis"].values()) == pytest.approx(frac * n, abs=0.01)  # shares rounded
 
 
 def test_unseen_combination_coverage_holds_per_model_class(lopo_report, loco):
