@@ -118,8 +118,15 @@ def test_validate_json_has_every_kind_of_error(app, tmp_path):
     for r in stated:  # each row: its interval around the out-of-sample prediction, and whether the published value is inside
         lo, hi = r["interval"]
         assert lo < hi and r["inside"] == (lo <= r["measured"] <= hi)
-        assert r["interval_basis"] in ("calibrated", "pooled", "unseen")
+        assert r["interval_basis"] in ("calibrated", "pooled", "unseen") and r["model_class"] in ("dense", "moe")
     assert cov["inside"] == pytest.approx(sum(r["inside"] for r in stated) / len(stated), abs=1e-4)
+    for part, key in (("by_basis", lambda r: r["interval_basis"]), ("by_class", lambda r: r["model_class"]),
+                      ("by_class_basis", lambda r: f"{r['model_class']}/{r['interval_basis']}")):
+        keys = {key(r) for r in stated}
+        assert set(cov[part]) == keys, part  # per class and basis: the rows of each, and the share inside
+        for k in keys:
+            mine = [r["inside"] for r in stated if key(r) == k]
+            assert cov[part][k] == {"inside": pytest.approx(sum(mine) / len(mine), abs=1e-4), "rows": len(mine)}
     none = json.loads(run(app, "--validate", str(_small_corpus(tmp_path)), "--holdout", "none", "--json").stdout)
     assert set(none["summary"]) == {"in"} and none["interval_coverage"]["kind"].startswith("in-sample")
     assert none["interval_coverage"]["rows"] == len(none["rows"])

@@ -14,6 +14,7 @@ from infermeter.perfmodel.uncertainty import (
     IntervalTable,
     Regime,
     basis_of,
+    coverage_by,
     interval,
     loco_coverage,
     nested_coverage,
@@ -33,7 +34,7 @@ def test_stated_coverage_holds_out_of_sample(lopo_report, loco):
     frac, n, checks = nested_coverage(lopo_report, loco)
     assert n == len(lopo_report.results)
     assert 0.70 <= frac <= 0.90
-    assert all(lo < hi for _, lo, hi, _ in checks)
+    assert all(lo < hi for _, lo, hi, _, _ in checks)
 
 
 def test_coverage_holds_on_combinations_the_fit_never_saw(lopo_report, loco):
@@ -49,8 +50,70 @@ def test_unseen_combination_coverage_reaches_the_target(lopo_report, loco):
     """Issue 29: an unseen combination's 80 % band (*/*/unseen, about the prediction) holds 70-90 % of such rows."""
     frac, _, checks = loco_coverage(lopo_report, loco)
     assert 0.70 <= frac <= 0.90
-    unseen = [inside for rec, _, _, inside in checks if rec[0].calibration == "unseen"]
+    unseen = [inside for _, _, _, inside, reg in checks if reg.calibration == "unseen"]
     assert 0.70 <= sum(unseen) / len(unseen) <= 0.90
+
+
+def test_nested_coverage_holds_per_model_class(lopo_report, loco):
+    """Issue 29: each model class's rows (dense; MoE, MLA included) are inside their nested 80% intervals 70-90% of
+    the time, and so are the dense calibrated and pooled ones; the split adds up to the whole."""
+    frac, n, checks = nested_coverage(lopo_report, loco)
+    split = coverage_by(checks)
+    assert set(split["by_class"]) == {"dense", "moe"}
+    for cls, v in split["by_class"].items():
+        assert v["rows"] >= 15 and 0.70 <= v["inside"] <= 0.90, (cls, v)
+    for key in ("dense/calibrated", "dense/pooled"):
+        assert 0.70 <= split["by_class_basis"][key]["inside"] <= 0.90, (key, split["by_class_basis"][key])
+    assert "moe/calibrated" not in split["by_class_basis"]  # dense rows never calibrate an MoE figure
+    assert sum(v["rows"] for v in split["by_class_basis"].values()) == n
+    assert sum(v["inside"] * v["rows"] for v in split["by_basis"].values()) == pytest.approx(frac * n, abs=0.01)  # shares rounded
+
+
+def test_unseen_combination_coverage_holds_per_model_class(lopo_report, loco):
+    """Fit and table without the row's whole combination: each class's band holds 70-90% of its rows."""
+    split = coverage_by(loco_coverage(lopo_report, loco)[2])
+    for cls, v in split["by_class"].items():
+        assert 0.70 <= v["inside"] <= 0.90, (cls, v)
+
+
+def test_an_unseen_figure_gets_its_model_class_band():
+    """Each class's unseen figures take the band of that class's unseen rows; MoE pooled figures take the MoE band too
+    (their MoE terms rest on one or two publications); a class with too few rows takes the band of every class."""
+    dense, moe = Regime("tpot", "decode", "unseen", "dense"), Regime("throughput", "decode", "unseen", "moe")
+    recs = [(dense, 0.2 * (i % 5 - 2)) for i in range(40)] + [(moe, 0.8 * (i % 5 - 2)) for i in range(20)]
+    table = IntervalTable.from_records(recs)
+    lo_d, hi_d, basis_d = interval("tpot_ms", 10.0, dense, table)
+    lo_m, hi_m, basis_m = interval("tpot_ms", 10.0, Regime("tpot", "decode", "unseen", "moe"), table)
+    assert "cell */*/unseen/dense (n=40)" in basis_d and "cell */*/unseen/moe (n=20)" in basis_m
+    assert lo_d * hi_d == pytest.approx(100.0) and lo_m * hi_m == pytest.approx(100.0)  # bands about the prediction
+    assert hi_m / lo_m == pytest.approx(math.exp(2 * 1.6))  # the MoE rows' own band (20 rows, wider than every class's)
+    assert math.exp(2 * 0.4) <= hi_d / lo_d < math.exp(2 * 0.5)  # the dense rows' band, a little widened towards it
+    pooled_moe = Regime("tpot", "decode", "pooled", "moe")
+    with_pooled = IntervalTable.from_records(recs + [(pooled_moe, 0.01 * (i % 3)) for i in range(30)])
+    assert interval("tpot_ms", 10.0, pooled_moe, with_pooled)[:2] == pytest.approx(interval("tpot_ms", 10.0, Regime("tpot", "decode", "unseen", "moe"), with_pooled)[:2])
+    assert basis_of(pooled_moe, with_pooled) == {"basis": "pooled", "n": 20, "cell": "*/*/unseen/moe"}
+    pooled_dense = Regime("tpot", "decode", "pooled", "dense")  # a dense pooled figure keeps its own cell
+    own = IntervalTable.from_records(recs + [(pooled_dense, 0.01 * (i % 3)) for i in range(30)])
+    assert basis_of(pooled_dense, own)["cell"] == "tpot/decode/pooled/dense"
+    few = IntervalTable.from_records([(dense, 0.2 * (i % 5 - 2)) for i in range(40)] + [(moe, 1.5)] * 3)
+    assert basis_of(Regime("tpot", "decode", "unseen", "moe"), few) == {"basis": "unseen", "n": 43, "cell": "*/*/unseen"}
+    assert basis_of(Regime("tpot", "decode", "unseen"), table)["cell"] == "*/*/unseen"  # class not known: every class's band
+
+
+def test_a_small_class_band_widens_towards_every_class_band():
+    dense, moe = Regime("tpot", "decode", "unseen", "dense"), Regime("tpot", "decode", "unseen", "moe")
+    table = IntervalTable.from_records([(dense, 0.6 * (i % 5 - 2)) for i in range(40)] + [(moe, 0.05 * (i % 3 - 1)) for i in range(5)])
+    lo, hi, _ = interval("tpot_ms", 10.0, moe, table)
+    own = table._get(("*", "*", "unseen", "moe"))
+    assert own is not None and hi > 10.0 * math.exp(own.q80_abs + 0.3)  # 5 narrow rows: most of the way to the wide band
+
+
+def test_regimes_carry_the_model_class():
+    assert regime_of(build_deployment("llama-3.1-8b", "h100-sxm"), "tpot_ms", 1000, 200, 1).model_class == "dense"
+    assert regime_of(build_deployment("gpt-oss-120b", "h100-sxm"), "tpot_ms", 1000, 200, 1).model_class == "moe"
+    mla = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm")
+    assert regime_of(mla, "output_tokens_per_s", 3200, 800, 4) == Regime("throughput", regime_of(mla, "output_tokens_per_s", 3200, 800, 4).bound, "unseen", "moe")
+    assert basis_of(regime_of(mla, "tpot_ms", 3200, 800, 4))["cell"] == "*/*/unseen/moe"  # the plan's interval_basis names the class
 
 
 def test_an_unseen_combination_gets_the_wide_band_whatever_its_metric():
@@ -80,7 +143,7 @@ def test_regimes_follow_what_calibrates_the_figure(tmp_path):
     f = tmp_path / "odd.yaml"
     f.write_text(ODD_GPU)
     trt = build_deployment("llama-3.1-8b", "h100-sxm", dtype="fp8", engine="trtllm")
-    assert regime_of(trt, "tpot_ms", 1000, 200, 1) == Regime("tpot", "decode", "calibrated")
+    assert regime_of(trt, "tpot_ms", 1000, 200, 1) == Regime("tpot", "decode", "calibrated", "dense")
     assert regime_of(trt, "ttft_ms", 1000, 200, 1).bound == "prefill"
     vllm_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")  # vLLM's own H100 rows (16-bit)
     assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "calibrated"

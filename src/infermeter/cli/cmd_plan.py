@@ -193,38 +193,34 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
     With leave-one-publication-out (``--holdout source|all``) each row's interval surrounds its LOPO
     prediction and is built from errors without its publication (nested); otherwise it surrounds the
     in-sample prediction with the shipped table (an in-sample check: the table saw the row)."""
-    from collections import defaultdict
-
-    from infermeter.perfmodel.uncertainty import interval, loco_records, nested_coverage, records_of
+    from infermeter.perfmodel.uncertainty import Check, coverage_by, interval, loco_records, nested_coverage
     from infermeter.perfmodel.validate import deployment_for, validation_regime
 
     per: dict[str, dict[str, Any]] = {}
+    checks: list[Check] = []
     if "lopo" in report.kinds:
-        regimes = {r.row.id: g for g, _, _, r in records_of(report)}
         kind = "leave-one-publication-out (nested: fit and error table without the row's publication)"
         loco = loco_records([r.row for r in report.results], report.calibration)
-        for r, lo, hi, ok in nested_coverage(report, loco)[2]:
-            per[r.row.id] = {"interval": [lo, hi], "inside": ok, "basis": regimes[r.row.id].calibration}
+        checks = nested_coverage(report, loco)[2]
     else:
         kind = "in-sample (shipped calibration and table)"
         for r in report.results:
             reg = validation_regime(r.row, deployment_for(r.row, report.calibration))
             lo, hi, _ = interval(r.row.metric, r.predicted, reg)
-            per[r.row.id] = {"interval": [lo, hi], "inside": lo <= r.row.value <= hi, "basis": reg.calibration}
-    by: dict[str, list[bool]] = defaultdict(list)
-    for v in per.values():
-        by[v["basis"]].append(v["inside"])
+            checks.append((r, lo, hi, lo <= r.row.value <= hi, reg))
+    for r, lo, hi, ok, reg in checks:
+        per[r.row.id] = {"interval": [lo, hi], "inside": ok, "basis": reg.calibration, "class": reg.model_class}
     n = len(per)
     inside = sum(v["inside"] for v in per.values())
-    summary = {"inside": round(inside / n, 4) if n else None, "rows": n, "nominal": 0.8, "kind": kind,
-               "by_basis": {b: {"inside": round(sum(v) / len(v), 4), "rows": len(v)} for b, v in sorted(by.items())}}
+    summary = {"inside": round(inside / n, 4) if n else None, "rows": n, "nominal": 0.8, "kind": kind, **coverage_by(checks)}
     return per, summary
 
 
 def _row_interval(v: dict[str, Any] | None) -> dict[str, Any]:
     if v is None:  # too few other rows to state an interval for this one
-        return {"interval": None, "inside": None, "interval_basis": None}
-    return {"interval": [round(x, 4) for x in v["interval"]], "inside": v["inside"], "interval_basis": v["basis"]}
+        return {"interval": None, "inside": None, "interval_basis": None, "model_class": None}
+    return {"interval": [round(x, 4) for x in v["interval"]], "inside": v["inside"], "interval_basis": v["basis"],
+            "model_class": v["class"]}
 
 
 def _validation_json(report: Any) -> dict[str, Any]:
@@ -287,7 +283,7 @@ def _print_validation(report: Any, path: str) -> None:
                   highlight=False)
     _, cov = _row_intervals(report)
     if cov["rows"]:
-        parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_basis"].items())
+        parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_class_basis"].items())
         con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
     if "lopo" in kinds:
         misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]

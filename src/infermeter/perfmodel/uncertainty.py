@@ -25,29 +25,37 @@ precision, the memory class or the priors). For a figure that uses both efficien
 calibration counts. An MoE model is never ``calibrated`` by dense rows: its figure is ``pooled``
 where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` for
 decode) was fitted on this hardware family, else ``unseen``; an MLA model (DeepSeek) is always
-``unseen`` (no row measures its decode attention).
+``unseen`` (no row measures its decode attention). A regime also carries the figure's model class
+(:func:`model_class`: ``moe`` for MoE models, MLA ones included, else ``dense``; ``*``: not known).
 
 Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
 LOPO) in its regime under that fit; and, so that ``unseen`` rests on rows that were unseen, each
 row predicted by a fit without every row of its (family, engine, precision class) combination
 (leave-one-combination-out, LOCO; :func:`loco_records`), in its regime under that fit.
 
-Interval: the regime's cell of ``n`` errors (skipped below 4 rows; then (group, any bound,
-calibration), (calibration), all rows) has a centre ``m`` (its mean log error, shrunk towards the
+Interval: every cell is kept per model class and for every class (key: group, bound, calibration,
+class). The regime's cell of ``n`` errors (its class's (group, bound, calibration), (group, any
+bound, calibration), (calibration), then the same for every class, then all rows; a cell below 4
+rows is skipped) has a centre ``m`` (its mean log error, shrunk towards the
 next coarser cell of at least 8 rows with weight 4) and a conformal half-width ``q``: the
 ``ceil((n+1) * 0.8)``-th smallest ``|e - mean|`` of its rows. A small cell is widened towards the
-wide default ``W`` (the ``unseen`` cell's half-width over all metrics)::
+wide default ``W`` (the ``unseen`` cell's half-width over all metrics, of the regime's class where
+it has 8 rows, else of every class)::
 
     h = (n q + 4 W) / (n + 4)        80% interval of log(measured/predicted): m +- h
 
 so 4 rows give half the way to ``W`` and 100 rows almost none. An ``unseen`` regime, whatever its
-metric, takes the ``*/*/unseen`` cell, built only from rows predicted without their whole
-combination (when LOCO records are given; LOPO rows that happened to be unseen are left to them),
-as a band about the prediction: ``+- q_abs``, the ``ceil((n+1) * 0.8)``-th smallest ``|e|`` (the
-sign of a bias on a combination no fit has seen is not known from the others). Reciprocal metrics (tokens/s of
-one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage` checks the
-stated coverage with each row's interval built from errors without its publication;
-:func:`loco_coverage` with each row's interval built without its whole combination.
+metric, takes the ``*/*/unseen`` cell of its model class (``*/*/unseen/moe``; that of every class
+where its class has under 4 rows), built only from rows predicted without their whole combination
+(when LOCO records are given; LOPO rows that happened to be unseen are left to them), as a band
+about the prediction: ``+- h`` with ``q_abs``, the ``ceil((n+1) * 0.8)``-th smallest ``|e|``, in
+place of ``q`` and every class's ``q_abs`` as ``W`` (the sign of a bias on a combination no fit
+has seen is not known from the others). An MoE ``pooled`` figure takes the MoE band too
+(:data:`BANDED`: its MoE terms rest on one or two publications per family). Reciprocal metrics
+(tokens/s of one user, prompt tokens/s) flip the interval of their group. :func:`nested_coverage`
+checks the stated coverage with each row's interval built from errors without its publication;
+:func:`loco_coverage` with each row's interval built without its whole combination;
+:func:`coverage_by` splits either check by model class and basis.
 """
 
 from __future__ import annotations
@@ -73,6 +81,10 @@ METRIC_GROUPS: dict[str, tuple[str, int]] = {
     "output_tokens_per_s": ("throughput", 1), "saturation_output_tokens_per_s": ("throughput", 1),
 }
 CALIBRATIONS = ("unseen", "pooled", "calibrated", "deployment")  # weakest first
+# the bases whose figures take their class's unseen band (about the prediction) rather than a cell of their own: an MoE
+# figure's fitted MoE terms rest on one or two publications per family, and its ``pooled`` cell held 44 % of 41 rows in
+# the nested check (395-row corpus; the rows of one publication share an error of up to 5x), the band 81 % of 79
+BANDED: dict[str, tuple[str, ...]] = {"dense": ("unseen",), "moe": ("unseen", "pooled"), "*": ("unseen",)}
 _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372, 12: 1.356,
         15: 1.341, 20: 1.325, 25: 1.316, 30: 1.310, 40: 1.303, 60: 1.296, 120: 1.289}
 
@@ -89,10 +101,16 @@ class Regime:
     group: str  # ttft | tpot | throughput
     bound: str  # prefill | decode
     calibration: str  # deployment | calibrated | pooled | unseen
+    model_class: str = "*"  # dense | moe (:func:`model_class`); "*": not known, the cells of every class serve
 
     @property
     def label(self) -> str:
         return f"{self.group}/{self.bound}/{self.calibration}"
+
+
+def model_class(spec: Any) -> str:  # noqa: ANN401 - a models.ModelSpec
+    """``moe`` for a mixture-of-experts model (MLA ones included), else ``dense``: the class whose errors an interval draws on."""
+    return "moe" if spec.is_moe or spec.is_mla else "dense"
 
 
 def _status(d: Deployment, which: int) -> str:
@@ -135,23 +153,32 @@ def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int,
     """The regime of ``metric`` predicted for ``d`` at ``input_tokens``/``output_tokens`` with ``batch`` sequences in flight."""
     if metric not in METRIC_GROUPS:
         raise ConfigError(f"no prediction interval for metric {metric!r}; known: {', '.join(METRIC_GROUPS)}")
-    group = METRIC_GROUPS[metric][0]
+    group, kind = METRIC_GROUPS[metric][0], model_class(d.spec)
     if group == "ttft":
-        return Regime(group, "prefill", _status(d, 0))
+        return Regime(group, "prefill", _status(d, 0), kind)
     if group == "tpot":
-        return Regime(group, "decode", _status(d, 1))
+        return Regime(group, "decode", _status(d, 1), kind)
     weakest = min((_status(d, 0), _status(d, 1)), key=CALIBRATIONS.index)
-    return Regime(group, _throughput_bound(d, input_tokens, output_tokens, batch), weakest)
+    return Regime(group, _throughput_bound(d, input_tokens, output_tokens, batch), weakest, kind)
 
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    key: tuple[str, str, str]  # (group, bound, calibration); "*" = any
+    key: tuple[str, str, str, str]  # (group, bound, calibration, model class); "*" = any
     n: int
     mean: float  # of log(measured/predicted) in the group's orientation
     sd: float
     q80: float = math.nan  # conformal half-width: the ceil((n+1)*0.8)-th smallest |e - mean| (nan: too few rows)
     q80_abs: float = math.nan  # the same about zero: the ceil((n+1)*0.8)-th smallest |e| (the band of an unseen combination)
+
+    @property
+    def name(self) -> str:
+        """``group/bound/calibration``, plus ``/class`` for a cell of one model class (``*/*/unseen/moe``)."""
+        return "/".join(self.key[:3]) + ("" if self.key[3] == "*" else f"/{self.key[3]}")
+
+    @property
+    def usable(self) -> bool:
+        return self.n >= MIN_CELL and math.isfinite(self.q80)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,32 +188,43 @@ class IntervalTable:
     rows: int = 0
     publications: int = 0
 
-    def _get(self, key: tuple[str, str, str]) -> Cell | None:
+    def _get(self, key: tuple[str, str, str, str]) -> Cell | None:
         return next((c for c in self.cells if c.key == key), None)
 
     def chain(self, regime: Regime) -> list[Cell]:
-        """The cells from ``regime``'s own to all rows (missing levels skipped)."""
-        keys = [(regime.group, regime.bound, regime.calibration), (regime.group, "*", regime.calibration),
-                ("*", "*", regime.calibration), ("*", "*", "*")]
-        return [c for k in keys if (c := self._get(k)) is not None]
+        """The cells from ``regime``'s own to all rows (missing levels skipped): first those of its model class, then
+        those of every class."""
+        levels = [(regime.group, regime.bound, regime.calibration), (regime.group, "*", regime.calibration),
+                  ("*", "*", regime.calibration)]
+        keys = [(*k, regime.model_class) for k in levels] if regime.model_class != "*" else []
+        keys += [(*k, "*") for k in levels] + [("*", "*", "*", "*")]
+        return [c for k in dict.fromkeys(keys) if (c := self._get(k)) is not None]
 
-    def wide(self) -> float:
-        """The wide default half-width ``W``: the ``unseen`` cell over all metrics (else the widest usable cell)."""
-        c = self._get(("*", "*", "unseen"))
-        if c is not None and c.n >= MIN_CELL and math.isfinite(c.q80):
-            return c.q80
-        return max((x.q80 for x in self.cells if x.n >= MIN_CELL and math.isfinite(x.q80)), default=math.log(2.0))
+    def _unseen_band(self, model_class: str) -> Cell | None:
+        """The ``*/*/unseen`` cell of ``model_class`` (of every class where that one has too few rows)."""
+        for k in dict.fromkeys((model_class, "*")):
+            c = self._get(("*", "*", "unseen", k))
+            if c is not None and c.n >= MIN_CELL and math.isfinite(c.q80_abs):
+                return c
+        return None
+
+    def wide(self, model_class: str = "*", about_zero: bool = False) -> float:
+        """The wide default half-width ``W`` of ``model_class``: its ``unseen`` cell over all metrics (that of every
+        class where it has fewer than ``MIN_N`` rows; else the widest usable cell); ``about_zero``: its ``q80_abs``."""
+        for k in dict.fromkeys((model_class, "*")):
+            c = self._get(("*", "*", "unseen", k))
+            if c is not None and c.n >= (MIN_N if k != "*" else MIN_CELL) and math.isfinite(c.q80):
+                return c.q80_abs if about_zero and math.isfinite(c.q80_abs) else c.q80
+        return max((x.q80 for x in self.cells if x.usable), default=math.log(2.0))
 
     def cell_of(self, regime: Regime) -> tuple[Cell, Cell | None]:
         """The cell an interval in ``regime`` uses and the coarser cell its centre is shrunk towards."""
-        if regime.calibration == "unseen":
-            wide = self._get(("*", "*", "unseen"))
-            if wide is not None and wide.n >= MIN_CELL and math.isfinite(wide.q80_abs):
-                return wide, None  # an unseen combination: the band of every row that was unseen, whatever its metric
+        if regime.calibration in BANDED.get(regime.model_class, ("unseen",)) and (band := self._unseen_band(regime.model_class)) is not None:
+            return band, None  # an unseen combination: the band of every row of its class that was unseen, whatever its metric
         chain = self.chain(regime)
         if regime.calibration == "deployment" and not any(c.key[2] == "deployment" for c in chain):
-            chain = self.chain(Regime(regime.group, regime.bound, "calibrated"))  # no residuals given: as calibrated rows
-        usable = [c for c in chain if c.n >= MIN_CELL and math.isfinite(c.q80)]
+            chain = self.chain(Regime(regime.group, regime.bound, "calibrated", regime.model_class))  # no residuals: as calibrated rows
+        usable = [c for c in chain if c.usable]
         if not usable:
             raise ConfigError(f"the uncertainty table has no cell of {MIN_CELL}+ rows for regime {regime.label}")
         return usable[0], next((c for c in usable[1:] if c.n >= MIN_N), None)
@@ -194,24 +232,30 @@ class IntervalTable:
     def multipliers(self, regime: Regime) -> tuple[float, float, str]:
         """(low, high) bounds of measured/predicted in the group's orientation, and the cell used."""
         cell, parent = self.cell_of(regime)
-        if regime.calibration == "unseen" and cell.key == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
-            # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction
-            return math.exp(-cell.q80_abs), math.exp(cell.q80_abs), "/".join(cell.key) + f" (n={cell.n})"
+        if cell.key[:3] == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
+            # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction,
+            # a class's few rows widened towards the band of every class
+            w = self.wide(about_zero=True)
+            h = (cell.n * cell.q80_abs + WIDEN * max(w, cell.q80_abs)) / (cell.n + WIDEN)
+            return math.exp(-h), math.exp(h), f"{cell.name} (n={cell.n})"
         mean = cell.mean if parent is None else (cell.n * cell.mean + SHRINK * parent.mean) / (cell.n + SHRINK)
         if cell.key[2] == "deployment":  # a deployment's own residuals widen towards the calibrated rows, not unseen ones
-            w = self.cell_of(Regime(regime.group, regime.bound, "calibrated"))[0].q80 if any(c.key[2] == "calibrated" for c in self.cells) else self.wide()
+            cal = Regime(regime.group, regime.bound, "calibrated", regime.model_class)
+            w = self.cell_of(cal)[0].q80 if any(c.key[2] == "calibrated" for c in self.cells) else self.wide(regime.model_class)
         else:
-            w = self.wide()
+            w = self.wide(regime.model_class)
         h = (cell.n * cell.q80 + WIDEN * max(w, cell.q80)) / (cell.n + WIDEN)
-        return math.exp(mean - h), math.exp(mean + h), "/".join(cell.key) + f" (n={cell.n})"
+        return math.exp(mean - h), math.exp(mean + h), f"{cell.name} (n={cell.n})"
 
     @classmethod
     def from_records(cls, records: list[tuple[Regime, float]], *, source: str = "", publications: int = 0) -> IntervalTable:
-        """Cells at every level from (regime, log error in the group's orientation) records."""
-        groups: dict[tuple[str, str, str], list[float]] = {}
+        """Cells at every level, of the record's model class and of every class, from (regime, log error in the group's
+        orientation) records."""
+        groups: dict[tuple[str, str, str, str], list[float]] = {}
         for reg, e in records:
-            for key in dict.fromkeys(((reg.group, reg.bound, reg.calibration), (reg.group, "*", reg.calibration),
-                                      ("*", "*", reg.calibration), ("*", "*", "*"))):
+            levels = ((reg.group, reg.bound, reg.calibration), (reg.group, "*", reg.calibration), ("*", "*", reg.calibration))
+            keys = [(*k, reg.model_class) for k in levels] + [(*k, "*") for k in levels] + [("*", "*", "*", "*")]
+            for key in dict.fromkeys(keys):
                 groups.setdefault(key, []).append(e)
         cells = tuple(_cell(k, v) for k, v in sorted(groups.items()))
         return cls(cells=cells, source=source, rows=len(records), publications=publications)
@@ -219,7 +263,7 @@ class IntervalTable:
     @classmethod
     def from_yaml(cls, data: dict[str, Any], origin: str) -> IntervalTable:
         try:
-            cells = tuple(Cell(key=(str(c["group"]), str(c["bound"]), str(c["calibration"])), n=int(c["n"]),
+            cells = tuple(Cell(key=(str(c["group"]), str(c["bound"]), str(c["calibration"]), str(c.get("class", "*"))), n=int(c["n"]),
                                mean=float(c["log_bias"]), sd=float(c["log_sd"]), q80=float(c.get("log_q80", math.nan)),
                                q80_abs=float(c.get("log_q80_abs", math.nan)))
                           for c in data["cells"])
@@ -227,20 +271,23 @@ class IntervalTable:
             raise ConfigError(f"{origin}: uncertainty: bad cell ({exc}); each needs group, bound, calibration, n, log_bias, log_sd") from None
         return cls(cells=cells, source=str(data.get("source", "")), rows=int(data.get("rows", 0)), publications=int(data.get("publications", 0)))
 
-    def to_yaml(self, coverage_check: tuple[float, int] | None = None) -> str:
+    def to_yaml(self, coverage_check: tuple[float, int] | None = None, by: dict[str, dict[str, float | int]] | None = None) -> str:
         lines = ["uncertainty:", f"  coverage: {COVERAGE}", f"  rows: {self.rows}", f"  publications: {self.publications}",
                  f"  source: \"{self.source}\""]
         if coverage_check:
             lines.append(f"  nested_coverage: {{inside: {coverage_check[0]:.3f}, rows: {coverage_check[1]}}}")
+        if by:  # the nested check per model class and basis
+            lines.append("  nested_coverage_by: {" + ", ".join(f"\"{k}\": {{inside: {v['inside']:.3f}, rows: {v['rows']}}}"
+                                                             for k, v in by.items()) + "}")
         lines.append("  cells:")
         for c in self.cells:
-            lines.append(f"    - {{group: \"{c.key[0]}\", bound: \"{c.key[1]}\", calibration: \"{c.key[2]}\", n: {c.n}, "
+            lines.append(f"    - {{group: \"{c.key[0]}\", bound: \"{c.key[1]}\", calibration: \"{c.key[2]}\", class: \"{c.key[3]}\", n: {c.n}, "
                          f"log_bias: {c.mean:.4f}, log_sd: {c.sd:.4f}, log_q80: {c.q80:.4f}"
                          + (f", log_q80_abs: {c.q80_abs:.4f}" if c.key[2] == "unseen" else "") + "}")
         return "\n".join(lines) + "\n"
 
 
-def _cell(key: tuple[str, str, str], errors: list[float]) -> Cell:
+def _cell(key: tuple[str, str, str, str], errors: list[float]) -> Cell:
     n = len(errors)
     mean = statistics.fmean(errors)
     dev = sorted(abs(e - mean) for e in errors)
@@ -282,7 +329,7 @@ def interval(metric: str, value: float, regime: Regime, table: IntervalTable | N
 def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, Any]:
     """``{basis, n, cell}``: how the interval of a figure in ``regime`` is calibrated and how many rows stand behind it."""
     cell, _ = (table or table_of()).cell_of(regime)
-    return {"basis": regime.calibration, "n": cell.n, "cell": "/".join(cell.key)}
+    return {"basis": regime.calibration, "n": cell.n, "cell": cell.name}
 
 
 def combination(row: Any) -> tuple[str, str, str, str]:  # noqa: ANN401 - a corpus Row
@@ -354,11 +401,15 @@ def table_from_report(report: Any, source: str = "", loco: list[Record] | None =
     return IntervalTable.from_records(both, source=source, publications=len({p for _, _, p, _ in recs}))
 
 
-def nested_coverage(report: Any, loco: list[Record] | None = None) -> tuple[float, int, list[tuple[Any, float, float, bool]]]:  # noqa: ANN401
+Check = tuple[Any, float, float, bool, Regime]  # a validate.RowResult or a Record, low, high, inside, the row's regime
+
+
+def nested_coverage(report: Any, loco: list[Record] | None = None) -> tuple[float, int, list[Check]]:  # noqa: ANN401
     """Share of rows inside the interval built without their own publication (errors and fit both out of sample).
 
     Each row's interval: its leave-one-publication-out prediction and regime, with a table of the other
-    publications' errors (their LOPO errors and, from ``loco``, their unseen-combination errors)."""
+    publications' errors (their LOPO errors and, from ``loco``, their unseen-combination errors). Each check is
+    (row result, low, high, inside, regime); :func:`coverage_by` splits them by model class and basis."""
     recs = records_of(report)
     unseen = _unseen(loco)
     checks = []
@@ -368,12 +419,12 @@ def nested_coverage(report: Any, loco: list[Record] | None = None) -> tuple[floa
             lo, hi, _ = interval(r.row.metric, r.predicted_lopo, reg, table)
         except ConfigError:  # the other publications leave fewer than MIN_CELL rows: no interval can be stated
             continue
-        checks.append((r, lo, hi, lo <= r.row.value <= hi))
+        checks.append((r, lo, hi, lo <= r.row.value <= hi, reg))
     inside = sum(c[3] for c in checks)
     return (inside / len(checks) if checks else math.nan), len(checks), checks
 
 
-def loco_coverage(report: Any, loco: list[Record]) -> tuple[float, int, list[tuple[Record, float, float, bool]]]:  # noqa: ANN401
+def loco_coverage(report: Any, loco: list[Record]) -> tuple[float, int, list[Check]]:  # noqa: ANN401
     """The emulated unseen-publication check: each row predicted without its whole combination (``loco``), its
     interval from a table without any row of that combination (nor of its publication)."""
     recs = records_of(report)
@@ -388,8 +439,21 @@ def loco_coverage(report: Any, loco: list[Record]) -> tuple[float, int, list[tup
             lo, hi, _ = interval(row.metric, pred, reg, IntervalTable.from_records(keep))
         except ConfigError:
             continue
-        checks.append((rec, lo, hi, lo <= row.value <= hi))
+        checks.append((rec, lo, hi, lo <= row.value <= hi, reg))
     return (sum(c[3] for c in checks) / len(checks) if checks else math.nan), len(checks), checks
+
+
+def coverage_by(checks: list[Check]) -> dict[str, dict[str, dict[str, float | int]]]:
+    """``{"by_basis": {basis: {inside, rows}}, "by_class": {class: ...}, "by_class_basis": {"class/basis": ...}}`` of
+    the checks of :func:`nested_coverage` or :func:`loco_coverage` (``inside`` a share, rounded to 4 places)."""
+    split: dict[str, dict[str, list[bool]]] = {"by_basis": {}, "by_class": {}, "by_class_basis": {}}
+    for c in checks:
+        reg, ok = c[4], c[3]
+        for part, key in (("by_basis", reg.calibration), ("by_class", reg.model_class),
+                          ("by_class_basis", f"{reg.model_class}/{reg.calibration}")):
+            split[part].setdefault(key, []).append(ok)
+    return {part: {k: {"inside": round(sum(v) / len(v), 4), "rows": len(v)} for k, v in sorted(d.items())}
+            for part, d in split.items()}
 
 
 def main(argv: list[str]) -> int:
@@ -400,10 +464,10 @@ def main(argv: list[str]) -> int:
     rows = load_rows(path)
     report = validate(rows, holdout="source")
     loco = loco_records(rows)
-    frac, n, _ = nested_coverage(report, loco)
+    frac, n, checks = nested_coverage(report, loco)
     table = table_from_report(report, source=f"leave-one-publication-out and leave-one-combination-out errors of {path}; "
                                              f"python -m infermeter.perfmodel.uncertainty {path}", loco=loco)
-    sys.stdout.write(table.to_yaml((frac, n)))
+    sys.stdout.write(table.to_yaml((frac, n), coverage_by(checks)["by_class_basis"]))
     return 0
 
 
