@@ -62,7 +62,8 @@ from infermeter.perfmodel.calibration import Calibration, Entry, load_calibratio
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
-from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu
+from infermeter.perfmodel.memory import (MemoryPlan, attention_dp_extra_bytes, embed_bytes_per_param, kv_elements_per_token_gpu,
+                                         layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu)
 from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
 from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, StepCost
@@ -242,12 +243,14 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
                      calibration: Calibration | str | None = None, max_num_seqs: int | None = None,
-                     max_batched_tokens: int | None = None) -> Deployment:
+                     max_batched_tokens: int | None = None, attention_dp: bool = False) -> Deployment:
     """Resolve everything about one replica; ConfigError names the bad input.
 
     ``engine`` may carry a version (``trtllm@0.6.1``); ``calibration`` is a table or the path of a
     per-deployment calibration file (overlaid on the shipped table); ``max_num_seqs`` and
-    ``max_batched_tokens`` override the engine's scheduler limits.
+    ``max_batched_tokens`` override the engine's scheduler limits; ``attention_dp``: attention data parallelism over
+    the ``tp`` GPUs (:mod:`perfmodel.memory`: attention weights whole on every GPU, each token's K/V cached and read
+    once, on its sequence's GPU; the MLP/expert layers stay tensor-parallel).
     """
     cfg = parse_config(config) if isinstance(config, str) else config
     spec = model if isinstance(model, ModelSpec) else get_model(model)
@@ -269,7 +272,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     if (tp > 1 or pp > 1) and hw.interconnect.bandwidth_gbs <= 0:
         raise ConfigError(f"hardware configuration {cfg.label!r}: {hw.id} has no device interconnect for tensor/pipeline parallelism")
     mem = plan_memory(spec, hw, prec, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, kv_fraction_of=eng.kv_fraction_of,
-                      max_batched_tokens=eng.max_batched_tokens, max_num_seqs=eng.max_num_seqs)
+                      max_batched_tokens=eng.max_batched_tokens, max_num_seqs=eng.max_num_seqs, attention_dp=attention_dp)
     need = max_model_len or 0
     if max_model_len is not None and max_model_len < 1:
         raise ConfigError(f"max_model_len {max_model_len!r} must be >= 1")
@@ -321,11 +324,12 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     p_c = hw.peak_tflops(prec.compute_dtype) * 1e12 * mfu
     p_16 = hw.peak_tflops(half) * 1e12 * mfu
     bw = hw.bandwidth_bytes_per_s * mbu
-    per_layer = layer_bytes_per_gpu(spec, prec, tp)
+    adp = attention_dp and tp > 1
+    per_layer = layer_bytes_per_gpu(spec, prec, tp) + (attention_dp_extra_bytes(spec, prec, tp) / L if adp else 0.0)
     routed_active = spec.moe_layers * spec.experts_per_token * spec.expert_params if spec.is_moe else 0
     expert_bytes = routed_expert_bytes_per_gpu(spec, prec, tp) if spec.is_moe else 0.0  # all layers
     head_b = spec.head_params * embed_bytes_per_param(prec) / tp
-    kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
+    kvb_path = kv_elements_per_token_gpu(spec, L, tp, adp) * prec.kv_bytes
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
     if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
@@ -338,7 +342,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=eng.spec,
         fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
-        notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
+        notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ()),
+        spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
                              tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None, me[1] if me else None),
