@@ -31,6 +31,8 @@ per MoE layer whatever its width (the fused-MoE kernels pad every routed-to expe
 vLLM's ``moe_align_block_size``: ``topk_ids.numel() + num_experts * (block_size - 1)`` padded rows; a fixed cost per
 expert shard is a streaming efficiency ``n / (n + n0)`` in the shard width n = intermediate/tp: DeepSeek-V3 2048/8,
 Qwen3-235B 1536/8 pay it where Mixtral's 14336/2 does not),
+``kvb`` the KV bytes per token on one GPU (split over TP, heads or MLA's latent replicated; with ``attention_dp`` the
+whole token's over ``tp``, and the attention weights whole in ``B_w``: :mod:`perfmodel.memory`),
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
 whose decode attention is not group-aware), ``x_tp`` the interconnect's ``cross_domain_factor`` when
 ``tp`` exceeds its ``p2p_domain`` (PCIe boxes: a ring over more than 4 GPUs crosses the CPU sockets), else 1, ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
