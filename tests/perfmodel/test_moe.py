@@ -212,3 +212,56 @@ def test_an_moe_deployment_is_never_calibrated_by_dense_rows():
     assert regime_of(dense, "tpot_ms", 1000, 200, 4).calibration == "calibrated"
     mla = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm")
     assert {regime_of(mla, m, 3200, 800, 4).calibration for m in ("ttft_ms", "tpot_ms", "output_tokens_per_s")} == {"unseen"}
+
+
+def test_the_per_expert_cost_follows_the_touched_experts_and_the_shard_count():
+    """``moe_expert`` is paid per touched expert per MoE layer: at batch 1 for ``k`` experts, at a long prefill for all
+    ``E``; DeepSeek-V3 (256 experts, 58 MoE layers) pays it far more than Mixtral (8, 32), and a dense model never."""
+    lo = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", calibration=_with(_entry("moe_expert", 1.0, family="hopper")))
+    hi = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", calibration=_with(_entry("moe_expert", 11.0, family="hopper")))
+    m = get_model("deepseek-v3")
+    touched_1 = m.moe_layers * m.experts * (1 - (1 - m.experts_per_token / m.experts))
+    assert hi.step_time(1, 1000, 1) - lo.step_time(1, 1000, 1) == pytest.approx(touched_1 * 10e-6, rel=1e-6)
+    assert hi.step_time(8192, 8192, 1) - lo.step_time(8192, 8192, 1) == pytest.approx(m.moe_layers * m.experts * 10e-6, rel=1e-3)
+    mx_lo = build_deployment("mixtral-8x7b", "2xh100-sxm:tp2", calibration=_with(_entry("moe_expert", 1.0, family="hopper")))
+    mx_hi = build_deployment("mixtral-8x7b", "2xh100-sxm:tp2", calibration=_with(_entry("moe_expert", 11.0, family="hopper")))
+    assert mx_hi.step_time(1, 1000, 1) - mx_lo.step_time(1, 1000, 1) == pytest.approx(32 * 2 * 10e-6, rel=1e-6)
+    d_lo = build_deployment("qwen3-32b", "a100-80gb", calibration=_with(_entry("moe_expert", 1.0)))
+    d_hi = build_deployment("qwen3-32b", "a100-80gb", calibration=_with(_entry("moe_expert", 11.0)))
+    assert d_lo.step_time(4, 4000, 4) == d_hi.step_time(4, 4000, 4)
+    moved = lo.with_values(mfu=hi.mfu, mbu=hi.mbu, step_overhead_ms=hi.step_overhead_ms, layer_overhead_us=hi.layer_overhead_us,
+                           kv_reread=hi.kv_reread, request_overhead_ms=hi.request_overhead_s * 1e3, seq_overhead_us=hi.seq_overhead_us,
+                           moe_expert_us=11.0)
+    for args in ((1, 500, 1), (64, 64 * 900, 64), (4096, 4096, 1)):
+        assert moved.step_time(*args) == pytest.approx(hi.step_time(*args), rel=1e-9)
+
+
+def test_expert_parallel_rows_fit_no_moe_term():
+    """A row that states expert parallelism (setting ``ep``) holds whole experts per GPU, not the TP shards the MoE terms
+    cost: it is predicted but names no fitted MoE entry."""
+    from infermeter.perfmodel.fit import fit
+
+    rows = _corpus()
+    ep_ids = {r.id for r in rows if r.setting("ep", 1) > 1}
+    assert "b2-gpsr1-h200-trtllm-sharegpt" in ep_ids
+    cal = fit(rows)
+    for e in cal.entries:
+        if e.fitted and e.phase.startswith("moe_"):
+            assert not ep_ids & set(e.source.removeprefix("fit: rows ").split(", ")), e.key
+
+
+def test_attention_data_parallelism_caches_each_token_once():
+    """With attention DP the MLA latent is cached once per token over the TP group (8x the KV capacity at TP8, less
+    KV read per step) while the attention weights are whole on every GPU (more weight bytes)."""
+    tp = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="sglang")
+    dp = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="sglang", attention_dp=True)
+    assert dp.weights_gib_per_gpu > tp.weights_gib_per_gpu + 5  # 61 layers of MLA projections, ~11B params, whole
+    assert dp.memory.kv_bytes_per_token_per_gpu * 8 == pytest.approx(tp.memory.kv_bytes_per_token_per_gpu, abs=8)
+    assert dp.kv_capacity_tokens > 6 * tp.kv_capacity_tokens
+    assert dp.step_time(256, 256 * 4000, 256) < tp.step_time(256, 256 * 4000, 256)  # latent reads / 8 outweigh the weights
+    assert dp.step_time(1, 1000, 1) > tp.step_time(1, 1000, 1)  # batch 1: the whole attention weights dominate
+    q_tp = build_deployment("qwen3-235b-a22b", "8xh200:tp8", dtype="fp8", engine="trtllm")
+    q_dp = build_deployment("qwen3-235b-a22b", "8xh200:tp8", dtype="fp8", engine="trtllm", attention_dp=True)
+    assert q_dp.memory.kv_bytes_per_token_per_gpu * 2 == q_tp.memory.kv_bytes_per_token_per_gpu  # 4 KV heads over TP8
+    one = build_deployment("qwen3-32b", "a100-80gb")
+    assert build_deployment("qwen3-32b", "a100-80gb", attention_dp=True).step_time(8, 8000, 8) == one.step_time(8, 8000, 8)

@@ -20,11 +20,19 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
       + L_moe * moe_layer_overhead                                                MoE routing/permutation/launches
+      + L_moe * E (1 - (1 - k/E)^T) * moe_expert                                  per touched expert: its padded tile
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
 
 with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
 the routed experts' share of it (``L_moe k N_expert T``) at ``MFU * moe_gemm`` (grouped GEMMs, MoE models only),
+``E (1 - (1 - k/E)^T)`` the experts (of ``E``, ``k`` a token) a step of T tokens routes to, each costing ``moe_expert``
+per MoE layer whatever its width (the fused-MoE kernels pad every routed-to expert's token list to a whole GEMM tile,
+vLLM's ``moe_align_block_size``: ``topk_ids.numel() + num_experts * (block_size - 1)`` padded rows; a fixed cost per
+expert shard is a streaming efficiency ``n / (n + n0)`` in the shard width n = intermediate/tp: DeepSeek-V3 2048/8,
+Qwen3-235B 1536/8 pay it where Mixtral's 14336/2 does not),
+``kvb`` the KV bytes per token on one GPU (split over TP, heads or MLA's latent replicated; with ``attention_dp`` the
+whole token's over ``tp``, and the attention weights whole in ``B_w``: :mod:`perfmodel.memory`),
 ``r`` the K/V reads per unique byte (1, or ``1 + kv_reread (H/H_kv - 1)`` for engine generations
 whose decode attention is not group-aware), ``x_tp`` the interconnect's ``cross_domain_factor`` when
 ``tp`` exceeds its ``p2p_domain`` (PCIe boxes: a ring over more than 4 GPUs crosses the CPU sockets), else 1, ``s_b`` the engine's ``score_bytes`` (DRAM bytes per
@@ -56,7 +64,8 @@ from infermeter.perfmodel.calibration import Calibration, Entry, load_calibratio
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.hardware import Hardware, get_hardware
-from infermeter.perfmodel.memory import MemoryPlan, embed_bytes_per_param, layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu
+from infermeter.perfmodel.memory import (MemoryPlan, attention_dp_extra_bytes, embed_bytes_per_param, kv_elements_per_token_gpu,
+                                         layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu)
 from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
 from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, StepCost
@@ -91,7 +100,7 @@ class Deployment:
     memory: MemoryPlan = field(repr=False)
     calibration_sources: tuple[str, str] = field(repr=False, default=("", ""))
     engine_defaults: EngineDefaults | None = field(repr=False, default=None)  # the (versioned) engine's limits and costs
-    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq/tp-seq overhead, MoE layer overhead, MoE GEMM
+    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq/tp-seq overhead, MoE layer overhead, MoE GEMM, MoE expert
     kv_reread_factor: float = field(repr=False, default=1.0)  # decode K/V reads per unique byte (old non-GQA-aware kernels)
     step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
     layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
@@ -102,6 +111,7 @@ class Deployment:
     prefill_dtype: str = field(repr=False, default="")  # dtype whose prefill efficiency applies ("" = the weight dtype)
     moe_layer_overhead_us: float = field(repr=False, default=0.0)  # per MoE layer and step: routing, permutation, grouped-GEMM launches
     moe_gemm: float = field(repr=False, default=1.0)  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach
+    moe_expert_us: float = field(repr=False, default=0.0)  # per touched expert shard per MoE layer and step (padded tile)
     decode_dtype: str = field(repr=False, default="")  # dtype whose decode efficiency applies ("" = the weight dtype)
     # step-time coefficients (seconds per unit)
     _lin_tok: float = field(repr=False, default=0.0)
@@ -110,6 +120,7 @@ class Deployment:
     _w_dense: float = field(repr=False, default=0.0)
     _w_expert: float = field(repr=False, default=0.0)
     _moe_miss: float = field(repr=False, default=0.0)  # 1 - experts_per_token/experts (0: dense)
+    _expert_lat: float = field(repr=False, default=0.0)  # seconds of moe_expert with every expert touched (L_moe E moe_expert)
     _kv_write: float = field(repr=False, default=0.0)
     _att_pair: float = field(repr=False, default=0.0)
     _kv_read: float = field(repr=False, default=0.0)
@@ -131,7 +142,8 @@ class Deployment:
         return StepCost(lin_tok=self._lin_tok, lin_seq=self._lin_seq, w_dense=self._w_dense, w_expert=self._w_expert,
                         moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
                         comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
-                        dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch)
+                        dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch,
+                        expert_lat=self._expert_lat)
 
     @property
     def step_cost(self) -> StepCost:
@@ -145,7 +157,8 @@ class Deployment:
 
     def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
                     request_overhead_ms: float, seq_overhead_us: float, tp_seq_overhead_us: float | None = None,
-                    moe_layer_overhead_us: float | None = None, moe_gemm: float | None = None) -> Deployment:
+                    moe_layer_overhead_us: float | None = None, moe_gemm: float | None = None,
+                    moe_expert_us: float | None = None) -> Deployment:
         """The same replica with other calibrated values (what a fit tries; memory and shapes unchanged)."""
         c, b = self.mfu / mfu, self.mbu / mbu
         f_old, f_new = self.kv_reread_factor, 1.0 + kv_reread * (self.gqa_group - 1.0)
@@ -153,12 +166,14 @@ class Deployment:
         tp_seq = self.tp_seq_overhead_us if tp_seq_overhead_us is None else tp_seq_overhead_us
         moe_us = self.moe_layer_overhead_us if moe_layer_overhead_us is None else moe_layer_overhead_us
         g = self.moe_gemm if moe_gemm is None else moe_gemm
+        me = self.moe_expert_us if moe_expert_us is None else moe_expert_us
         lin_exp = self._lin_exp * c * self.moe_gemm / g
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
         changed: dict[str, Any] = dict(
             mfu=mfu, mbu=mbu, step_overhead_ms=step_overhead_ms, layer_overhead_us=layer_overhead_us, kv_reread=kv_reread,
             seq_overhead_us=seq_overhead_us, tp_seq_overhead_us=tp_seq, moe_layer_overhead_us=moe_us, moe_gemm=g, _lin_exp=lin_exp,
+            moe_expert_us=me, _expert_lat=self.spec.moe_layers * self.spec.experts * me * 1e-6 if self.spec.is_moe else 0.0,
             _oh_seq=(seq_overhead_us + (tp_seq if self.config.tp > 1 else 0.0)) * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=(self._lin_tok - self._lin_exp) * c + lin_exp, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
@@ -196,7 +211,7 @@ class Deployment:
             + self._score * new_tokens * kv_tokens
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
-            "overhead": self._oh_step + self._oh_seq * num_seqs,
+            "overhead": self._oh_step + self._oh_seq * num_seqs + self._cost.expert_time(new_tokens),
         }
 
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
@@ -230,12 +245,14 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
                      calibration: Calibration | str | None = None, max_num_seqs: int | None = None,
-                     max_batched_tokens: int | None = None) -> Deployment:
+                     max_batched_tokens: int | None = None, attention_dp: bool = False) -> Deployment:
     """Resolve everything about one replica; ConfigError names the bad input.
 
     ``engine`` may carry a version (``trtllm@0.6.1``); ``calibration`` is a table or the path of a
     per-deployment calibration file (overlaid on the shipped table); ``max_num_seqs`` and
-    ``max_batched_tokens`` override the engine's scheduler limits.
+    ``max_batched_tokens`` override the engine's scheduler limits; ``attention_dp``: attention data parallelism over
+    the ``tp`` GPUs (:mod:`perfmodel.memory`: attention weights whole on every GPU, each token's K/V cached and read
+    once, on its sequence's GPU; the MLP/expert layers stay tensor-parallel).
     """
     cfg = parse_config(config) if isinstance(config, str) else config
     spec = model if isinstance(model, ModelSpec) else get_model(model)
@@ -257,7 +274,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     if (tp > 1 or pp > 1) and hw.interconnect.bandwidth_gbs <= 0:
         raise ConfigError(f"hardware configuration {cfg.label!r}: {hw.id} has no device interconnect for tensor/pipeline parallelism")
     mem = plan_memory(spec, hw, prec, tp=tp, pp=pp, gpu_memory_utilization=gpu_memory_utilization, kv_fraction_of=eng.kv_fraction_of,
-                      max_batched_tokens=eng.max_batched_tokens, max_num_seqs=eng.max_num_seqs)
+                      max_batched_tokens=eng.max_batched_tokens, max_num_seqs=eng.max_num_seqs, attention_dp=attention_dp)
     need = max_model_len or 0
     if max_model_len is not None and max_model_len < 1:
         raise ConfigError(f"max_model_len {max_model_len!r} must be >= 1")
@@ -301,17 +318,20 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     moe_us = (mo[0] if mo else eng.moe_layer_us) if spec.is_moe else 0.0
     mg = cal.lookup(fam, eng.generation or eng.name, "*", "moe_gemm", "*", cls) if spec.is_moe else None
     moe_g = (mg[0] if mg else eng.moe_gemm) if spec.is_moe else 1.0
+    me = cal.lookup(fam, eng.generation or eng.name, "*", "moe_expert", "*", cls) if spec.is_moe else None
+    moe_e_us = (me[0] if me else eng.moe_expert_us) if spec.is_moe else 0.0
 
     L, d = spec.layers, spec.hidden
     half = "bf16" if hw.has("bf16") else "fp16"
     p_c = hw.peak_tflops(prec.compute_dtype) * 1e12 * mfu
     p_16 = hw.peak_tflops(half) * 1e12 * mfu
     bw = hw.bandwidth_bytes_per_s * mbu
-    per_layer = layer_bytes_per_gpu(spec, prec, tp)
+    adp = attention_dp and tp > 1
+    per_layer = layer_bytes_per_gpu(spec, prec, tp) + (attention_dp_extra_bytes(spec, prec, tp) / L if adp else 0.0)
     routed_active = spec.moe_layers * spec.experts_per_token * spec.expert_params if spec.is_moe else 0
     expert_bytes = routed_expert_bytes_per_gpu(spec, prec, tp) if spec.is_moe else 0.0  # all layers
     head_b = spec.head_params * embed_bytes_per_param(prec) / tp
-    kvb_path = spec.kv_elements_per_token_per_gpu(L, tp) * prec.kv_bytes
+    kvb_path = kv_elements_per_token_gpu(spec, L, tp, adp) * prec.kv_bytes
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
     if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
@@ -324,13 +344,15 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=eng.spec,
         fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
-        notes=prec.notes, spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
+        notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ()),
+        spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
-                             tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None),
+                             tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None, me[1] if me else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
         seq_overhead_us=seq_oh_us, tp_seq_overhead_us=tp_seq_us, prefill_dtype=pre_dtype,
-        moe_layer_overhead_us=moe_us, moe_gemm=moe_g,
+        moe_layer_overhead_us=moe_us, moe_gemm=moe_g, moe_expert_us=moe_e_us,
+        _expert_lat=spec.moe_layers * spec.experts * moe_e_us * 1e-6 if spec.is_moe else 0.0,
         decode_dtype="" if dec_dtype == prec.weight_dtype else dec_dtype,
         _dequant=(L * per_layer + spec.blocks_params / tp * 2.0) / bw if dequant else 0.0,
         _lin_tok=2 * (spec.blocks_active_params - routed_active) / tp / p_c + 2 * routed_active / tp / (p_c * moe_g),

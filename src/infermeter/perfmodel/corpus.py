@@ -7,7 +7,10 @@ concurrency, input_tokens, output_tokens, metric, value. Optional: source, notes
 engine_version, source_url, conditions (free text for people) and settings (for the model:
 ``key=value`` pairs separated by ``;``, see :data:`SETTINGS`; ``lengths`` is the run's length distribution,
 ``fixed``, ``uniform`` or ``sharegpt`` (:mod:`perfmodel.lengths`; a row whose conditions name ShareGPT is
-``sharegpt`` unless it says otherwise), ``requests`` the number of requests a saturated run sent at once)::
+``sharegpt`` unless it says otherwise), ``requests`` the number of requests a saturated run sent at once, ``ep`` the expert-parallel degree a run states
+(TensorRT-LLM's ``--ep_size``: whole experts per GPU, not the tensor-parallel shards the model costs; such rows are
+predicted as TP but fit no MoE term, :mod:`perfmodel.fit`), ``attention_dp=1`` a run with attention data
+parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``; :mod:`perfmodel.memory`))::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> r = next(r for r in rows if r.id == "trt061-h100-7b-bs768-128-128")
@@ -39,7 +42,8 @@ REQUIRED = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engi
 PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
-                             "lengths": str, "requests": int}
+                             "lengths": str, "requests": int, "ep": int,
+                             "attention_dp": int}
 
 
 @dataclass(frozen=True, slots=True)

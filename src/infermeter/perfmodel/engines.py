@@ -49,6 +49,7 @@ class EngineDefaults:
     tp_seq_us: float = 0.0  # per running sequence and step at TP > 1: the scheduler output sent to the TP workers each step (vLLM V0)
     moe_layer_us: float = 40.0  # per MoE layer and step: router, top-k, token permute/unpermute, grouped-GEMM launches (prior)
     moe_gemm: float = 0.7  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (prior)
+    moe_expert_us: float = 4.0  # per touched expert (shard) per MoE layer and step: its padded token tile's fixed cost (prior)
 
     @property
     def spec(self) -> str:
@@ -86,7 +87,7 @@ _FIELD_TYPES = {"overhead_ms": float, "request_overhead_ms": float, "per_seq_us"
                 "max_batched_tokens": int, "kv_reserve": str, "kv_fraction_of": str, "layer_overhead_us": float,
                 "gqa_kv_reads": str, "kv_reread": float,
                 "ubatch_tokens": int, "score_bytes": float, "tp_seq_us": float,
-                "moe_layer_us": float, "moe_gemm": float}
+                "moe_layer_us": float, "moe_gemm": float, "moe_expert_us": float}
 
 
 def parse_generation(raw: dict[str, Any], origin: str) -> Generation:

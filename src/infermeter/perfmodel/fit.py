@@ -50,13 +50,14 @@ _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl", "ohm", "mg"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
+PairParam = tuple[Literal["oh", "ohl", "ohm", "mg", "me"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
 OneParam = tuple[Literal["rr", "ps", "req", "tps"], str]  # ("rr"|"tps", generation) | ("ps", engine) | ("req", engine)
 Param = EffParam | PairParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
 _PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
-                             "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm"}
-_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg")  # the order of Deployment.calibration_entries
+                             "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm",
+                             "me": "moe_expert"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg", "me")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -71,7 +72,7 @@ def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] in ("oh", "ohl", "ohm", "mg"):
+    if p[0] in ("oh", "ohl", "ohm", "mg", "me"):
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
@@ -113,14 +114,14 @@ class _RowModel:
         self.row, self.d, self.slots, self.req = row, d, slots, req
         self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
                       "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "ohm": d.moe_layer_overhead_us, "mg": d.moe_gemm,
-                      "req": d.request_overhead_s * 1e3}
+                      "me": d.moe_expert_us, "req": d.request_overhead_s * 1e3}
 
     def log_error(self, values: dict[Param, float]) -> float:
         v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
         req = values[self.req] if self.req is not None else self.start["req"]
         d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
                                request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"],
-                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"])
+                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"], moe_expert_us=v["me"])
         return math.log(value_of(self.row, d) / self.row.value)
 
 
@@ -134,7 +135,7 @@ def _prior(base: Calibration, p: Param) -> float:
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
     return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
             "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us, "moe_layer_overhead": e.moe_layer_us,
-            "moe_gemm": e.moe_gemm}[phase]
+            "moe_gemm": e.moe_gemm, "moe_expert": e.moe_expert_us}[phase]
 
 
 def _per_seq_generation(base: Calibration, gen_id: str) -> bool:
@@ -240,9 +241,12 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
         moe: list[Param] = []
+        if d.spec.is_moe and row.setting("ep", 1) > 1:  # expert parallelism: whole experts per GPU, not the TP shards the
+            return []                                   # MoE terms cost (and an all-to-all or reduce-scatter the model lacks)
         if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
             moe += [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
             moe += [("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else []
+            moe.append(("me", eng.generation or eng.name, d.hw.family))
             if not MOE_ROWS_FIT_DENSE:  # MoE rows fit only the MoE terms and their experts' own format: dense values stay dense
                 return moe + [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)
                               if _expert_format(d, ph) and d.hw.memory_class]

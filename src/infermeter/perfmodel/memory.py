@@ -11,7 +11,11 @@ checkpoint's own smaller format (gpt-oss MXFP4) count at its bits. The runtime r
 1 GiB (CUDA context, graphs, NCCL buffers; 0.25 GiB on CPUs) plus the activation peak of one
 ``max_batched_tokens`` step. KV memory is ``util x memory - weights - reserve`` (vLLM/SGLang:
 ``util`` of total memory) or ``util x (memory - weights - reserve)`` (TensorRT-LLM, llama.cpp:
-fraction of what is left)::
+fraction of what is left). With attention data parallelism (``attention_dp``: SGLang's
+``--enable-dp-attention``, TensorRT-LLM's ``enable_attention_dp``) each of the ``tp`` GPUs runs the
+attention of its own sequences with every head: the attention weights are whole on every GPU and a
+token's K/V (or MLA latent) is cached once, on its sequence's GPU, so the KV bytes per token per GPU
+are the whole model's over ``tp``, never replicated::
 
     >>> from infermeter.perfmodel.hardware import get_hardware
     >>> from infermeter.perfmodel.models import get_model
@@ -88,6 +92,26 @@ def blocks_bytes_per_gpu(m: ModelSpec, prec: Precision, tp: int) -> float:
     return (rest / tp + kv_proj_gpu) * prec.bytes_per_weight + routed_expert_bytes_per_gpu(m, prec, tp)
 
 
+def attention_dp_extra_bytes(m: ModelSpec, prec: Precision, tp: int) -> float:
+    """Bytes per GPU that attention data parallelism adds: every layer's attention weights whole, not split ``tp`` ways."""
+    if tp <= 1:
+        return 0.0
+    kv_proj = kv_proj_gpu = 0
+    if not m.is_mla:
+        kv_proj = m.layers * 2 * m.hidden * m.kv_heads * m.head_dim
+        kv_proj_gpu = m.layers * 2 * m.hidden * math.ceil(m.kv_heads / tp) * m.head_dim
+    whole = m.layers * m.attn_params
+    return (whole - ((whole - kv_proj) / tp + kv_proj_gpu)) * prec.bytes_per_weight
+
+
+def kv_elements_per_token_gpu(m: ModelSpec, layers: int, tp: int, attention_dp: bool = False) -> float:
+    """Cached elements per token on one GPU: TP-split (replicated heads, MLA's latent on every rank) or, with attention
+    data parallelism, the whole token's on one GPU of ``tp`` (the capacity and reads per GPU are the whole model's / tp)."""
+    if attention_dp and tp > 1:
+        return m.kv_elements_per_token_per_gpu(layers, 1) / tp
+    return float(m.kv_elements_per_token_per_gpu(layers, tp))
+
+
 def layer_bytes_per_gpu(m: ModelSpec, prec: Precision, tp: int) -> float:
     """Mean bytes of one decoder layer on one GPU (dense and MoE layers averaged)."""
     return blocks_bytes_per_gpu(m, prec, tp) / m.layers
@@ -100,9 +124,10 @@ def activation_bytes(m: ModelSpec, tp: int, tokens: int, seqs: int) -> float:
 
 
 def plan_memory(m: ModelSpec, hw: Hardware, prec: Precision, *, tp: int, pp: int, gpu_memory_utilization: float = 0.9,
-                kv_fraction_of: str = "total", max_batched_tokens: int = 8192, max_num_seqs: int = 256) -> MemoryPlan:
+                kv_fraction_of: str = "total", max_batched_tokens: int = 8192, max_num_seqs: int = 256,
+                attention_dp: bool = False) -> MemoryPlan:
     layers_stage = math.ceil(m.layers / pp)
-    per_layer = layer_bytes_per_gpu(m, prec, tp)
+    per_layer = layer_bytes_per_gpu(m, prec, tp) + (attention_dp_extra_bytes(m, prec, tp) / m.layers if attention_dp else 0.0)
     hb = embed_bytes_per_param(prec)
     embed = m.embed_params * hb / tp
     head = m.head_params * hb / tp
@@ -120,7 +145,7 @@ def plan_memory(m: ModelSpec, hw: Hardware, prec: Precision, *, tp: int, pp: int
         kv_mem = usable - weights - reserve
         fits = weights + reserve < usable
     kv_mem = max(kv_mem, 0.0)
-    kvb_gpu = int(m.kv_elements_per_token_per_gpu(layers_stage, tp) * prec.kv_bytes)
+    kvb_gpu = max(1, int(kv_elements_per_token_gpu(m, layers_stage, tp, attention_dp) * prec.kv_bytes))
     capacity = int(kv_mem // kvb_gpu) // BLOCK_TOKENS * BLOCK_TOKENS if fits else 0
     return MemoryPlan(
         memory_gib_per_gpu=total / GIB, usable_gib_per_gpu=usable / GIB, weights_gib_per_gpu=weights / GIB,

@@ -33,7 +33,8 @@ class StepCost:
 
     def __init__(self, *, lin_tok: float, lin_seq: float, w_dense: float, w_expert: float, moe_miss: float,
                  kv_write: float, att_pair: float, kv_read: float, comm_step: float, comm_tok: float,
-                 oh_step: float, oh_seq: float, dequant: float, k: float, score: float = 0.0, ubatch: int = 0) -> None:
+                 oh_step: float, oh_seq: float, dequant: float, k: float, score: float = 0.0, ubatch: int = 0,
+                 expert_lat: float = 0.0) -> None:
         self.lin_tok = lin_tok
         self.lin_seq = lin_seq
         self.w_dense = w_dense
@@ -50,6 +51,7 @@ class StepCost:
         self.k = k  # the smooth maximum's exponent
         self.score = score  # seconds per attention score element (new token x cached token) materialised in DRAM
         self.ubatch = ubatch  # a step of more tokens runs as ceil(T / ubatch) passes over the weights (0: one pass)
+        self.expert_lat = expert_lat  # seconds if every expert is touched: MoE layers x experts x the per-expert tile cost
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     def _args(self) -> dict[str, float]:  # ubatch travels as a float (a whole number) and is restored by _rebuild
@@ -57,7 +59,7 @@ class StepCost:
                 "moe_miss": self.moe_miss, "kv_write": self.kv_write, "att_pair": self.att_pair,
                 "kv_read": self.kv_read, "comm_step": self.comm_step, "comm_tok": self.comm_tok,
                 "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k, "score": self.score,
-                "ubatch": float(self.ubatch)}
+                "ubatch": float(self.ubatch), "expert_lat": self.expert_lat}
 
     def __reduce__(self) -> tuple[Any, ...]:  # both builds (a compiled class has no __dict__): the coefficients
         return (_rebuild, (self._args(),))
@@ -76,6 +78,12 @@ class StepCost:
         if self.moe_miss:
             return self.w_dense + self.w_expert * (1.0 - self.moe_miss**new_tokens)
         return self.w_dense + self.w_expert
+
+    def expert_time(self, new_tokens: int) -> float:
+        """Seconds of the per-expert fixed cost: the touched share ``1 - miss^T`` of all MoE layers' experts."""
+        if self.expert_lat and self.moe_miss:
+            return self.expert_lat * (1.0 - self.moe_miss**new_tokens)
+        return self.expert_lat
 
     def step_time(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> float:
         """Seconds for one engine iteration (``Deployment.step_time`` says what the arguments are)."""
@@ -106,6 +114,8 @@ class StepCost:
             lin = self.smax(x, y)
             att = self.smax(a, b)
         t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs
+        if self.expert_lat:
+            t += self.expert_lat * (1.0 - moe**new_tokens) if moe else self.expert_lat
         return t + self.dequant if new_tokens > DEQUANT_MIN_TOKENS else t
 
     def _pass(self, tokens: float, kv: float, pairs: float, num_seqs: float) -> float:
@@ -113,7 +123,7 @@ class StepCost:
         lin = self.smax(self.lin_tok * tokens + self.lin_seq * num_seqs,
                         self.weight_time(int(math.ceil(tokens))) + self.kv_write * tokens)
         att = self.smax(self.att_pair * pairs, self.kv_read * kv + self.score * tokens * kv)
-        return lin + att + self.comm_step + self.comm_tok * tokens + self.oh_step
+        return lin + att + self.comm_step + self.comm_tok * tokens + self.oh_step + self.expert_time(int(math.ceil(tokens)))
 
     def _micro_batched(self, new_tokens: int, kv_tokens: int, pairs: float, num_seqs: int) -> float:
         """``ceil(T / ubatch)`` equal passes; pass ``j`` sees the cache up to its own tokens (``K - T + j T/m``)."""
