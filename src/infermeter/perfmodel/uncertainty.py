@@ -23,9 +23,10 @@ family, engine and precision class, fitted at another TP degree) or ``unseen`` (
 for this family, engine and precision class: the efficiencies come from other engines, another
 precision, the memory class or the priors). For a figure that uses both efficiencies the weaker
 calibration counts. An MoE model is never ``calibrated`` by dense rows: its figure is ``pooled``
-where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` for
-decode) was fitted on this hardware family, else ``unseen``; an MLA model (DeepSeek) is always
-``unseen`` (no row measures its decode attention). A regime also carries the figure's model class
+where its engine's MoE term for the phase (``moe_gemm`` for prefill, ``moe_layer_overhead`` or
+``moe_expert`` for decode) was fitted on this hardware family, else ``unseen``; an MLA model
+(DeepSeek) follows the same rule now that corpus rows measure it (blind set 2's DeepSeek-V3/R1 rows;
+it was always ``unseen`` before). A regime also carries the figure's model class
 (:func:`model_class`: ``moe`` for MoE models, MLA ones included, else ``dense``; ``*``: not known).
 
 Errors: each corpus row predicted by a fit without its publication (leave-one-publication-out,
@@ -120,13 +121,13 @@ def _status(d: Deployment, which: int) -> str:
     e = d.calibration_entries[which] if len(d.calibration_entries) > which else None
     if e is None or not e.fitted:
         return "deployment" if e is not None and e.origin else "unseen"
-    if d.spec.is_mla:  # no corpus row measures MLA's absorbed decode attention: always an unseen kernel
-        return "unseen"
-    if d.spec.is_moe:  # an MoE model: its own terms decide, and rest on few publications (never the dense rows' cell)
-        m = d.calibration_entries[8 if which == 0 else 7] if len(d.calibration_entries) > 8 else None
-        if m is None or not m.fitted:
+    if d.spec.is_moe or d.spec.is_mla:  # its own MoE terms decide, and rest on few publications (never the dense rows' cell)
+        ents = d.calibration_entries
+        picks = (8,) if which == 0 else (7, 9)  # prefill: moe_gemm; decode: moe_layer_overhead or the per-expert cost
+        ms = [ents[i] for i in picks if len(ents) > i and ents[i] is not None and ents[i].fitted]
+        if not ms:
             return "unseen"
-        if m.origin:
+        if any(m.origin for m in ms):
             return "deployment"
         return "pooled"
     if e.origin:
