@@ -210,8 +210,12 @@ def test_an_moe_deployment_is_never_calibrated_by_dense_rows():
         assert regime_of(fitted, metric, 1000, 200, 4).calibration in ("pooled", "unseen")
     dense = build_deployment("qwen3-32b", "a100-80gb")
     assert regime_of(dense, "tpot_ms", 1000, 200, 4).calibration == "calibrated"
-    mla = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm")
+    # MLA follows the MoE rule: unseen where no MoE term of its engine and family is fitted (MI300X under vLLM V1),
+    # pooled where they are (8xH200 under vLLM: DeepSeek and other MoE rows fitted Hopper vLLM's terms)
+    mla = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="vllm")
     assert {regime_of(mla, m, 3200, 800, 4).calibration for m in ("ttft_ms", "tpot_ms", "output_tokens_per_s")} == {"unseen"}
+    bare = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm", calibration=_with())
+    assert regime_of(bare, "tpot_ms", 3200, 800, 4).calibration == "unseen"
 
 
 def test_the_per_expert_cost_follows_the_touched_experts_and_the_shard_count():
