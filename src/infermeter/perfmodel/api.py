@@ -62,7 +62,7 @@ from typing import Any
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
-from infermeter.perfmodel.engines import EngineDefaults
+from infermeter.perfmodel.engines import EngineDefaults, hardware_limits
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import (MemoryPlan, attention_dp_extra_bytes, embed_bytes_per_param, kv_elements_per_token_gpu,
                                          layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu)
@@ -260,7 +260,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     if not 0.05 <= gpu_memory_utilization <= 1.0:
         raise ConfigError(f"gpu_memory_utilization {gpu_memory_utilization!r} must be within 0.05..1.0")
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
-    eng = cal.engine(engine)
+    eng = hardware_limits(cal.engine(engine), hw.memory_bytes, hw.id) if hw.type != "cpu" else cal.engine(engine)
     for name, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} {v!r} must be >= 1")

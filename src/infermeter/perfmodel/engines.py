@@ -124,3 +124,30 @@ def resolve_engine(engines: tuple[EngineDefaults, ...], generations: tuple[Gener
     for g in sorted((g for g in generations if g.covers(name, version)), key=lambda g: version_key(g.below) or (), reverse=True):
         out = replace(out, generation=g.id, source=f"{out.source}; {g.id}: {g.source}", **dict(g.fields))
     return out
+
+
+VLLM_LARGE_GPU_BYTES = 70 * 2**30  # vLLM V1's threshold for its larger scheduler defaults
+
+
+def hardware_limits(eng: EngineDefaults, device_memory_bytes: float, hardware_id: str) -> EngineDefaults:
+    """The scheduler limits an engine picks from the device when the user sets none.
+
+    vLLM V1 (the current generation, not ``vllm<0.8``) serves with ``max_num_seqs`` 1024 and
+    ``max_num_batched_tokens`` 8192 on a device of at least 70 GiB that is not an A100 (H100, H200,
+    MI300X, B200), else 256 and 2048 (vllm/engine/arg_utils.py ``get_batch_defaults``, the
+    ``OPENAI_API_SERVER`` usage context; the A100 is excluded since vllm-project/vllm PR #17885, where a
+    larger token budget lowered its throughput). Every other engine, and vLLM V0, keeps its table values::
+
+        >>> v1 = EngineDefaults(name="vllm", overhead_ms=0.5, request_overhead_ms=4.0, per_seq_us=15.0, max_num_seqs=256,
+        ...                     max_batched_tokens=8192, kv_reserve="current", kv_fraction_of="total", source="")
+        >>> e = hardware_limits(v1, 80e9, "h100-sxm"); (e.max_num_seqs, e.max_batched_tokens)
+        (1024, 8192)
+        >>> e = hardware_limits(v1, 80e9, "a100-80gb"); (e.max_num_seqs, e.max_batched_tokens)
+        (256, 2048)
+    """
+    if eng.name != "vllm" or eng.generation:
+        return eng
+    if device_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in hardware_id.lower():
+        return replace(eng, max_num_seqs=1024, max_batched_tokens=8192)
+    return replace(eng, max_num_seqs=256, max_batched_tokens=2048)
+

@@ -27,7 +27,13 @@ Users beyond the KV-capacity (or engine) limit wait for a free slot: their extra
 ``(c / limit - 1) E2E``. Saturation: ``B`` = min(engine max_num_seqs, KV capacity / per-sequence
 reservation), and each step decodes ``B`` tokens and prefills ``B I / O`` prompt tokens.
 :func:`static_batch` models a batch that starts together and runs to completion (old
-TensorRT-LLM benchmarks, vLLM's ``benchmark_latency``).
+TensorRT-LLM benchmarks, vLLM's ``benchmark_latency``). :func:`saturated_latency` gives the mean
+TTFT and TPOT of a saturated run (``N`` requests queued at once, each replica running its batch
+``B`` at ``X`` output tokens/s): a running sequence gains a token every ``B / X`` seconds (the
+TPOT, Little's law); the first ``B`` requests of a replica are admitted at once and their prompts
+prefilled in token-budget chunks (on average half of them before a given one's); the rest queue,
+the k-th admitted once ``k - B`` have finished at ``X / E[O]`` completions a second, so the mean
+queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``.
 """
 
 from __future__ import annotations
@@ -183,6 +189,35 @@ def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Le
         total += _drain(d, dist, per_replica, dist.mean_i, dist.survival)
         b = per_replica
     return d.config.replicas * per_replica * dist.mean_o / total, b
+
+
+def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
+                      requests: int | None = None) -> tuple[float | None, float]:
+    """(mean TTFT, mean TPOT) in seconds of a saturated run of ``requests`` queued at once (the module docstring).
+
+    The TPOT is the steady state's and needs no count; a queue's wait grows with its length, so without
+    ``requests`` the TTFT is None."""
+    eng = engine_of(d)
+    steady, b = saturation(d, input_tokens, output_tokens, lengths)
+    reps = d.config.replicas
+    x = steady / reps  # output tokens/s of one replica
+    mean_i = lengths.mean_i if lengths is not None else float(input_tokens)
+    mean_o = max(lengths.mean_o if lengths is not None else float(output_tokens), 1.0)
+    n = math.ceil(requests / reps) if requests else 0
+    running = min(b, n) if n else b
+    tpot = running / x
+    if not requests:
+        return None, tpot
+    budget = max(eng.max_batched_tokens, 1)
+    burst_tokens = running * mean_i
+    chunk = min(budget, burst_tokens)
+    chunks = math.ceil(burst_tokens / budget)
+    per_chunk = d.step_time(int(chunk), int(chunk), max(1, round(chunk / max(mean_i, 1.0))))
+    burst_wait = (chunks + 1) / 2 * per_chunk  # a burst request waits, on average, for half the burst's chunks
+    queued = n - running
+    queue_wait = queued * (queued + 1) / (2 * n) * mean_o / x  # averaged over all n requests
+    ttft = d.request_overhead_s + (running * burst_wait + queued * tpot) / n + queue_wait
+    return ttft, tpot
 
 
 def _drain(d: Deployment, dist: Lengths, count: int, ctx0: float, share: Callable[[float], float], segments: int = 48) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 
 from infermeter.errors import DataError, UserError
 from infermeter.perfmodel.api import Deployment, build_deployment
@@ -32,7 +32,7 @@ from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
 from infermeter.perfmodel.lengths import Lengths
-from infermeter.perfmodel.serving import at_concurrency, engine_of, saturation, static_batch
+from infermeter.perfmodel.serving import at_concurrency, engine_of, saturated_latency, saturation, static_batch
 from infermeter.perfmodel.uncertainty import Regime, regime_of
 
 __all__ = ["METRICS", "Report", "Row", "RowResult", "deployment_for", "load_rows", "log_error", "predict", "publication",
@@ -56,7 +56,10 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
 def validation_regime(row: Row, d: Deployment) -> Regime:
     """The interval regime (:mod:`perfmodel.uncertainty`) of ``row.metric`` for ``d`` under the row's scenario."""
     batch = saturation(d, row.input_tokens, row.output_tokens, *_dist(row))[1] if row.scenario == "saturated" else (row.concurrency or 1)
-    return regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+    regime = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+    if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # queueing no fitted row measures: unseen
+        regime = replace(regime, calibration="unseen")
+    return regime
 
 
 def _dist(row: Row) -> tuple[Lengths, int | None]:
@@ -71,6 +74,14 @@ def value_of(row: Row, d: Deployment) -> float:
         return i / d.prefill_time(i, engine_of(d).max_batched_tokens)
     if row.scenario == "saturated" and row.metric == "output_tokens_per_s":
         return saturation(d, i, o, *_dist(row))[0]
+    if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # the run's means, queueing included
+        ttft, tpot = saturated_latency(d, i, o, *_dist(row))
+        if row.metric == "tpot_ms":
+            return tpot * 1000
+        if ttft is None:
+            raise DataError(f"measurement row {row.id!r}: the mean TTFT of a saturated run depends on how many requests "
+                            "were queued at once: add settings requests=N")
+        return ttft * 1000
     e = (static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch"
          else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0]))
     if row.metric == "output_tokens_per_s":
