@@ -42,7 +42,8 @@ def test_replicas_multiply_saturation_throughput():
     one = build_deployment("llama-3.1-8b", "h100-sxm")
     four = build_deployment("llama-3.1-8b", "4xh100-sxm:tp1")
     assert saturation(four, 1000, 200)[0] == pytest.approx(4 * saturation(one, 1000, 200)[0])
-    assert saturation(one, 1000, 200)[1] == 256  # vLLM's max_num_seqs, KV is not the limit here
+    # vLLM V1 on an H100 admits up to 1024 sequences: here the KV cache is the limit (capacity / per-sequence reservation)
+    assert saturation(one, 1000, 200)[1] == one.kv_capacity_tokens // (1000 + 200 // 2) < 1024
 
 
 def test_saturation_is_the_steady_state_mixed_step(d8):
@@ -71,3 +72,54 @@ def test_serving_uses_the_deployments_own_engine_limits():
     d = build_deployment("llama-3.1-8b", "h100-sxm", max_num_seqs=16)
     assert saturation(d, 1000, 200)[1] == 16
     assert max_concurrency(d, 1000, 200) == 16
+
+
+def test_vllm_v1_scheduler_limits_follow_the_device():
+    """vLLM V1 serves 1024 sequences and an 8192-token budget on a >= 70 GiB device other than an A100, else 256 and
+    2048 (its get_batch_defaults); V0 and other engines keep their table values; explicit limits win."""
+    def limits(gpu, engine="vllm", **kw):
+        e = build_deployment("llama-3.1-8b", gpu, engine=engine, **kw).engine_defaults
+        return e.max_num_seqs, e.max_batched_tokens
+
+    assert limits("h100-sxm") == limits("h200") == limits("mi300x") == (1024, 8192)
+    assert limits("a100-80gb") == limits("l40s") == limits("rtx-4090") == (256, 2048)
+    assert limits("h100-sxm", engine="vllm@0.6.3") != (1024, 8192)  # V0: the vllm<0.8 generation's own limits
+    assert limits("h100-sxm", engine="sglang") == limits("a100-80gb", engine="sglang")
+    assert limits("h100-sxm", max_num_seqs=64, max_batched_tokens=4096) == (64, 4096)
+
+
+def test_a_saturated_run_queues_behind_its_batch():
+    """TPOT = B / X (Little's law); TTFT grows with the queue; no queue when every request fits the batch; the mean
+    TTFT of a run of unknown size is not a number the model can give."""
+    from infermeter.perfmodel.serving import saturated_latency
+
+    d = build_deployment("llama-3.1-8b", "a100-80gb")
+    x, b = saturation(d, 500, 200)
+    ttft_none, tpot = saturated_latency(d, 500, 200)
+    assert ttft_none is None and tpot == pytest.approx(b / x)
+    small, _ = saturated_latency(d, 500, 200, None, b // 2)
+    full, _ = saturated_latency(d, 500, 200, None, b)
+    big, tpot_big = saturated_latency(d, 500, 200, None, 4 * b)
+    assert small is not None and full is not None and big is not None
+    assert small < full < big and tpot_big == pytest.approx(tpot)
+    # 3B requests wait behind the first B: on average (3B)(3B+1)/(8B) completions' worth of E[O]/X, and more
+    assert big > (3 * b) * (3 * b + 1) / (2 * 4 * b) * 200 / x
+    two, _ = saturated_latency(build_deployment("llama-3.1-8b", "2xa100-80gb:tp1"), 500, 200, None, 8 * b)
+    assert two == pytest.approx(big, rel=1e-6)  # two replicas split the queue: each holds 4B
+
+
+def test_validate_asks_for_the_request_count_of_a_saturated_ttft_row(tmp_path):
+    from infermeter.errors import DataError
+    from infermeter.perfmodel.corpus import load_rows
+    from infermeter.perfmodel.validate import predict
+
+    head = ("id,model,hardware,gpus,tp,pp,weight_dtype,engine,scenario,concurrency,input_tokens,output_tokens,metric,"
+            "value,settings\n")
+    csv = tmp_path / "rows.csv"
+    csv.write_text(head + "sat-ttft,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,500,200,ttft_ms,900,\n"
+                   "sat-ttft-n,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,500,200,ttft_ms,900,requests=3000\n"
+                   "sat-tpot,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,500,200,tpot_ms,90,\n")
+    rows = {r.id: r for r in load_rows(csv)}
+    with pytest.raises(DataError, match="sat-ttft.*requests=N"):
+        predict(rows["sat-ttft"])
+    assert predict(rows["sat-ttft-n"]) > 10 * predict(rows["sat-tpot"]) > 0  # 3000 queued: seconds, not one step
