@@ -18,7 +18,7 @@ NVIDIA = ("hopper", "ampere", "ada", "blackwell")
 
 
 def _documented(row) -> bool:
-    return (row.source_url.startswith("https://") and row.date[:4].isdigit() and len(row.date) >= 7
+    return (row.source_url.startswith("https://") and ((row.date[:4].isdigit() and len(row.date) >= 7) or "date not stated" in row.conditions)
             and bool(row.conditions) and (bool(row.engine_version) or "version not stated" in row.conditions))
 
 

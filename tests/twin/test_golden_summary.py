@@ -23,9 +23,11 @@ H100/L40S rows join the Hopper vLLM fit, and MoE rows no longer fit dense values
 119.6 -> 123.3 ms, TPOT p50 41.7 -> 42.1 ms; c16 TPOT 12.18 -> 12.16 ms), and ``sim-closed-c16`` once more when
 issue 29's fourth round refitted it on 395 rows (blind set 2 folded in; its ROCm and H200 dense rows move the Ampere
 serving-group fit a little: c16 TPOT p50 12.16 -> 12.23 ms, duration 169.6 -> 170.2 s; the H100 cases' figures did
-not change, only their interval bands, which this test does not compare), and ``sim-closed-c16`` again when vLLM V1's
-limits were made to follow the device (an A100 gets vLLM's 2048-token budget, not 8192: c16 TPOT p50 12.23 ->
-12.58 ms, TTFT p50 716.3 -> 712.8 ms, duration 170.2 -> 173.3 s). Regenerate them only for a deliberate
+not change, only their interval bands, which this test does not compare), and two of them again when vLLM V1's
+limits were made to follow the device in the model and in the twin's scheduler (``perfmodel.engines.hardware_limits``:
+an A100 gets vLLM's 2048-token budget, an H100 1024 sequences): c16 on the A100 TPOT p50 12.23 -> 13.79 ms, TTFT p50
+716.3 -> 525.2 ms, duration 170.2 -> 170.8 s; the saturated 10 req/s H100 case TPOT p50 64.3 -> 89.5 ms, TTFT p50
+49.4 -> 34.2 s, 3,857 -> 3,730 tok/s; the 5 req/s case (never above 256 sequences) unchanged. Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.

@@ -71,7 +71,11 @@ def test_twin_engines_time_steps_with_the_deployments_formula():
                 continue
             want = (math.hypot(d._lin_tok * t + d._lin_seq * n, w + d._kv_write * t)
                     + math.hypot(d._att_pair * a, d._kv_read * kv + d._score * t * kv) + d._comm_step + d._comm_tok * t + d._oh_step
-                    + d._oh_seq * n + (d._dequant if t > DEQUANT_MIN_TOKENS else 0.0))
+                    + d._oh_seq * n)
+            if d._expert_lat:  # MoE: the fixed cost of each touched expert, the touched share 1 - miss^T of them all
+                want += d._expert_lat * (1.0 - d._moe_miss**t) if d._moe_miss else d._expert_lat
+            assert (d._expert_lat > 0) == (model == "mixtral-8x7b")
+            want = want + d._dequant if t > DEQUANT_MIN_TOKENS else want
             assert d.step_time(t, kv, n, pairs) == want  # the same operations in the same order: the same bits
     twin = build_twin("llama-3.1-70b", "4xa100-80gb:tp4")
     d, eng = twin.predictor, twin.engines()[0]

@@ -124,7 +124,7 @@ def _status(d: Deployment, which: int) -> str:
     if d.spec.is_moe or d.spec.is_mla:  # its own MoE terms decide, and rest on few publications (never the dense rows' cell)
         ents = d.calibration_entries
         picks = (8,) if which == 0 else (7, 9)  # prefill: moe_gemm; decode: moe_layer_overhead or the per-expert cost
-        ms = [ents[i] for i in picks if len(ents) > i and ents[i] is not None and ents[i].fitted]
+        ms = [m for m in (ents[i] for i in picks if len(ents) > i) if m is not None and m.fitted]
         if not ms:
             return "unseen"
         if any(m.origin for m in ms):

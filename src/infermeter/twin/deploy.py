@@ -125,11 +125,13 @@ def build_twin(
     """The performance model's deployment as a twin; ConfigError names a bad model/hardware/dtype."""
     from infermeter.perfmodel import build_deployment
 
+    cfg = engine or engine_defaults(hardware)
+    # the memory plan reserves what the scheduler's limits need (activations, logits), so both use the same limits
     d = build_deployment(model, hardware, dtype=dtype, kv_dtype=kv_dtype, engine="vllm",
-                         gpu_memory_utilization=gpu_memory_utilization)
+                         gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=cfg.max_num_seqs,
+                         max_batched_tokens=cfg.max_num_batched_tokens)
     if not d.fits:
         raise ConfigError(f"{model} on {d.config.label}: does not fit ({d.why_not})")
-    cfg = engine or engine_defaults()
     pp = d.pipeline_depth
     bs = cfg.block_size
     if cfg.num_gpu_blocks_override is not None:
@@ -172,11 +174,19 @@ def build_twin(
     )
 
 
-def engine_defaults(**overrides: Any) -> EngineConfig:
-    """EngineConfig with the performance model's vLLM defaults, then ``overrides`` (None = keep)."""
+def engine_defaults(hardware: str | None = None, **overrides: Any) -> EngineConfig:
+    """EngineConfig with the performance model's vLLM defaults (on ``hardware``, a ``--gpu`` string, the limits vLLM V1
+    picks for that device: ``perfmodel.engines.hardware_limits``), then ``overrides`` (None = keep)."""
     from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.configspec import parse_config
+    from infermeter.perfmodel.engines import hardware_limits
+    from infermeter.perfmodel.hardware import get_hardware
 
     eng = load_calibration().engine("vllm")
+    if hardware is not None:
+        hw = get_hardware(parse_config(hardware).hardware)
+        if hw.type != "cpu":
+            eng = hardware_limits(eng, hw.memory_bytes, hw.id)
     base: dict[str, Any] = {"max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens}
     base.update({k: v for k, v in overrides.items() if v is not None})
     try:

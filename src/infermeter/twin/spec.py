@@ -42,9 +42,12 @@ class TwinSpec(BaseModel):
     dtype: str = Field("bf16", description="weight dtype: bf16, fp16, fp8, int8, int4 ...")
     kv_dtype: str | None = Field(None, description="KV-cache dtype (default: the engine's for the weight dtype)")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of GPU memory the engine may use")
-    max_num_seqs: int | None = Field(None, ge=1, description="most sequences per step (vLLM's option, default 256)")
-    max_num_batched_tokens: int | None = Field(None, ge=1,
-                                               description="token budget per step (vLLM's option, default 8192)")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description=("most sequences per step (vLLM's option; default: what vLLM V1 picks for the device, "
+                                 "1024 on >= 70 GiB GPUs but A100, else 256)"))
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description=("token budget per step (vLLM's option; default: what vLLM V1 picks for the device, "
+                                 "8192 on >= 70 GiB GPUs but A100, else 2048)"))
     max_model_len: int | None = Field(None, ge=1, description="prompt + output tokens per request (vLLM's option)")
     num_gpu_blocks_override: int | None = Field(None, ge=1,
                                                 description="KV blocks of --block-size tokens (replaces the capacity)")
@@ -86,7 +89,7 @@ class TwinSpec(BaseModel):
         if self.calibration is not None:
             return self._calibrated()
         return build_twin(self.model, self.hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
-                          engine=engine_defaults(**self.engine_options()),
+                          engine=engine_defaults(self.hardware, **self.engine_options()),
                           gpu_memory_utilization=self.gpu_memory_utilization,
                           served_model_name=self.served_model_name, router=self.router,
                           speculative=self.speculative)
