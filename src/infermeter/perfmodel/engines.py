@@ -127,6 +127,7 @@ def resolve_engine(engines: tuple[EngineDefaults, ...], generations: tuple[Gener
 
 
 VLLM_LARGE_GPU_BYTES = 70 * 2**30  # vLLM V1's threshold for its larger scheduler defaults
+VLLM_TABLE_LIMITS = (256, 8192)  # data/calibration.yaml's vLLM limits: the device rule replaces these, not an overlay's
 
 
 def hardware_limits(eng: EngineDefaults, device_memory_bytes: float, hardware_id: str) -> EngineDefaults:
@@ -136,7 +137,8 @@ def hardware_limits(eng: EngineDefaults, device_memory_bytes: float, hardware_id
     ``max_num_batched_tokens`` 8192 on a device of at least 70 GiB that is not an A100 (H100, H200,
     MI300X, B200), else 256 and 2048 (vllm/engine/arg_utils.py ``get_batch_defaults``, the
     ``OPENAI_API_SERVER`` usage context; the A100 is excluded since vllm-project/vllm PR #17885, where a
-    larger token budget lowered its throughput). Every other engine, and vLLM V0, keeps its table values::
+    larger token budget lowered its throughput). Every other engine, vLLM V0, and limits a calibration overlay
+    set (anything but the table's 256 / 8192) keep their values::
 
         >>> v1 = EngineDefaults(name="vllm", overhead_ms=0.5, request_overhead_ms=4.0, per_seq_us=15.0, max_num_seqs=256,
         ...                     max_batched_tokens=8192, kv_reserve="current", kv_fraction_of="total", source="")
@@ -145,8 +147,8 @@ def hardware_limits(eng: EngineDefaults, device_memory_bytes: float, hardware_id
         >>> e = hardware_limits(v1, 80e9, "a100-80gb"); (e.max_num_seqs, e.max_batched_tokens)
         (256, 2048)
     """
-    if eng.name != "vllm" or eng.generation:
-        return eng
+    if eng.name != "vllm" or eng.generation or (eng.max_num_seqs, eng.max_batched_tokens) != VLLM_TABLE_LIMITS:
+        return eng  # another engine, V0, or a calibration overlay that set its own limits: those stand
     if device_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in hardware_id.lower():
         return replace(eng, max_num_seqs=1024, max_batched_tokens=8192)
     return replace(eng, max_num_seqs=256, max_batched_tokens=2048)

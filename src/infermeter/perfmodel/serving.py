@@ -33,7 +33,10 @@ TTFT and TPOT of a saturated run (``N`` requests queued at once, each replica ru
 TPOT, Little's law); the first ``B`` requests of a replica are admitted at once and their prompts
 prefilled in token-budget chunks (on average half of them before a given one's); the rest queue,
 the k-th admitted once ``k - B`` have finished at ``X / E[O]`` completions a second, so the mean
-queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``.
+queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``. That assumes completions spread
+evenly, as varied lengths make them; equal lengths finish in waves of ``B``, which at ``N = 2B``
+wait about twice as long as the even spread says (the gap closes as ``N / B`` grows). With
+``N < B`` there is no queue and the ``N`` run as one batch (their own decode step).
 """
 
 from __future__ import annotations
@@ -205,7 +208,9 @@ def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, leng
     mean_o = max(lengths.mean_o if lengths is not None else float(output_tokens), 1.0)
     n = math.ceil(requests / reps) if requests else 0
     running = min(b, n) if n else b
-    tpot = running / x
+    # every running sequence gains a token a step: B / X at the full batch; fewer requests than the batch run as
+    # one batch of n (no queue), whose decode step is its own (X is the full batch's rate)
+    tpot = running / x if running == b else d.step_time(running, int(running * (mean_i + mean_o / 2)), running)
     if not requests:
         return None, tpot
     budget = max(eng.max_batched_tokens, 1)

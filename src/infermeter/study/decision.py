@@ -256,7 +256,8 @@ def model_interval(cell: CellResult, metric: str, study: StudyConfig | None = No
 
         sim = study.sim_for(conf)
         d = build_deployment(study.model_for(conf), cell.hardware, dtype=sim.dtype, kv_dtype=sim.kv_dtype,
-                             gpu_memory_utilization=sim.gpu_memory_utilization)
+                             gpu_memory_utilization=sim.gpu_memory_utilization, max_num_seqs=sim.max_num_seqs,
+                             max_batched_tokens=sim.max_num_batched_tokens)
         mi = max(1, round(cell.tokens.get("mean_input") or 1))
         mo = max(1, round(cell.tokens.get("mean_output") or 1))
         if basis == "SLO capacity":
@@ -588,8 +589,10 @@ def _kv_tokens(study: StudyConfig, conf: Any, hardware: str, dtype: str, kv_dtyp
         hw = parse_config(hardware)
         if tp == "double":
             hw = parse_config(f"{hw.count * 2}x{hw.hardware}:tp{hw.tp * 2},pp{hw.pp}")
+        sim = study.sim_for(conf)
         dep = build_deployment(study.model_for(conf), hw.label, dtype=dtype, kv_dtype=kv_dtype,
-                               gpu_memory_utilization=study.sim_for(conf).gpu_memory_utilization)
+                               gpu_memory_utilization=sim.gpu_memory_utilization, max_num_seqs=sim.max_num_seqs,
+                               max_batched_tokens=sim.max_num_batched_tokens)
         return float(dep.kv_capacity_tokens) if dep.fits and dep.kv_capacity_tokens > 0 else None
     except Exception:  # the model cannot place it (does not fit, unknown dtype): no figure, the fix is still named
         return None

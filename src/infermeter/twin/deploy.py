@@ -188,7 +188,13 @@ def engine_defaults(hardware: str | None = None, **overrides: Any) -> EngineConf
         if hw.type != "cpu":
             eng = hardware_limits(eng, hw.memory_bytes, hw.id)
     base: dict[str, Any] = {"max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens}
-    base.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    base.update(given)
+    if base["max_num_batched_tokens"] < base["max_num_seqs"] and not {"max_num_seqs", "max_num_batched_tokens"} <= set(given):
+        unset = "max_num_seqs" if "max_num_seqs" not in given else "max_num_batched_tokens"
+        raise ConfigError(f"--max-num-batched-tokens ({base['max_num_batched_tokens']}) must be >= --max-num-seqs "
+                          f"({base['max_num_seqs']}); --{unset.replace('_', '-')} {base[unset]} is vLLM's default"
+                          + (f" on {hardware}" if hardware else "") + f": set --{unset.replace('_', '-')} too")
     try:
         return EngineConfig(**base)
     except ValueError as exc:  # pydantic's ValidationError: name the option(s)
