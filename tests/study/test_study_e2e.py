@@ -59,8 +59,10 @@ def test_a_40gb_kv_cache_fills_before_an_80gb_one(result: Any) -> None:
     assert small["kv_cache_usage_max"] >= 0.95 > big["kv_cache_usage_max"]
     assert small["num_requests_running_max"] < big["num_requests_running_max"]
     assert small["num_preemptions"] > 0 == big["num_preemptions"]
-    kv = [f for f in result.findings if f.topic == "kv"]
-    assert kv and kv[0].text.startswith("chat: the KV cache limited a100-40gb at saturation")
+    kv = [f.text for f in result.findings if f.topic == "kv"]
+    # (an H100 may be KV-limited too: vLLM V1 admits up to 1024 sequences on it, 256 on an A100)
+    assert any(t.startswith("chat: the KV cache limited a100-40gb at saturation") for t in kv), kv
+    assert not any(t.startswith("chat: the KV cache limited a100-80gb") for t in kv), kv
 
 
 def test_every_finding_points_at_a_cell_showing_its_number(result: Any) -> None:
