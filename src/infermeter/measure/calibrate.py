@@ -69,18 +69,12 @@ CHECKED = tuple((r.name, r.metric.key, r.stat) for r in catalog.banded())
 
 def _vllm_device_limits(hardware: str) -> dict[str, int]:
     """vLLM V1's scheduler limits on ``hardware`` (a --gpu string); none for a device the catalog does not know."""
-    from infermeter.perfmodel.calibration import load_calibration
-    from infermeter.perfmodel.configspec import parse_config
-    from infermeter.perfmodel.engines import hardware_limits
-    from infermeter.perfmodel.hardware import get_hardware
+    from infermeter.perfmodel.api import engine_on
 
     try:
-        hw = get_hardware(parse_config(hardware).hardware)
+        e = engine_on(hardware)
     except ConfigError:
         return {}
-    if hw.type == "cpu":
-        return {}
-    e = hardware_limits(load_calibration().engine("vllm"), hw.memory_bytes, hw.id)
     return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_batched_tokens}
 
 
@@ -175,7 +169,7 @@ def calibrate(paths: list[Path], *, engine: str | None = None, hardware: str | N
     name = engine or ("vllm" if scraped == "vllm" else scraped) or "vllm"
     defaults = dict(ENGINE_DEFAULTS.get(name, ENGINE_DEFAULTS["vllm"]))
     hw_id = hardware or heads[0].hardware
-    if name == "vllm" and hw_id:  # vLLM V1 picks its limits from the device (perfmodel.engines.hardware_limits)
+    if name == "vllm" and hw_id:  # vLLM V1 picks its limits from the device (perfmodel.api.engine_on)
         defaults.update(_vllm_device_limits(hw_id))
     info = next((i for i in map(_cache_info, dirs) if i), None)
     kv = kv_capacity_tokens or _kv_tokens(info)

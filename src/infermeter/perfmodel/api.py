@@ -241,6 +241,15 @@ def _allreduce_latency(hw: Hardware, tp: int) -> float:
     return hw.interconnect.latency_us * 1e-6 * (1.0 + 0.3 * (math.log2(tp) - 1.0))
 
 
+def engine_on(hardware: str | Hardware, engine: str = "vllm", calibration: Calibration | None = None) -> EngineDefaults:
+    """``engine``'s defaults from ``calibration`` (the shipped table by default) on ``hardware`` (a ``--gpu`` string or a
+    catalog entry): with the scheduler limits vLLM V1 picks for that device (:func:`engines.hardware_limits`; none on a
+    CPU). ConfigError names an unknown device or engine."""
+    hw = get_hardware(parse_config(hardware).hardware) if isinstance(hardware, str) else hardware
+    eng = (calibration or load_calibration()).engine(engine)
+    return eng if hw.type == "cpu" else hardware_limits(eng, hw.memory_bytes, hw.id)
+
+
 def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h100-sxm", *, dtype: str = "bf16",
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
@@ -260,7 +269,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     if not 0.05 <= gpu_memory_utilization <= 1.0:
         raise ConfigError(f"gpu_memory_utilization {gpu_memory_utilization!r} must be within 0.05..1.0")
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
-    eng = hardware_limits(cal.engine(engine), hw.memory_bytes, hw.id) if hw.type != "cpu" else cal.engine(engine)
+    eng = engine_on(hw, engine, cal)
     for name, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens)):
         if v is not None and v < 1:
             raise ConfigError(f"{name} {v!r} must be >= 1")

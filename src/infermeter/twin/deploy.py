@@ -176,17 +176,11 @@ def build_twin(
 
 def engine_defaults(hardware: str | None = None, **overrides: Any) -> EngineConfig:
     """EngineConfig with the performance model's vLLM defaults (on ``hardware``, a ``--gpu`` string, the limits vLLM V1
-    picks for that device: ``perfmodel.engines.hardware_limits``), then ``overrides`` (None = keep)."""
+    picks for that device: ``perfmodel.api.engine_on``), then ``overrides`` (None = keep)."""
+    from infermeter.perfmodel.api import engine_on
     from infermeter.perfmodel.calibration import load_calibration
-    from infermeter.perfmodel.configspec import parse_config
-    from infermeter.perfmodel.engines import hardware_limits
-    from infermeter.perfmodel.hardware import get_hardware
 
-    eng = load_calibration().engine("vllm")
-    if hardware is not None:
-        hw = get_hardware(parse_config(hardware).hardware)
-        if hw.type != "cpu":
-            eng = hardware_limits(eng, hw.memory_bytes, hw.id)
+    eng = engine_on(hardware) if hardware is not None else load_calibration().engine("vllm")
     base: dict[str, Any] = {"max_num_seqs": eng.max_num_seqs, "max_num_batched_tokens": eng.max_batched_tokens}
     given = {k: v for k, v in overrides.items() if v is not None}
     base.update(given)
