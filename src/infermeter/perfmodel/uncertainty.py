@@ -163,6 +163,15 @@ def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int,
     return Regime(group, _throughput_bound(d, input_tokens, output_tokens, batch), weakest, kind)
 
 
+def _ladder(regime: Regime) -> tuple[tuple[str, str, str, str], ...]:
+    """The cell keys of ``regime``, finest first: (group, bound, calibration), (group, any bound, calibration),
+    (calibration), each of its model class then of every class, then all rows (no key twice)."""
+    levels = ((regime.group, regime.bound, regime.calibration), (regime.group, "*", regime.calibration),
+              ("*", "*", regime.calibration))
+    keys = [(*k, regime.model_class) for k in levels] + [(*k, "*") for k in levels] + [("*", "*", "*", "*")]
+    return tuple(dict.fromkeys(keys))
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     key: tuple[str, str, str, str]  # (group, bound, calibration, model class); "*" = any
@@ -195,11 +204,7 @@ class IntervalTable:
     def chain(self, regime: Regime) -> list[Cell]:
         """The cells from ``regime``'s own to all rows (missing levels skipped): first those of its model class, then
         those of every class."""
-        levels = [(regime.group, regime.bound, regime.calibration), (regime.group, "*", regime.calibration),
-                  ("*", "*", regime.calibration)]
-        keys = [(*k, regime.model_class) for k in levels] if regime.model_class != "*" else []
-        keys += [(*k, "*") for k in levels] + [("*", "*", "*", "*")]
-        return [c for k in dict.fromkeys(keys) if (c := self._get(k)) is not None]
+        return [c for k in _ladder(regime) if (c := self._get(k)) is not None]
 
     def _unseen_band(self, model_class: str) -> Cell | None:
         """The ``*/*/unseen`` cell of ``model_class`` (of every class where that one has too few rows)."""
@@ -254,9 +259,7 @@ class IntervalTable:
         orientation) records."""
         groups: dict[tuple[str, str, str, str], list[float]] = {}
         for reg, e in records:
-            levels = ((reg.group, reg.bound, reg.calibration), (reg.group, "*", reg.calibration), ("*", "*", reg.calibration))
-            keys = [(*k, reg.model_class) for k in levels] + [(*k, "*") for k in levels] + [("*", "*", "*", "*")]
-            for key in dict.fromkeys(keys):
+            for key in _ladder(reg):
                 groups.setdefault(key, []).append(e)
         cells = tuple(_cell(k, v) for k, v in sorted(groups.items()))
         return cls(cells=cells, source=source, rows=len(records), publications=publications)
