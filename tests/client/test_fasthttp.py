@@ -184,14 +184,19 @@ def test_connection_close_and_unasked_bytes_stop_reuse_but_not_the_response():
     assert b"".join(c for _, c in chunks) == BODY
 
 
-def test_a_large_body_pauses_reading_until_it_is_read(monkeypatch):
-    monkeypatch.setattr(fasthttp, "HIGH_WATER", 100)
+def _half_of_a_300_byte_body(monkeypatch, high_water):
+    """A connection that has read the head and the first 150 bytes of a 300-byte body, with the given high water
+    mark (low water 50); and the body."""
+    monkeypatch.setattr(fasthttp, "HIGH_WATER", high_water)
     monkeypatch.setattr(fasthttp, "LOW_WATER", 50)
+    conn, body = _conn(), b"x" * 300
+    conn.data_received(HEAD + b"Content-Length: 300\r\n\r\n" + body[:150])
+    return conn, body
 
+
+def test_a_large_body_pauses_reading_until_it_is_read(monkeypatch):
     async def go():
-        conn = _conn()
-        body = b"x" * 300
-        conn.data_received(HEAD + b"Content-Length: 300\r\n\r\n" + body[:150])
+        conn, body = _half_of_a_300_byte_body(monkeypatch, 100)
         assert conn.tr.paused
         await conn.head()
         assert (await conn.next_chunk())[1] == body[:150]
@@ -210,13 +215,8 @@ def test_a_small_head_read_together_with_a_large_body_is_not_taken_for_a_large_h
 
 
 def test_a_connection_paused_on_a_large_body_is_resumed_before_it_is_reused(monkeypatch):
-    monkeypatch.setattr(fasthttp, "HIGH_WATER", 200)
-    monkeypatch.setattr(fasthttp, "LOW_WATER", 50)
-
     async def go():
-        conn = _conn()
-        body = b"x" * 300
-        conn.data_received(HEAD + b"Content-Length: 300\r\n\r\n" + body[:150])
+        conn, body = _half_of_a_300_byte_body(monkeypatch, 200)
         conn.data_received(body[150:])  # the rest: complete, and past the high water
         assert conn.tr.paused and conn.done and conn.keep
         await conn.head()
