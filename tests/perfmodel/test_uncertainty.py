@@ -239,3 +239,33 @@ def test_every_predicted_plan_figure_carries_an_interval():
     assert set(p["regimes"]) == set(INTERVAL_METRICS)
     nofit = plan("llama-3.1-70b", "h100-sxm").to_json()
     assert nofit["intervals"] == {} and nofit["basis"] is None
+
+
+def test_the_fresh_publication_spread_widens_every_basis_but_a_deployment_in_quadrature():
+    cal, dep = Regime("tpot", "decode", "calibrated", "dense"), Regime("tpot", "decode", "deployment", "dense")
+    base = IntervalTable.from_records([(cal, 0.05 * (i % 5 - 2)) for i in range(40)] + [(dep, 0.01 * (i % 3)) for i in range(20)])
+    fresh = base.with_fresh({"dense": (0.4, 100), "moe": (1.5, 70), "*": (0.9, 170)})
+    lo, hi, basis = interval("tpot_ms", 10.0, cal, base)
+    flo, fhi, fbasis = interval("tpot_ms", 10.0, cal, fresh)
+    h, fh = math.log(hi / lo) / 2, math.log(fhi / flo) / 2
+    assert fh == pytest.approx(math.hypot(h, 0.4))
+    assert math.log(fhi * flo / 100) == pytest.approx(math.log(hi * lo / 100))  # same centre
+    assert "fresh-publication spread 0.40" in fbasis and "fresh-publication" not in basis
+    assert interval("tpot_ms", 10.0, dep, fresh)[:2] == interval("tpot_ms", 10.0, dep, base)[:2]
+    assert fresh.fresh_tau("moe") == 1.5 and fresh.fresh_tau("mla") == 0.9 and base.fresh_tau("dense") == 0.0
+
+
+def test_the_fresh_publication_spread_survives_the_yaml_and_a_bad_one_is_named():
+    import yaml
+
+    reg = Regime("tpot", "decode", "calibrated", "dense")
+    table = IntervalTable.from_records([(reg, 0.05 * (i % 5 - 2)) for i in range(40)]).with_fresh({"dense": (0.4321, 112)})
+    back = IntervalTable.from_yaml(yaml.safe_load(table.to_yaml())["uncertainty"], "t.yaml")
+    assert back.fresh == (("dense", 0.4321, 112),)
+    bad = yaml.safe_load(table.to_yaml())["uncertainty"]
+    bad["fresh_publication"] = {"dense": {"tau": -1, "rows": 3}}
+    with pytest.raises(ConfigError, match="t.yaml: uncertainty: fresh_publication"):
+        IntervalTable.from_yaml(bad, "t.yaml")
+    bad["fresh_publication"] = {"dense": {"rows": 3}}
+    with pytest.raises(ConfigError, match="needs tau and rows"):
+        IntervalTable.from_yaml(bad, "t.yaml")

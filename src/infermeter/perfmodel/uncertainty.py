@@ -197,6 +197,17 @@ class IntervalTable:
     source: str = ""
     rows: int = 0
     publications: int = 0
+    fresh: tuple[tuple[str, float, int], ...] = ()  # (model class, tau, blind rows): :mod:`freshpub`'s spread; () = none
+
+    def fresh_tau(self, model_class: str) -> float:
+        """The fresh-publication spread of ``model_class`` (of every class, ``*``, where it has none; 0 without a history)."""
+        taus = {c: t for c, t, _ in self.fresh}
+        return taus.get(model_class, taus.get("*", 0.0))
+
+    def with_fresh(self, spread: dict[str, tuple[float, int]]) -> IntervalTable:
+        """This table with the fresh-publication spread ``spread`` (``{class: (tau, rows)}``, :func:`freshpub.spread`)."""
+        return IntervalTable(cells=self.cells, source=self.source, rows=self.rows, publications=self.publications,
+                             fresh=tuple((c, t, n) for c, (t, n) in sorted(spread.items())))
 
     def _get(self, key: tuple[str, str, str, str]) -> Cell | None:
         return next((c for c in self.cells if c.key == key), None)
@@ -236,22 +247,25 @@ class IntervalTable:
         return usable[0], next((c for c in usable[1:] if c.n >= MIN_N), None)
 
     def multipliers(self, regime: Regime) -> tuple[float, float, str]:
-        """(low, high) bounds of measured/predicted in the group's orientation, and the cell used."""
+        """(low, high) bounds of measured/predicted in the group's orientation, and the cell used (and the
+        fresh-publication spread added in quadrature, for every basis but a deployment's own)."""
         cell, parent = self.cell_of(regime)
+        tau = 0.0 if regime.calibration == "deployment" else self.fresh_tau(regime.model_class)
+        used = f"{cell.name} (n={cell.n})" + (f" + fresh-publication spread {tau:.2f}" if tau > 0 else "")
         if cell.key[:3] == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
             # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction,
             # a class's few rows widened towards the band of every class
             w = self.wide(about_zero=True)
-            h = (cell.n * cell.q80_abs + WIDEN * max(w, cell.q80_abs)) / (cell.n + WIDEN)
-            return math.exp(-h), math.exp(h), f"{cell.name} (n={cell.n})"
+            h = math.hypot((cell.n * cell.q80_abs + WIDEN * max(w, cell.q80_abs)) / (cell.n + WIDEN), tau)
+            return math.exp(-h), math.exp(h), used
         mean = cell.mean if parent is None else (cell.n * cell.mean + SHRINK * parent.mean) / (cell.n + SHRINK)
         if cell.key[2] == "deployment":  # a deployment's own residuals widen towards the calibrated rows, not unseen ones
             cal = Regime(regime.group, regime.bound, "calibrated", regime.model_class)
             w = self.cell_of(cal)[0].q80 if any(c.key[2] == "calibrated" for c in self.cells) else self.wide(regime.model_class)
         else:
             w = self.wide(regime.model_class)
-        h = (cell.n * cell.q80 + WIDEN * max(w, cell.q80)) / (cell.n + WIDEN)
-        return math.exp(mean - h), math.exp(mean + h), f"{cell.name} (n={cell.n})"
+        h = math.hypot((cell.n * cell.q80 + WIDEN * max(w, cell.q80)) / (cell.n + WIDEN), tau)
+        return math.exp(mean - h), math.exp(mean + h), used
 
     @classmethod
     def from_records(cls, records: list[tuple[Regime, float]], *, source: str = "", publications: int = 0) -> IntervalTable:
@@ -273,7 +287,14 @@ class IntervalTable:
                           for c in data["cells"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: uncertainty: bad cell ({exc}); each needs group, bound, calibration, n, log_bias, log_sd") from None
-        return cls(cells=cells, source=str(data.get("source", "")), rows=int(data.get("rows", 0)), publications=int(data.get("publications", 0)))
+        try:
+            fresh = tuple((str(k), float(v["tau"]), int(v["rows"])) for k, v in (data.get("fresh_publication") or {}).items())
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{origin}: uncertainty: fresh_publication: each class needs tau and rows ({exc})") from None
+        if any(not (math.isfinite(t) and t >= 0) for _, t, _ in fresh):
+            raise ConfigError(f"{origin}: uncertainty: fresh_publication: tau must be a finite number >= 0")
+        return cls(cells=cells, source=str(data.get("source", "")), rows=int(data.get("rows", 0)), publications=int(data.get("publications", 0)),
+                   fresh=fresh)
 
     def to_yaml(self, coverage_check: tuple[float, int] | None = None, by: dict[str, dict[str, float | int]] | None = None) -> str:
         lines = ["uncertainty:", f"  coverage: {COVERAGE}", f"  rows: {self.rows}", f"  publications: {self.publications}",
@@ -283,6 +304,8 @@ class IntervalTable:
         if by:  # the nested check per model class and basis
             lines.append("  nested_coverage_by: {" + ", ".join(f"\"{k}\": {{inside: {v['inside']:.3f}, rows: {v['rows']}}}"
                                                              for k, v in by.items()) + "}")
+        if self.fresh:  # added in quadrature to every interval but a deployment's own (perfmodel.freshpub)
+            lines.append("  fresh_publication: {" + ", ".join(f"\"{c}\": {{tau: {t:.4f}, rows: {n}}}" for c, t, n in self.fresh) + "}")
         lines.append("  cells:")
         for c in self.cells:
             lines.append(f"    - {{group: \"{c.key[0]}\", bound: \"{c.key[1]}\", calibration: \"{c.key[2]}\", class: \"{c.key[3]}\", n: {c.n}, "
@@ -313,7 +336,7 @@ def table_of(cal: Any = None) -> IntervalTable:  # noqa: ANN401 - a Calibration
         extra = IntervalTable.from_records([(Regime(METRIC_GROUPS[m][0] if m in METRIC_GROUPS else m, "*", "deployment"),
                                              METRIC_GROUPS.get(m, (m, 1))[1] * e) for m, es in cal.residuals.items() for e in es])
         table = IntervalTable(cells=tuple(c for c in extra.cells if c.key[2] == "deployment" and c.key[1] == "*") + table.cells,
-                              source=table.source, rows=table.rows, publications=table.publications)
+                              source=table.source, rows=table.rows, publications=table.publications, fresh=table.fresh)
     return table
 
 
@@ -326,7 +349,7 @@ def interval(metric: str, value: float, regime: Regime, table: IntervalTable | N
     if METRIC_GROUPS[metric][1] < 0:
         m_lo, m_hi = 1 / m_hi, 1 / m_lo
     basis = (f"{COVERAGE:.0%} interval from out-of-sample errors (leave-one-publication-out; unseen combinations: "
-             f"leave-one-combination-out), basis {regime.calibration}, regime {regime.label}, cell {used}")
+             f"leave-one-combination-out; new publications: blind sets), basis {regime.calibration}, regime {regime.label}, cell {used}")
     return value * m_lo, value * m_hi, basis
 
 
@@ -469,8 +492,11 @@ def main(argv: list[str]) -> int:
     report = validate(rows, holdout="source")
     loco = loco_records(rows)
     frac, n, checks = nested_coverage(report, loco)
+    from infermeter.perfmodel import freshpub
+
     table = table_from_report(report, source=f"leave-one-publication-out and leave-one-combination-out errors of {path}; "
                                              f"python -m infermeter.perfmodel.uncertainty {path}", loco=loco)
+    table = table.with_fresh(freshpub.spread(freshpub.load()))
     sys.stdout.write(table.to_yaml((frac, n), coverage_by(checks)["by_class_basis"]))
     return 0
 

@@ -1,0 +1,124 @@
+"""The fresh-publication spread: blind-time records, the spread per class, the held-out check, the shipped history."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from infermeter.errors import DataError
+from infermeter.perfmodel import freshpub
+from infermeter.perfmodel.freshpub import Record, held_out, inside, load, records_from, spread, write
+from infermeter.perfmodel.uncertainty import table_of
+
+ROOT = Path(__file__).resolve().parents[2]
+BLIND_FILES = {"new": "published-measurements-new.csv", "blind2": "published-measurements-blind2.csv",
+               "blind3": "published-measurements-blind3.csv"}
+
+
+def _rec(v: float, cls: str = "dense", s: str = "a", lo: float = 9.0, hi: float = 11.0) -> Record:
+    return Record(s, "c" * 40, f"r{v}", "pub", cls, "tpot_ms", v, 10.0, lo, hi)
+
+
+def test_a_value_inside_its_stated_interval_needs_no_extra_spread():
+    assert _rec(10.5).excess == 0.0 and _rec(9.1).excess == 0.0
+    r = _rec(20.0)
+    y, h, m = math.log(2.0), math.log(11 / 9) / 2, math.log(99 / 100) / 2
+    assert r.excess == pytest.approx(math.sqrt((y - m) ** 2 - h ** 2))
+    assert inside(r, r.excess + 1e-9) and not inside(r, r.excess - 1e-6)
+
+
+def test_spread_is_the_conformal_rank_per_class_and_a_small_class_takes_every_class():
+    dense = [_rec(10.0 + i) for i in range(9)]  # 9 rows: rank ceil(10 * 0.8) = 8
+    moe = [_rec(30.0, "moe"), _rec(40.0, "moe")]
+    got = spread(dense + moe)
+    assert got["dense"] == (sorted(r.excess for r in dense)[7], 9)
+    assert got["moe"] == got["*"] and got["*"][1] == 11
+    assert spread([]) == {}
+
+
+def test_held_out_checks_each_set_against_the_others():
+    near = [_rec(10.0 + 0.5 * i, s="near") for i in range(10)]
+    far = [_rec(10.0 * 2 ** (i / 3), s="far") for i in range(10)]  # up to 8x the prediction
+    got = held_out(near + far)
+    assert got["near"]["inside"] == 10  # the far set's spread covers every near row
+    assert got["far"]["inside"] < got["far"]["rows"]  # the near set's spread (about 0.2) misses the far set's tail
+    assert got["all"]["rows"] == 20 and got["all"]["inside"] == got["near"]["inside"] + got["far"]["inside"]
+    assert got["far"]["stated"] == sum(inside(r, 0.0) for r in far)
+
+
+def test_load_names_the_file_the_line_and_the_row(tmp_path):
+    f = tmp_path / "h.csv"
+    write([_rec(12.0)], f)
+    assert load(f) == [_rec(12.0)]
+    text = f.read_text()
+    f.write_text(text.replace(",12,", ",twelve,"))
+    with pytest.raises(DataError, match=r"h\.csv:2 \(r12\.0\): 'measured' must be a number"):
+        load(f)
+    f.write_text(text.replace(",9,11", ",10.5,11"))
+    with pytest.raises(DataError, match="does not hold its prediction"):
+        load(f)
+    f.write_text(text.replace(",dense,", ",,"))
+    with pytest.raises(DataError, match="missing model_class"):
+        load(f)
+    with pytest.raises(DataError, match="cannot read"):
+        load(tmp_path / "none.csv")
+
+
+def test_records_come_from_a_validate_json_joined_to_its_blind_file(tmp_path):
+    src = ROOT / "tests/data/published-measurements-blind3.csv"
+    with src.open(newline="") as f:
+        rows = list(csv.DictReader(f))[:3]
+    js = tmp_path / "v.json"
+    js.write_text(json.dumps({"rows": [{"id": r["id"], "measured": float(r["value"]), "predicted": 2 * float(r["value"]),
+                                        "interval": [float(r["value"]), 3 * float(r["value"])]} for r in rows]}))
+    recs = records_from("b", "f" * 40, src, js)
+    assert [r.id for r in recs] == [r["id"] for r in rows]
+    assert all(r.publication == row["source_url"] and r.excess == 0.0 for r, row in zip(recs, rows, strict=True))
+    js.write_text(json.dumps({"rows": [{"id": "b3-nope", "measured": 1, "predicted": 1, "interval": [1, 1]}]}))
+    with pytest.raises(DataError, match="'b3-nope' is not in"):
+        records_from("b", "f" * 40, src, js)
+
+
+def test_adding_a_set_twice_is_refused(tmp_path, monkeypatch):
+    hist = tmp_path / "h.csv"
+    write([_rec(12.0, s="blindX")], hist)
+    monkeypatch.setattr(freshpub, "HISTORY", hist)
+    src = ROOT / "tests/data/published-measurements-blind3.csv"
+    js = tmp_path / "v.json"
+    with src.open(newline="") as f:
+        r = next(csv.DictReader(f))
+    js.write_text(json.dumps({"rows": [{"id": r["id"], "measured": 1.0, "predicted": 1.0, "interval": [0.5, 2.0]}]}))
+    with pytest.raises(DataError, match="already in the history"):
+        freshpub.main(["add", "blindX", "f" * 40, str(src), str(js)])
+    assert freshpub.main(["add", "blindY", "f" * 40, str(src), str(js)]) == 0
+    assert [x.set for x in load(hist)] == ["blindX", "blindY"]
+
+
+def test_the_shipped_history_is_the_blind_sets_as_scored_before_they_joined_the_corpus():
+    recs = load()
+    for name, file in BLIND_FILES.items():
+        with (ROOT / "tests/data" / file).open(newline="") as f:
+            ids = [r["id"] for r in csv.DictReader(f)]
+        mine = [r for r in recs if r.set == name]
+        assert sorted(r.id for r in mine) == sorted(ids), name  # every row of the set, each once
+        assert len({r.scored_at for r in mine}) == 1 and len(mine[0].scored_at) == 40
+    assert {r.set for r in recs} == set(BLIND_FILES)
+
+
+def test_the_shipped_intervals_carry_the_spread_of_the_history():
+    shipped = {c: (t, n) for c, t, n in table_of().fresh}
+    derived = spread(load())
+    assert shipped.keys() == derived.keys()
+    for c, (t, n) in derived.items():
+        assert shipped[c][1] == n and shipped[c][0] == pytest.approx(t, abs=1e-4), c
+
+
+def test_the_spread_holds_set_by_set_on_sets_it_was_not_taken_from():
+    """The claim the spread makes: each blind set checked against the spread of the others lands near 80 %."""
+    got = held_out(load())
+    assert 0.7 <= got["all"]["inside"] / got["all"]["rows"] <= 0.9
+    assert got["all"]["inside"] > got["all"]["stated"]  # and more than the intervals as they were stated
