@@ -201,3 +201,17 @@ def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plan
     assert f"{moe_scores['inside']} of {n} fell inside" in text and f"a median {moe_scores['median_abs_error']:.0%}" in text
     dense = cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
     assert dense.returncode == 0 and "unseen" not in dense.stdout
+
+
+def test_an_moe_plan_on_pooled_expert_terms_says_it_takes_the_moe_band(cli):
+    """An MoE figure whose expert terms are fitted on its family (``pooled``) takes the MoE band: the console says so."""
+    from infermeter.perfmodel import build_deployment
+    from infermeter.perfmodel.uncertainty import regime_of
+
+    d = build_deployment("mixtral-8x7b", "8xh100-sxm:tp2", engine="vllm")
+    assert regime_of(d, "tpot_ms", 1000, 200, 1).calibration == "pooled"  # Hopper vLLM's fitted MoE terms
+    res = cli("plan", "--model", "mixtral-8x7b", "--gpu", "8xh100-sxm:tp2", "--engine", "vllm")
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "MoE band: this MoE model's expert terms on this hardware rest on one or two publications" in text
+    assert "tpot" in text.split("MoE band:")[1] and "on MoE models in publications no fit had seen" in text

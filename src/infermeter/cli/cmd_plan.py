@@ -126,12 +126,14 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
                   "covers the load (--json has the basis); none where the batch goes beyond it.", highlight=False)
     elif any(p.get("basis") for p in plans):
         con.print("[cyan]predicted[/]: timings and throughputs are model predictions; brackets give their 80% interval "
-                  "(out-of-sample errors on published measurements, by regime; --json has the basis). Memory figures are computed.",
+                  "(out-of-sample errors on published measurements, by regime, widened by how far past their brackets "
+                  "publications no fit had seen fell; --json has the basis). Memory figures are computed.",
                   highlight=False)
     for p in plans:
         note = _unseen_note(p)
         if note:
-            con.print(f"[yellow]{escape(p['config'])}: unseen[/]: {escape(note)}", highlight=False)
+            label = "unseen" if note.startswith("no fitted") else "MoE band"
+            con.print(f"[yellow]{escape(p['config'])}: {label}[/]: {escape(note)}", highlight=False)
     for p in plans:
         if not p["fits"]:
             con.print(f"[bold red]{escape(p['config'])}: does not fit[/]: {escape(p['why_not'])}", highlight=False)
@@ -140,25 +142,31 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
 
 
 def _unseen_note(plan: dict[str, Any]) -> str | None:
-    """What a plan whose intervals rest on the 'unseen' band must say: no fitted publication measures its
-    combination, and (for an MoE model) how far such predictions missed on publications never seen
-    (``data/blind-scores.yaml``, scored from the blind set by ``perfmodel.blindscore``)."""
-    basis = plan.get("interval_basis") or {}
-    figures = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
-    if not figures:
-        return None
-    text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
-            f"brackets of {', '.join(figures)} are borrowed from other combinations")
+    """What a plan whose intervals rest on a borrowed band must say: for ``unseen`` figures that no fitted publication
+    measures its combination, for an MoE model's ``pooled`` figures that its MoE terms rest on few publications (both
+    take their class's band), and for an MoE model, or a dense one on the unseen band, how far such predictions missed
+    on publications never seen (``data/blind-scores.yaml``, scored from the blind set by ``perfmodel.blindscore``)."""
     from infermeter.perfmodel import blindscore
     from infermeter.perfmodel.models import get_model
 
+    basis = plan.get("interval_basis") or {}
     try:
         moe = get_model(str(plan.get("model"))).experts > 1
     except ConfigError:
-        return text
+        moe = False
+    unseen = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
+    pooled = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "pooled") if moe else []
+    if unseen:
+        text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
+                f"brackets of {', '.join(unseen)} are borrowed from other combinations")
+    elif pooled:
+        text = (f"this MoE model's expert terms on this hardware rest on one or two publications, so the brackets of "
+                f"{', '.join(pooled)} take the MoE band")
+    else:
+        return None
     shipped = blindscore.load() or {}
     cls = ((shipped.get("scores") or {}).get("moe" if moe else "dense")) or {}
-    score, which = cls.get("unseen") or {}, "on this band"
+    score, which = (cls.get("unseen") or {}, "on this band") if unseen else (cls, "whatever their band")
     if (score.get("rows") or 0) < 5:  # too few blind rows on the band: the class's figures, whatever their band
         score, which = cls, "whatever their band"
     if score.get("rows") and score.get("median_abs_error") is not None:
@@ -191,15 +199,19 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
     """Per row the stated 80% interval and whether the published value is inside, and the summary coverage.
 
     With leave-one-publication-out (``--holdout source|all``) each row's interval surrounds its LOPO
-    prediction and is built from errors without its publication (nested); otherwise it surrounds the
-    in-sample prediction with the shipped table (an in-sample check: the table saw the row)."""
-    from infermeter.perfmodel.uncertainty import Check, coverage_by, interval, loco_records, nested_coverage
+    prediction and is built from errors without its publication (nested; the row-level part only: the
+    fresh-publication spread comes from blind sets, which ``fresh_publication`` checks set by set);
+    otherwise it surrounds the in-sample prediction with the shipped table, spread included (an
+    in-sample check on the corpus, the judge on a blind file)."""
+    from infermeter.perfmodel import freshpub
+    from infermeter.perfmodel.uncertainty import Check, coverage_by, interval, loco_records, nested_coverage, table_of
     from infermeter.perfmodel.validate import deployment_for, validation_regime
 
     per: dict[str, dict[str, Any]] = {}
     checks: list[Check] = []
     if "lopo" in report.kinds:
-        kind = "leave-one-publication-out (nested: fit and error table without the row's publication)"
+        kind = ("leave-one-publication-out (nested: fit and error table without the row's publication; row-level part, "
+                "without the fresh-publication spread)")
         loco = loco_records([r.row for r in report.results], report.calibration)
         checks = nested_coverage(report, loco)[2]
     else:
@@ -213,6 +225,10 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
     n = len(per)
     inside = sum(v["inside"] for v in per.values())
     summary = {"inside": round(inside / n, 4) if n else None, "rows": n, "nominal": 0.8, "kind": kind, **coverage_by(checks)}
+    held = freshpub.held_out(freshpub.load())["all"]
+    summary["fresh_publication"] = {"tau": {c: round(t, 4) for c, t, _ in table_of(report.calibration).fresh},
+                                    "held_out_sets": {"inside": round(held["inside"] / held["rows"], 4) if held["rows"] else None,
+                                                      "rows": held["rows"]}}
     return per, summary
 
 
@@ -285,6 +301,13 @@ def _print_validation(report: Any, path: str) -> None:
     if cov["rows"]:
         parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_class_basis"].items())
         con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
+        fresh = cov["fresh_publication"]
+        if fresh["tau"]:
+            held = fresh["held_out_sets"]
+            con.print("fresh-publication spread (added in quadrature; from blind sets scored before they joined the corpus): "
+                      + ", ".join(f"{c} {t:.2f}" for c, t in fresh["tau"].items())
+                      + (f"; each blind set against the other sets' spread: {held['inside']:.1%} of {held['rows']} rows inside"
+                         if held["rows"] else ""), highlight=False)
     if "lopo" in kinds:
         misses = [r.row.id for r in report.results if abs(r.error_lopo or 0) > TARGETS["max"]]
         why = [f"median {report.median_abs('lopo'):.1%}"] if report.median_abs("lopo") > TARGETS["median"] else []

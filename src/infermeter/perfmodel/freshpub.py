@@ -146,7 +146,6 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
     ``commit``) joined to ``blind_csv``'s rows for their publication and model class."""
     from infermeter.perfmodel.corpus import load_rows, publication
     from infermeter.perfmodel.models import get_model
-    from infermeter.perfmodel.uncertainty import model_class
 
     rows = {r.id: r for r in load_rows(blind_csv)}
     try:
@@ -160,7 +159,7 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
             raise DataError(f"{validate_json}: row {s['id']!r} is not in {blind_csv}")
         if not s.get("interval"):
             raise DataError(f"{validate_json}: row {s['id']!r} states no interval")
-        out.append(Record(set_name, commit, row.id, publication(row), model_class(get_model(row.model)), row.metric,
+        out.append(Record(set_name, commit, row.id, publication(row), get_model(row.model).model_class, row.metric,
                           float(s["measured"]), float(s["predicted"]), float(s["interval"][0]), float(s["interval"][1])))
     return out
 

@@ -189,6 +189,12 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts > 1
 
+    @property
+    def model_class(self) -> str:
+        """``moe`` for a mixture-of-experts model (MLA ones included), else ``dense``: the class whose errors its
+        prediction intervals draw on (``perfmodel.uncertainty``, ``perfmodel.freshpub``)."""
+        return "moe" if self.is_moe or self.is_mla else "dense"
+
     def kv_elements_per_token(self) -> int:
         """K and V elements per token over all layers: 2 x layers x kv_heads x head_dim (MLA: layers x (kv_lora_rank + rope dim))."""
         return self.kv_elements_per_token_per_gpu(self.layers, 1)

@@ -111,7 +111,7 @@ class Regime:
 
 def model_class(spec: Any) -> str:  # noqa: ANN401 - a models.ModelSpec
     """``moe`` for a mixture-of-experts model (MLA ones included), else ``dense``: the class whose errors an interval draws on."""
-    return "moe" if spec.is_moe or spec.is_mla else "dense"
+    return str(spec.model_class)
 
 
 def _status(d: Deployment, which: int) -> str:
