@@ -177,7 +177,9 @@ def test_with_values_of_the_moe_terms_matches_a_fresh_build():
 
 def test_moe_rows_fit_only_the_moe_terms():
     """Dense efficiencies and engine costs come from dense rows alone: the MoE rows of the corpus leave every entry a
-    dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4)."""
+    dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4).
+    The API server's per-request work (``frontend``) is the one exception: it is no property of the model, so short
+    served runs of either class fit it."""
     from infermeter.perfmodel.fit import fit
 
     rows = _corpus()
@@ -187,7 +189,7 @@ def test_moe_rows_fit_only_the_moe_terms():
     with_moe, without = fit(rows), fit(dense)
     got = {e.key: e for e in with_moe.entries if e.fitted}
     for e in without.entries:
-        if e.fitted:
+        if e.fitted and e.phase != "frontend":
             assert got[e.key].value == e.value, e.key
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)

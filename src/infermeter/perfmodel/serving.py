@@ -37,6 +37,17 @@ queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``. That assum
 evenly, as varied lengths make them; equal lengths finish in waves of ``B``, which at ``N = 2B``
 wait about twice as long as the even spread says (the gap closes as ``N / B`` grows). With
 ``N < B`` there is no queue and the ``N`` run as one batch (their own decode step).
+
+A served replica (``served=True``, the default: requests through the engine's OpenAI-compatible server) also
+passes every request through the server's one process, which spends ``Deployment.frontend_s`` of serial work on
+each (HTTP and JSON, the chat template, tokenisation, detokenisation and the streamed chunks; the calibration's
+``frontend`` phase, per engine): a replica finishes at most ``1 / frontend_s`` requests a second, so
+:func:`saturation` is at most ``replicas E[O] / frontend_s`` tokens a second. It binds for short requests (128 in /
+4 out: 44-57 requests a second under vLLM's API server on H100, H200 and A100 alike, whatever the model), not where
+the GPU's own rate is lower. Offline harnesses (``LLM.generate``, ``benchmark_throughput``, ``trtllm-bench``) have no
+server: ``served=False``. :func:`at_concurrency` and :func:`saturated_latency` leave it out: a closed loop of a few
+users pays the server's work as latency, in the request overhead, and reaches its rate only with users far beyond
+the corpus's; the latency of a server-bound saturated run is not modelled.
 """
 
 from __future__ import annotations
@@ -141,8 +152,23 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
 
 
 def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
-               requests: int | None = None) -> tuple[float, int]:
+               requests: int | None = None, served: bool = True) -> tuple[float, int]:
     """(output tokens/s of the whole configuration with every replica full, sequences per replica).
+
+    ``served``: the requests pass through the engine's API server, whose serial per-request work
+    (``Deployment.frontend_s``) caps a replica at ``E[O] / frontend_s`` output tokens a second (the module docstring);
+    the rest is :func:`_gpu_saturation`'s.
+    """
+    thr, b = _gpu_saturation(d, input_tokens, output_tokens, lengths, requests)
+    if served and d.frontend_s > 0:
+        mean_o = lengths.mean_o if lengths is not None and not lengths.fixed else float(output_tokens)
+        thr = min(thr, d.config.replicas * max(mean_o, 1.0) / d.frontend_s)
+    return thr, b
+
+
+def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None,
+                    requests: int | None) -> tuple[float, int]:
+    """What the replicas' engines sustain, the API server aside (:func:`saturation`).
 
     With ``lengths`` not fixed, the steady state uses the running batch's output-length-biased context and
     reservation and the prompts' ``E[I^2]``; with ``requests`` too (a finite run: every request queued at once),
@@ -201,7 +227,7 @@ def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, leng
     The TPOT is the steady state's and needs no count; a queue's wait grows with its length, so without
     ``requests`` the TTFT is None."""
     eng = engine_of(d)
-    steady, b = saturation(d, input_tokens, output_tokens, lengths)
+    steady, b = _gpu_saturation(d, input_tokens, output_tokens, lengths, None)
     reps = d.config.replicas
     x = steady / reps  # output tokens/s of one replica
     mean_i = lengths.mean_i if lengths is not None else float(input_tokens)
