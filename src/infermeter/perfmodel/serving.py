@@ -196,6 +196,10 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
     extra_steps = tokens / eng.max_batched_tokens - 1
     if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
         t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s)
+    else:  # under one admission a step: whole prompts in some steps, pure decodes in the others (_lumpy_step)
+        per_token = _prompt_pairs(input_tokens, dist)
+        mean_i = dist.mean_i if dist is not None else float(input_tokens)
+        t = max(t, _lumpy_step(d, n, o, kv - pre, pairs - pre * per_token, mean_i, per_token, eng.max_batched_tokens))
     steady = d.config.replicas * n * d.pipeline_depth / t
     if dist is None or not requests:
         return steady, b
@@ -218,6 +222,33 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
         total += _drain(d, dist, per_replica, dist.mean_i, dist.survival)
         b = per_replica
     return d.config.replicas * per_replica * dist.mean_o / total, b
+
+
+def _prompt_pairs(input_tokens: int, dist: Lengths | None) -> float:
+    """Attention pairs per prompt token of a whole prompt (``(I + 1) / 2``; ``E[I^2]``-weighted for a distribution)."""
+    return (input_tokens + 1) / 2 if dist is None else dist.prompt_pairs / dist.mean_i
+
+
+def _lumpy_step(d: Deployment, n: int, o: int, kv_decode: float, pairs_decode: float, mean_i: float, pairs_per_token: float,
+                budget: int) -> float:
+    """Mean step time of a steady state admitting ``n / o`` prompts a step when that is under one prompt's chunks a step.
+
+    A continuous-batching scheduler admits a waiting prompt whole, up to the token budget left after the decodes
+    (vLLM V1's scheduler.py: ``num_new_tokens = min(num_new_tokens, token_budget)``; SGLang and TensorRT-LLM's
+    chunked context alike), as soon as a finished sequence frees its slot or KV blocks. With ``n / o`` completions a
+    step below one, a prompt of ``I`` tokens takes ``k = ceil(I / (budget - n))`` steps of ``I / k`` tokens next to
+    the ``n`` decodes and the other steps decode alone: a share ``s = (n / o) k`` of the steps costs
+    ``t(n + I / k)`` and the rest ``t(n)``. The step time is convex in its tokens where the weights' read stops
+    hiding behind compute, so this mean is above the time of the evenly spread step (``n + n I / o`` tokens) the
+    steady state would otherwise take; where ``s >= 1`` every step carries prefill and the spread step stands."""
+    k = math.ceil(mean_i / max(budget - n, 1))
+    share = n / o * k
+    if share >= 1.0:
+        return 0.0
+    c = mean_i / k
+    chunk = d.step_time(int(round(n + c)), int(kv_decode + c), n, attn_pairs=pairs_decode + c * pairs_per_token)
+    decode = d.step_time(n, int(kv_decode), n, attn_pairs=pairs_decode)
+    return share * chunk + (1.0 - share) * decode
 
 
 def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
