@@ -329,9 +329,13 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     # share of the dense GEMM efficiency, per engine (generation) and hardware family; dense models pay neither
     mo = cal.lookup(fam, eng.generation or eng.name, "*", "moe_layer_overhead", "*", cls) if spec.is_moe else None
     moe_us = (mo[0] if mo else eng.moe_layer_us) if spec.is_moe else 0.0
-    mg = cal.lookup(fam, eng.generation or eng.name, "*", "moe_gemm", "*", cls) if spec.is_moe else None
+    # the grouped GEMMs' efficiency and the per-expert tile cost are the MoE kernel's, and experts kept in their own 4-bit
+    # format (gpt-oss MXFP4) run another kernel (vLLM's Mxfp4MoEMethod: triton_kernels matmul_ogs on Hopper, Marlin on
+    # Ampere; not fused_moe's FP8/BF16 Triton or DeepGEMM paths): such values are fitted and looked up apart (moe_kernel_dtype)
+    kdt = moe_kernel_dtype(dec_dtype)
+    mg = _moe_lookup(cal, fam, eng.generation or eng.name, kdt, "moe_gemm", cls) if spec.is_moe else None
     moe_g = (mg[0] if mg else eng.moe_gemm) if spec.is_moe else 1.0
-    me = cal.lookup(fam, eng.generation or eng.name, "*", "moe_expert", "*", cls) if spec.is_moe else None
+    me = _moe_lookup(cal, fam, eng.generation or eng.name, kdt, "moe_expert", cls) if spec.is_moe else None
     moe_e_us = (me[0] if me else eng.moe_expert_us) if spec.is_moe else 0.0
     # the OpenAI server's serial per-request work, per engine; gpt-oss chats are rendered by openai-harmony instead of the
     # Jinja2 chat template and the tokenizer call (vLLM's and SGLang's serving_chat: use_harmony when model_type == "gpt_oss")
@@ -389,6 +393,23 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         request_overhead_s=eng.request_overhead_ms * 1e-3,
         frontend_ms=fe_ms, harmony_chat=harmony, frontend_s=0.0 if harmony else fe_ms * 1e-3,
     )
+
+
+OWN_FORMAT_EXPERTS = ("mxfp4",)  # expert formats whose MoE kernels are their own (not fused_moe's FP8/BF16 paths)
+
+
+def moe_kernel_dtype(expert_dtype: str) -> str:
+    """The dtype key of the MoE kernel terms (``moe_gemm``, ``moe_expert``): the experts' own 4-bit format, else ``*``."""
+    return expert_dtype if expert_dtype in OWN_FORMAT_EXPERTS else "*"
+
+
+def _moe_lookup(cal: Calibration, family: str, engine: str, kernel_dtype: str, phase: str, hw_class: str) -> tuple[float, Entry] | None:
+    """A MoE kernel term for ``kernel_dtype``: an own-format kernel takes only its own entries (a ``*`` entry is the
+    FP8/BF16 kernels' value, fitted on other models), the others only the ``*`` ones."""
+    got = cal.lookup(family, engine, kernel_dtype, phase, "*", hw_class)
+    if got is not None and kernel_dtype != "*" and got[1].dtype == "*":
+        return None
+    return got
 
 
 def harmony_chat(spec: ModelSpec) -> bool:

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
-from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.api import Deployment, moe_kernel_dtype
 from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
 from infermeter.perfmodel.corpus import Row
 from infermeter.perfmodel.engines import EngineDefaults
@@ -50,9 +50,10 @@ _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl", "ohm", "mg", "me"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
+PairParam = tuple[Literal["oh", "ohl", "ohm"], str, str]  # ("oh"|"ohm", engine, family) | ("ohl", engine, class)
+KernelParam = tuple[Literal["mg", "me"], str, str, str]  # ("mg"|"me", engine, family, MoE kernel dtype: "mxfp4" or "*")
 OneParam = tuple[Literal["rr", "ps", "req", "tps", "fe"], str]  # ("rr"|"tps", generation) | ("ps"|"req"|"fe", engine)
-Param = EffParam | PairParam | OneParam
+Param = EffParam | PairParam | KernelParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
 _PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
                              "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm",
@@ -72,7 +73,9 @@ def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] in ("oh", "ohl", "ohm", "mg", "me"):
+    if p[0] in ("mg", "me"):
+        return (p[2], p[1], p[3], _PHASE_OF[p[0]], "*")
+    if p[0] in ("oh", "ohl", "ohm"):
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
@@ -256,8 +259,9 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             return []                                   # MoE terms cost (and an all-to-all or reduce-scatter the model lacks)
         if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
             moe += [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
-            moe += [("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else []
-            moe.append(("me", eng.generation or eng.name, d.hw.family))
+            kdt = moe_kernel_dtype(d.decode_dtype or d.dtype)  # the experts' own 4-bit format fits its own kernel terms
+            moe += [("mg", eng.generation or eng.name, d.hw.family, kdt)] if "prefill" in _phases(row) else []
+            moe.append(("me", eng.generation or eng.name, d.hw.family, kdt))
             if not MOE_ROWS_FIT_DENSE:  # MoE rows fit only the MoE terms and their experts' own format: dense values stay dense
                 return moe + [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)
                               if _expert_format(d, ph) and d.hw.memory_class]
