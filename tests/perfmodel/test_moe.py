@@ -122,10 +122,10 @@ def test_moe_rows_of_tensorrt_llm_v1_0_are_predicted_from_total_and_active_param
     assert sum(abs(r.error) <= 0.30 for r in report.results) >= 18
 
 
-def _entry(phase, value, engine="vllm", family="ampere"):
+def _entry(phase, value, engine="vllm", family="ampere", dtype="*"):
     from infermeter.perfmodel.calibration import Entry
 
-    return Entry(family=family, engine=engine, dtype="*", phase=phase, tp="*", value=value, prior=value, source="test fit")
+    return Entry(family=family, engine=engine, dtype=dtype, phase=phase, tp="*", value=value, prior=value, source="test fit")
 
 
 def _with(*entries):
@@ -154,8 +154,8 @@ def test_the_moe_layer_overhead_is_paid_per_moe_layer_and_step_by_moe_models_onl
 def test_grouped_gemm_efficiency_slows_the_experts_compute_only():
     """``moe_gemm`` divides the routed experts' FLOPs' efficiency: a long prefill slows by at most 1/moe_gemm, by more
     than the dense share alone would allow, and a dense model is untouched."""
-    full = build_deployment("gpt-oss-120b", "a100-80gb", calibration=_with(_entry("moe_gemm", 1.0)))
-    half = build_deployment("gpt-oss-120b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.5)))
+    full = build_deployment("gpt-oss-120b", "a100-80gb", calibration=_with(_entry("moe_gemm", 1.0, dtype="mxfp4")))
+    half = build_deployment("gpt-oss-120b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.5, dtype="mxfp4")))
     t_full, t_half = full.prefill_time(8192, 8192), half.prefill_time(8192, 8192)
     assert t_full < t_half < 2 * t_full
     assert full.step_time(1, 1000, 1) == pytest.approx(half.step_time(1, 1000, 1), rel=1e-3)  # batch-1 decode: weight-bound
@@ -164,10 +164,22 @@ def test_grouped_gemm_efficiency_slows_the_experts_compute_only():
     assert q_full.prefill_time(8192, 8192) == q_half.prefill_time(8192, 8192)
 
 
+def test_experts_in_their_own_4bit_format_take_their_own_moe_kernel_terms():
+    """gpt-oss's MXFP4 experts run vLLM's MXFP4 MoE kernel, not fused_moe's FP8/BF16 paths: a value fitted on the other
+    MoE models does not reach them, theirs does not reach the others, and a layer overhead (routing, permutation) is shared."""
+    fp8_fit = _with(_entry("moe_gemm", 0.2), _entry("moe_expert", 9.0))
+    oss = build_deployment("gpt-oss-120b", "a100-80gb", calibration=fp8_fit)
+    assert (oss.moe_gemm, oss.moe_expert_us) == (0.7, 4.0)  # the engine's priors, not the other kernels' values
+    own = build_deployment("gpt-oss-120b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.9, dtype="mxfp4"), _entry("moe_layer_overhead", 15.0)))
+    assert own.moe_gemm == 0.9 and own.moe_layer_overhead_us == 15.0
+    other = build_deployment("qwen3-235b-a22b", "8xa100-80gb:tp8", calibration=_with(_entry("moe_gemm", 0.9, dtype="mxfp4"), _entry("moe_expert", 9.0)))
+    assert other.moe_gemm == 0.7 and other.moe_expert_us == 9.0
+
+
 def test_with_values_of_the_moe_terms_matches_a_fresh_build():
     """The fit's fast path (rescaling a built replica) gives the step times a build with those values gives."""
-    a = build_deployment("gpt-oss-20b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.9), _entry("moe_layer_overhead", 15.0)))
-    b = build_deployment("gpt-oss-20b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.4), _entry("moe_layer_overhead", 70.0)))
+    a = build_deployment("gpt-oss-20b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.9, dtype="mxfp4"), _entry("moe_layer_overhead", 15.0)))
+    b = build_deployment("gpt-oss-20b", "a100-80gb", calibration=_with(_entry("moe_gemm", 0.4, dtype="mxfp4"), _entry("moe_layer_overhead", 70.0)))
     moved = a.with_values(mfu=b.mfu, mbu=b.mbu, step_overhead_ms=b.step_overhead_ms, layer_overhead_us=b.layer_overhead_us,
                           kv_reread=b.kv_reread, request_overhead_ms=b.request_overhead_s * 1e3, seq_overhead_us=b.seq_overhead_us,
                           moe_layer_overhead_us=70.0, moe_gemm=0.4)
@@ -177,7 +189,9 @@ def test_with_values_of_the_moe_terms_matches_a_fresh_build():
 
 def test_moe_rows_fit_only_the_moe_terms():
     """Dense efficiencies and engine costs come from dense rows alone: the MoE rows of the corpus leave every entry a
-    dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4)."""
+    dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4).
+    The API server's per-request work (``frontend``) is the one exception: it is no property of the model, so short
+    served runs of either class fit it."""
     from infermeter.perfmodel.fit import fit
 
     rows = _corpus()
@@ -187,7 +201,7 @@ def test_moe_rows_fit_only_the_moe_terms():
     with_moe, without = fit(rows), fit(dense)
     got = {e.key: e for e in with_moe.entries if e.fitted}
     for e in without.entries:
-        if e.fitted:
+        if e.fitted and e.phase != "frontend":
             assert got[e.key].value == e.value, e.key
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)

@@ -100,7 +100,7 @@ class Deployment:
     memory: MemoryPlan = field(repr=False)
     calibration_sources: tuple[str, str] = field(repr=False, default=("", ""))
     engine_defaults: EngineDefaults | None = field(repr=False, default=None)  # the (versioned) engine's limits and costs
-    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq/tp-seq overhead, MoE layer overhead, MoE GEMM, MoE expert
+    calibration_entries: tuple[Entry | None, ...] = field(repr=False, default=())  # prefill, decode, step/layer overhead, kv_reread, seq/tp-seq overhead, MoE layer overhead, MoE GEMM, MoE expert, frontend
     kv_reread_factor: float = field(repr=False, default=1.0)  # decode K/V reads per unique byte (old non-GQA-aware kernels)
     step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
     layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
@@ -133,6 +133,9 @@ class Deployment:
     _score: float = field(repr=False, default=0.0)  # seconds per attention score element in DRAM (engines without flash attention)
     _ubatch: int = field(repr=False, default=0)  # micro-batch tokens: a longer step re-reads the weights per micro-batch (0: one pass)
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
+    frontend_ms: float = field(repr=False, default=0.0)  # the engine's serial per-request server work (calibrated value)
+    harmony_chat: bool = field(repr=False, default=False)  # chat rendered by openai-harmony (gpt-oss), not a Jinja2 template
+    frontend_s: float = field(repr=False, default=0.0)  # per request, serial, in the API server: 0 where harmony renders the chat
     _cost: StepCost = field(init=False, repr=False, compare=False)  # the arithmetic (perfmodel.steptime)
 
     def __post_init__(self) -> None:
@@ -158,7 +161,7 @@ class Deployment:
     def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
                     request_overhead_ms: float, seq_overhead_us: float, tp_seq_overhead_us: float | None = None,
                     moe_layer_overhead_us: float | None = None, moe_gemm: float | None = None,
-                    moe_expert_us: float | None = None) -> Deployment:
+                    moe_expert_us: float | None = None, frontend_ms: float | None = None) -> Deployment:
         """The same replica with other calibrated values (what a fit tries; memory and shapes unchanged)."""
         c, b = self.mfu / mfu, self.mbu / mbu
         f_old, f_new = self.kv_reread_factor, 1.0 + kv_reread * (self.gqa_group - 1.0)
@@ -167,6 +170,7 @@ class Deployment:
         moe_us = self.moe_layer_overhead_us if moe_layer_overhead_us is None else moe_layer_overhead_us
         g = self.moe_gemm if moe_gemm is None else moe_gemm
         me = self.moe_expert_us if moe_expert_us is None else moe_expert_us
+        fe = self.frontend_ms if frontend_ms is None else frontend_ms
         lin_exp = self._lin_exp * c * self.moe_gemm / g
         if eng is not None and eng.request_overhead_ms != request_overhead_ms:
             eng = replace(eng, request_overhead_ms=request_overhead_ms)
@@ -180,7 +184,7 @@ class Deployment:
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6 + self.spec.moe_layers * moe_us * 1e-6,
-            request_overhead_s=request_overhead_ms * 1e-3)
+            request_overhead_s=request_overhead_ms * 1e-3, frontend_ms=fe, frontend_s=0.0 if self.harmony_chat else fe * 1e-3)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
             object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
@@ -325,10 +329,19 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     # share of the dense GEMM efficiency, per engine (generation) and hardware family; dense models pay neither
     mo = cal.lookup(fam, eng.generation or eng.name, "*", "moe_layer_overhead", "*", cls) if spec.is_moe else None
     moe_us = (mo[0] if mo else eng.moe_layer_us) if spec.is_moe else 0.0
-    mg = cal.lookup(fam, eng.generation or eng.name, "*", "moe_gemm", "*", cls) if spec.is_moe else None
+    # the grouped GEMMs' efficiency and the per-expert tile cost are the MoE kernel's, and experts kept in their own 4-bit
+    # format (gpt-oss MXFP4) run another kernel (vLLM's Mxfp4MoEMethod: triton_kernels matmul_ogs on Hopper, Marlin on
+    # Ampere; not fused_moe's FP8/BF16 Triton or DeepGEMM paths): such values are fitted and looked up apart (moe_kernel_dtype)
+    kdt = moe_kernel_dtype(dec_dtype)
+    mg = _moe_lookup(cal, fam, eng.generation or eng.name, kdt, "moe_gemm", cls) if spec.is_moe else None
     moe_g = (mg[0] if mg else eng.moe_gemm) if spec.is_moe else 1.0
-    me = cal.lookup(fam, eng.generation or eng.name, "*", "moe_expert", "*", cls) if spec.is_moe else None
+    me = _moe_lookup(cal, fam, eng.generation or eng.name, kdt, "moe_expert", cls) if spec.is_moe else None
     moe_e_us = (me[0] if me else eng.moe_expert_us) if spec.is_moe else 0.0
+    # the OpenAI server's serial per-request work, per engine; gpt-oss chats are rendered by openai-harmony instead of the
+    # Jinja2 chat template and the tokenizer call (vLLM's and SGLang's serving_chat: use_harmony when model_type == "gpt_oss")
+    fe = cal.lookup(fam, eng.name, "*", "frontend", "*", cls)
+    fe_ms = fe[0] if fe else eng.frontend_ms
+    harmony = harmony_chat(spec)
 
     L, d = spec.layers, spec.hidden
     half = "bf16" if hw.has("bf16") else "fp16"
@@ -357,7 +370,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
-                             tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None, me[1] if me else None),
+                             tso[1] if tso else None, mo[1] if mo else None, mg[1] if mg else None, me[1] if me else None,
+                             fe[1] if fe else None),
         kv_reread_factor=reread, step_overhead_ms=step_oh_ms, layer_overhead_us=layer_oh_us, kv_reread=rr_value, gqa_group=group,
         seq_overhead_us=seq_oh_us, tp_seq_overhead_us=tp_seq_us, prefill_dtype=pre_dtype,
         moe_layer_overhead_us=moe_us, moe_gemm=moe_g, moe_expert_us=moe_e_us,
@@ -377,4 +391,32 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6 + spec.moe_layers * moe_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
+        frontend_ms=fe_ms, harmony_chat=harmony, frontend_s=0.0 if harmony else fe_ms * 1e-3,
     )
+
+
+OWN_FORMAT_EXPERTS = ("mxfp4",)  # expert formats whose MoE kernels are their own (not fused_moe's FP8/BF16 paths)
+
+
+def moe_kernel_dtype(expert_dtype: str) -> str:
+    """The dtype key of the MoE kernel terms (``moe_gemm``, ``moe_expert``): the experts' own 4-bit format, else ``*``."""
+    return expert_dtype if expert_dtype in OWN_FORMAT_EXPERTS else "*"
+
+
+def _moe_lookup(cal: Calibration, family: str, engine: str, kernel_dtype: str, phase: str, hw_class: str) -> tuple[float, Entry] | None:
+    """A MoE kernel term for ``kernel_dtype``: an own-format kernel takes only its own entries (a ``*`` entry is the
+    FP8/BF16 kernels' value, fitted on other models), the others only the ``*`` ones."""
+    got = cal.lookup(family, engine, kernel_dtype, phase, "*", hw_class)
+    if got is not None and kernel_dtype != "*" and got[1].dtype == "*":
+        return None
+    return got
+
+
+def harmony_chat(spec: ModelSpec) -> bool:
+    """Whether an OpenAI server renders ``spec``'s chats with openai-harmony (gpt-oss) rather than a Jinja2 chat template.
+
+    vLLM's and SGLang's chat serving take the Harmony path when the checkpoint's ``model_type`` is ``gpt_oss``
+    (vllm/entrypoints/openai/serving_chat.py: ``self.use_harmony = model_config.hf_config.model_type == "gpt_oss"``,
+    then ``_make_request_with_harmony`` instead of ``_preprocess_chat``): the prompt's token ids come from the Rust
+    renderer, with no Jinja2 template and no separate tokenizer call, so the per-request frontend cost is not charged."""
+    return spec.hf_id.lower().startswith("openai/gpt-oss") or spec.name.startswith("gpt-oss")

@@ -17,6 +17,9 @@ per-step overheads and scheduler limits (``spec`` may carry a version, ``trtllm@
     moe_gemm       share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (MoE models only)
     moe_expert     us per touched expert shard per MoE layer and step (each routed-to expert's token list is padded to a
                    whole GEMM tile and costs a fixed amount of tile work, whatever its width; MoE models only)
+    frontend       ms of serial work per request in the engine's OpenAI-compatible server process (HTTP, chat template,
+                   tokenisation, detokenisation, streamed chunks): a served replica finishes at most 1/frontend requests
+                   a second (fitted per engine on saturated served runs of short outputs; the engine's frontend_ms is the prior)
 
     >>> cal = load_calibration()
     >>> value, entry = cal.efficiency("hopper", "vllm", "bf16", "decode", 1)
@@ -57,12 +60,12 @@ DTYPE_CLASSES: dict[str, str] = {"bf16": "half", "fp16": "half", "f16": "half", 
                                  "mxfp4": "int4"}  # MoE experts in MXFP4 (gpt-oss): weight-only 4-bit kernels (Marlin-class on A100/H100)
 PLAIN_CLASSES = ("half", "fp8")  # precisions whose decode streams plain weights (no dequantising kernel)
 PHASES = ("prefill", "decode", "step_overhead", "seq_overhead", "layer_overhead", "kv_reread", "tp_seq_overhead",
-          "moe_layer_overhead", "moe_gemm", "moe_expert")
+          "moe_layer_overhead", "moe_gemm", "moe_expert", "frontend")
 # allowed range of each phase's value (a fit stays inside it, a file outside it is an error)
 PHASE_BOUNDS: dict[str, tuple[float, float]] = {"prefill": (0.05, 0.95), "decode": (0.05, 0.95), "step_overhead": (0.02, 50.0), "seq_overhead": (0.2, 200.0),
                                                 "layer_overhead": (0.5, 500.0), "kv_reread": (0.01, 1.0), "tp_seq_overhead": (0.2, 500.0),
                                                 "moe_layer_overhead": (0.5, 1000.0), "moe_gemm": (0.05, 1.0),
-                                                "moe_expert": (0.05, 100.0)}
+                                                "moe_expert": (0.05, 100.0), "frontend": (0.1, 200.0)}
 
 
 def dtype_class(dtype: str) -> str:
@@ -211,12 +214,14 @@ def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
                 layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")),
                 ubatch_tokens=int(v.get("ubatch_tokens", 0)), score_bytes=float(v.get("score_bytes", 0.0)),
                 moe_layer_us=float(v.get("moe_layer_us", 40.0)), moe_gemm=float(v.get("moe_gemm", 0.7)),
-                moe_expert_us=float(v.get("moe_expert_us", 4.0)), source=source))
+                moe_expert_us=float(v.get("moe_expert_us", 4.0)), frontend_ms=float(v.get("frontend_ms", 0.0)), source=source))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: bad engine entry ({exc})") from None
     for e in engines:
         if e.ubatch_tokens < 0 or e.score_bytes < 0:
             raise ConfigError(f"{origin}: engine {e.name!r}: ubatch_tokens and score_bytes must be >= 0")
+        if e.frontend_ms < 0:
+            raise ConfigError(f"{origin}: engine {e.name!r}: frontend_ms must be >= 0")
     return engines
 
 

@@ -50,6 +50,7 @@ class EngineDefaults:
     moe_layer_us: float = 40.0  # per MoE layer and step: router, top-k, token permute/unpermute, grouped-GEMM launches (prior)
     moe_gemm: float = 0.7  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (prior)
     moe_expert_us: float = 4.0  # per touched expert (shard) per MoE layer and step: its padded token tile's fixed cost (prior)
+    frontend_ms: float = 0.0  # per request, serial: the OpenAI server's one process (parse, chat template, tokenise, stream; prior)
 
     @property
     def spec(self) -> str:
@@ -87,7 +88,7 @@ _FIELD_TYPES = {"overhead_ms": float, "request_overhead_ms": float, "per_seq_us"
                 "max_batched_tokens": int, "kv_reserve": str, "kv_fraction_of": str, "layer_overhead_us": float,
                 "gqa_kv_reads": str, "kv_reread": float,
                 "ubatch_tokens": int, "score_bytes": float, "tp_seq_us": float,
-                "moe_layer_us": float, "moe_gemm": float, "moe_expert_us": float}
+                "moe_layer_us": float, "moe_gemm": float, "moe_expert_us": float, "frontend_ms": float}
 
 
 def parse_generation(raw: dict[str, Any], origin: str) -> Generation:

@@ -39,25 +39,26 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
-from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.api import Deployment, moe_kernel_dtype
 from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
 from infermeter.perfmodel.corpus import Row
 from infermeter.perfmodel.engines import EngineDefaults
-from infermeter.perfmodel.validate import deployment_for, value_of
+from infermeter.perfmodel.validate import deployment_for, served, value_of
 
 LAMBDA_POOLED, LAMBDA_SPECIFIC = 0.1, 0.3
 _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl", "ohm", "mg", "me"], str, str]  # ("oh"|"ohm"|"mg", engine, family) | ("ohl", engine, class)
-OneParam = tuple[Literal["rr", "ps", "req", "tps"], str]  # ("rr"|"tps", generation) | ("ps", engine) | ("req", engine)
-Param = EffParam | PairParam | OneParam
+PairParam = tuple[Literal["oh", "ohl", "ohm"], str, str]  # ("oh"|"ohm", engine, family) | ("ohl", engine, class)
+KernelParam = tuple[Literal["mg", "me"], str, str, str]  # ("mg"|"me", engine, family, MoE kernel dtype: "mxfp4" or "*")
+OneParam = tuple[Literal["rr", "ps", "req", "tps", "fe"], str]  # ("rr"|"tps", generation) | ("ps"|"req"|"fe", engine)
+Param = EffParam | PairParam | KernelParam | OneParam
 Key = tuple[str, str, str, str, int | str]  # an Entry.key: (family, engine, dtype, phase, tp)
 _PHASE_OF: dict[str, str] = {"oh": "step_overhead", "ohl": "layer_overhead", "rr": "kv_reread", "ps": "seq_overhead",
                              "tps": "tp_seq_overhead", "ohm": "moe_layer_overhead", "mg": "moe_gemm",
-                             "me": "moe_expert"}
-_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg", "me")  # the order of Deployment.calibration_entries
+                             "me": "moe_expert", "fe": "frontend"}
+_SLOTS = ("mfu", "mbu", "oh", "ohl", "rr", "ps", "tps", "ohm", "mg", "me", "fe")  # the order of Deployment.calibration_entries
 
 
 def priors_only(cal: Calibration) -> Calibration:
@@ -72,7 +73,9 @@ def _key(p: Param) -> Key:
     """The calibration-entry key a parameter is stored under."""
     if p[0] == "eff":
         return p[1:]
-    if p[0] in ("oh", "ohl", "ohm", "mg", "me"):
+    if p[0] in ("mg", "me"):
+        return (p[2], p[1], p[3], _PHASE_OF[p[0]], "*")
+    if p[0] in ("oh", "ohl", "ohm"):
         return (p[2], p[1], "*", _PHASE_OF[p[0]], "*")
     return ("*", p[1], "*", _PHASE_OF[p[0]], "*")
 
@@ -114,14 +117,14 @@ class _RowModel:
         self.row, self.d, self.slots, self.req = row, d, slots, req
         self.start = {"mfu": d.mfu, "mbu": d.mbu, "oh": d.step_overhead_ms, "ohl": d.layer_overhead_us, "rr": d.kv_reread,
                       "ps": d.seq_overhead_us, "tps": d.tp_seq_overhead_us, "ohm": d.moe_layer_overhead_us, "mg": d.moe_gemm,
-                      "me": d.moe_expert_us, "req": d.request_overhead_s * 1e3}
+                      "me": d.moe_expert_us, "fe": d.frontend_ms, "req": d.request_overhead_s * 1e3}
 
     def log_error(self, values: dict[Param, float]) -> float:
         v = {k: (values[p] if (p := self.slots.get(k)) is not None else self.start[k]) for k in _SLOTS}
         req = values[self.req] if self.req is not None else self.start["req"]
         d = self.d.with_values(mfu=v["mfu"], mbu=v["mbu"], step_overhead_ms=v["oh"], layer_overhead_us=v["ohl"], kv_reread=v["rr"],
                                request_overhead_ms=req, seq_overhead_us=v["ps"], tp_seq_overhead_us=v["tps"],
-                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"], moe_expert_us=v["me"])
+                               moe_layer_overhead_us=v["ohm"], moe_gemm=v["mg"], moe_expert_us=v["me"], frontend_ms=v["fe"])
         return math.log(value_of(self.row, d) / self.row.value)
 
 
@@ -135,7 +138,7 @@ def _prior(base: Calibration, p: Param) -> float:
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
     return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
             "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us, "moe_layer_overhead": e.moe_layer_us,
-            "moe_gemm": e.moe_gemm, "moe_expert": e.moe_expert_us}[phase]
+            "moe_gemm": e.moe_gemm, "moe_expert": e.moe_expert_us, "frontend": e.frontend_ms}[phase]
 
 
 def _per_seq_generation(base: Calibration, gen_id: str) -> bool:
@@ -202,6 +205,17 @@ def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deploym
 
 
 SMALL_BATCH = 16
+FRONTEND_MAX_OUTPUT = 16  # served saturated runs with at most this many output tokens a request fit the frontend cost
+
+
+def _frontend_bound(row: Row, d: Deployment) -> bool:
+    """Rows that measure the API server's per-request work: saturated served runs of short outputs (at most
+    FRONTEND_MAX_OUTPUT tokens), where a request costs the GPU little; elsewhere it does not bind, or, if the fit could
+    move it there, would absorb the GPU model's own misses. Chats rendered by openai-harmony are not charged it."""
+    return (row.scenario == "saturated" and row.metric == "output_tokens_per_s" and row.output_tokens <= FRONTEND_MAX_OUTPUT
+            and served(row) and d.frontend_ms > 0 and not d.harmony_chat)
+
+
 MOE_ROWS_FIT_DENSE = False  # True: MoE rows also fit the dense efficiencies and engine costs (an experiment's switch)
 
 
@@ -240,13 +254,14 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
 
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
-        moe: list[Param] = []
+        moe: list[Param] = [("fe", eng.name)] if _frontend_bound(row, d) else []  # whatever the model: the server's work
         if d.spec.is_moe and row.setting("ep", 1) > 1:  # expert parallelism: whole experts per GPU, not the TP shards the
             return []                                   # MoE terms cost (and an all-to-all or reduce-scatter the model lacks)
         if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
             moe += [("ohm", eng.generation or eng.name, d.hw.family)] if _small_batch(row) else []
-            moe += [("mg", eng.generation or eng.name, d.hw.family)] if "prefill" in _phases(row) else []
-            moe.append(("me", eng.generation or eng.name, d.hw.family))
+            kdt = moe_kernel_dtype(d.decode_dtype or d.dtype)  # the experts' own 4-bit format fits its own kernel terms
+            moe += [("mg", eng.generation or eng.name, d.hw.family, kdt)] if "prefill" in _phases(row) else []
+            moe.append(("me", eng.generation or eng.name, d.hw.family, kdt))
             if not MOE_ROWS_FIT_DENSE:  # MoE rows fit only the MoE terms and their experts' own format: dense values stay dense
                 return moe + [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)
                               if _expert_format(d, ph) and d.hw.memory_class]

@@ -37,6 +37,17 @@ queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``. That assum
 evenly, as varied lengths make them; equal lengths finish in waves of ``B``, which at ``N = 2B``
 wait about twice as long as the even spread says (the gap closes as ``N / B`` grows). With
 ``N < B`` there is no queue and the ``N`` run as one batch (their own decode step).
+
+A served replica (``served=True``, the default: requests through the engine's OpenAI-compatible server) also
+passes every request through the server's one process, which spends ``Deployment.frontend_s`` of serial work on
+each (HTTP and JSON, the chat template, tokenisation, detokenisation and the streamed chunks; the calibration's
+``frontend`` phase, per engine): a replica finishes at most ``1 / frontend_s`` requests a second, so
+:func:`saturation` is at most ``replicas E[O] / frontend_s`` tokens a second. It binds for short requests (128 in /
+4 out: 44-57 requests a second under vLLM's API server on H100, H200 and A100 alike, whatever the model), not where
+the GPU's own rate is lower. Offline harnesses (``LLM.generate``, ``benchmark_throughput``, ``trtllm-bench``) have no
+server: ``served=False``. :func:`at_concurrency` and :func:`saturated_latency` leave it out: a closed loop of a few
+users pays the server's work as latency, in the request overhead, and reaches its rate only with users far beyond
+the corpus's; the latency of a server-bound saturated run is not modelled.
 """
 
 from __future__ import annotations
@@ -141,8 +152,23 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
 
 
 def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
-               requests: int | None = None) -> tuple[float, int]:
+               requests: int | None = None, served: bool = True) -> tuple[float, int]:
     """(output tokens/s of the whole configuration with every replica full, sequences per replica).
+
+    ``served``: the requests pass through the engine's API server, whose serial per-request work
+    (``Deployment.frontend_s``) caps a replica at ``E[O] / frontend_s`` output tokens a second (the module docstring);
+    the rest is :func:`_gpu_saturation`'s.
+    """
+    thr, b = _gpu_saturation(d, input_tokens, output_tokens, lengths, requests)
+    if served and d.frontend_s > 0:
+        mean_o = lengths.mean_o if lengths is not None and not lengths.fixed else float(output_tokens)
+        thr = min(thr, d.config.replicas * max(mean_o, 1.0) / d.frontend_s)
+    return thr, b
+
+
+def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None,
+                    requests: int | None) -> tuple[float, int]:
+    """What the replicas' engines sustain, the API server aside (:func:`saturation`).
 
     With ``lengths`` not fixed, the steady state uses the running batch's output-length-biased context and
     reservation and the prompts' ``E[I^2]``; with ``requests`` too (a finite run: every request queued at once),
@@ -170,6 +196,10 @@ def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Le
     extra_steps = tokens / eng.max_batched_tokens - 1
     if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
         t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s)
+    else:  # under one admission a step: whole prompts in some steps, pure decodes in the others (_lumpy_step)
+        per_token = _prompt_pairs(input_tokens, dist)
+        mean_i = dist.mean_i if dist is not None else float(input_tokens)
+        t = max(t, _lumpy_step(d, n, o, kv - pre, pairs - pre * per_token, mean_i, per_token, eng.max_batched_tokens))
     steady = d.config.replicas * n * d.pipeline_depth / t
     if dist is None or not requests:
         return steady, b
@@ -194,6 +224,33 @@ def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Le
     return d.config.replicas * per_replica * dist.mean_o / total, b
 
 
+def _prompt_pairs(input_tokens: int, dist: Lengths | None) -> float:
+    """Attention pairs per prompt token of a whole prompt (``(I + 1) / 2``; ``E[I^2]``-weighted for a distribution)."""
+    return (input_tokens + 1) / 2 if dist is None else dist.prompt_pairs / dist.mean_i
+
+
+def _lumpy_step(d: Deployment, n: int, o: int, kv_decode: float, pairs_decode: float, mean_i: float, pairs_per_token: float,
+                budget: int) -> float:
+    """Mean step time of a steady state admitting ``n / o`` prompts a step when that is under one prompt's chunks a step.
+
+    A continuous-batching scheduler admits a waiting prompt whole, up to the token budget left after the decodes
+    (vLLM V1's scheduler.py: ``num_new_tokens = min(num_new_tokens, token_budget)``; SGLang and TensorRT-LLM's
+    chunked context alike), as soon as a finished sequence frees its slot or KV blocks. With ``n / o`` completions a
+    step below one, a prompt of ``I`` tokens takes ``k = ceil(I / (budget - n))`` steps of ``I / k`` tokens next to
+    the ``n`` decodes and the other steps decode alone: a share ``s = (n / o) k`` of the steps costs
+    ``t(n + I / k)`` and the rest ``t(n)``. The step time is convex in its tokens where the weights' read stops
+    hiding behind compute, so this mean is above the time of the evenly spread step (``n + n I / o`` tokens) the
+    steady state would otherwise take; where ``s >= 1`` every step carries prefill and the spread step stands."""
+    k = math.ceil(mean_i / max(budget - n, 1))
+    share = n / o * k
+    if share >= 1.0:
+        return 0.0
+    c = mean_i / k
+    chunk = d.step_time(int(round(n + c)), int(kv_decode + c), n, attn_pairs=pairs_decode + c * pairs_per_token)
+    decode = d.step_time(n, int(kv_decode), n, attn_pairs=pairs_decode)
+    return share * chunk + (1.0 - share) * decode
+
+
 def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
                       requests: int | None = None) -> tuple[float | None, float]:
     """(mean TTFT, mean TPOT) in seconds of a saturated run of ``requests`` queued at once (the module docstring).
@@ -201,7 +258,7 @@ def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, leng
     The TPOT is the steady state's and needs no count; a queue's wait grows with its length, so without
     ``requests`` the TTFT is None."""
     eng = engine_of(d)
-    steady, b = saturation(d, input_tokens, output_tokens, lengths)
+    steady, b = _gpu_saturation(d, input_tokens, output_tokens, lengths, None)
     reps = d.config.replicas
     x = steady / reps  # output tokens/s of one replica
     mean_i = lengths.mean_i if lengths is not None else float(input_tokens)

@@ -17,7 +17,9 @@ Conditions applied to every row (docs/performance-model.md section 8): the KV ca
 engine's rule unless the row's settings name one; TensorRT-LLM rows give the KV cache 0.95 of free
 memory (the perf-overview setting), others 0.9 of device memory; saturated rows are steady-state
 continuous batching at the engine's batch or KV limit; ``prefill_tokens_per_s`` is a prompt's
-tokens over its prefill time (llama-bench ``pp``), with no per-request cost.
+tokens over its prefill time (llama-bench ``pp``), with no per-request cost. A row is *served* (its requests pass
+through the engine's API server, whose serial per-request work bounds the request rate: :mod:`perfmodel.serving`)
+unless it is a static batch or its conditions name an offline harness (:data:`OFFLINE_HARNESSES`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,17 @@ from infermeter.perfmodel.serving import at_concurrency, engine_of, saturated_la
 from infermeter.perfmodel.uncertainty import Regime, regime_of
 
 __all__ = ["METRICS", "Report", "Row", "RowResult", "deployment_for", "load_rows", "log_error", "predict", "publication",
-           "validate", "validation_regime", "value_of"]
+           "served", "validate", "validation_regime", "value_of"]
 HOLDOUTS = ("row", "source", "all", "none")
+# benchmark drivers that call the engine in-process (no HTTP server, chat template or streaming): their rows are not served
+OFFLINE_HARNESSES = ("benchmark_throughput", "bench throughput", "bench_offline_throughput", "trtllm-bench",
+                     "gptsessionbenchmark", "benchmark_latency", "llm.generate")
+
+
+def served(row: Row) -> bool:
+    """Whether ``row``'s requests went through an OpenAI-compatible server (see the module docstring)."""
+    text = f"{row.conditions} {row.notes} {row.source}".lower()
+    return row.scenario != "static_batch" and not any(h in text for h in OFFLINE_HARNESSES)
 
 
 def deployment_for(row: Row, cal: Calibration) -> Deployment:
@@ -73,7 +84,7 @@ def value_of(row: Row, d: Deployment) -> float:
     if row.metric == "prefill_tokens_per_s":
         return i / d.prefill_time(i, engine_of(d).max_batched_tokens)
     if row.scenario == "saturated" and row.metric == "output_tokens_per_s":
-        return saturation(d, i, o, *_dist(row))[0]
+        return saturation(d, i, o, *_dist(row), served=served(row))[0]
     if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # the run's means, queueing included
         ttft, tpot = saturated_latency(d, i, o, *_dist(row))
         if row.metric == "tpot_ms":
