@@ -153,6 +153,22 @@ def _generation_defaults(base: Calibration, gen_id: str) -> EngineDefaults:
     return replace(base.engine(g.engine), **dict(g.fields))
 
 
+PUBLICATION_WEIGHTS = True
+
+
+def _publication_weights(models: list[_RowModel]) -> list[float]:
+    """Each row's weight in a parameter's fit: ``1 / sqrt(rows of its publication among them)``, so a publication of
+    ``k`` rows weighs ``sqrt(k)`` rows (its rows share one lab's conditions and error, section 9), not ``k``."""
+    if not PUBLICATION_WEIGHTS:
+        return [1.0] * len(models)
+    from infermeter.perfmodel.corpus import publication
+
+    count: dict[str, int] = defaultdict(int)
+    for m in models:
+        count[publication(m.row)] += 1
+    return [1 / math.sqrt(count[publication(m.row)]) for m in models]
+
+
 def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deployment], list[Param]], lam: float,
            sweeps: int = 4, tol: float = 0.01) -> Calibration:
     wanted: dict[Param, set[str]] = defaultdict(set)  # parameter -> rows whose residuals fit it
@@ -175,10 +191,12 @@ def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deploym
                 rows_of[p].append(model)
     params = [p for p in wanted if rows_of[p]]
     values = {p: priors[p] for p in params}
+    weights = {p: _publication_weights(rows_of[p]) for p in params}
 
     def objective(p: Param, logv: float) -> float:
         values[p] = math.exp(logv)
-        return sum(m.log_error(values) ** 2 for m in rows_of[p]) + lam * (logv - math.log(priors[p])) ** 2
+        return (sum(w * m.log_error(values) ** 2 for w, m in zip(weights[p], rows_of[p], strict=True))
+                + lam * (logv - math.log(priors[p])) ** 2)
 
     for _ in range(sweeps):
         moved = 0.0
