@@ -16,7 +16,7 @@ from infermeter.perfmodel.uncertainty import table_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BLIND_FILES = {"new": "published-measurements-new.csv", "blind2": "published-measurements-blind2.csv",
-               "blind3": "published-measurements-blind3.csv"}
+               "blind3": "published-measurements-blind3.csv", "blind4": "published-measurements-blind4.csv"}
 
 
 def _rec(v: float, cls: str = "dense", s: str = "a", lo: float = 9.0, hi: float = 11.0) -> Record:
@@ -29,6 +29,18 @@ def test_a_value_inside_its_stated_interval_needs_no_extra_spread():
     y, h, m = math.log(2.0), math.log(11 / 9) / 2, math.log(99 / 100) / 2
     assert r.excess == pytest.approx(math.sqrt((y - m) ** 2 - h ** 2))
     assert inside(r, r.excess + 1e-9) and not inside(r, r.excess - 1e-6)
+
+
+def test_a_record_scored_with_a_spread_is_judged_without_it():
+    """A model that already widened its intervals by ``tau`` records it: the excess is measured from the interval
+    without it, so a history of such records does not shrink the spread towards zero."""
+    h, tau = math.log(11 / 9) / 2, 0.5
+    wide = math.hypot(h, tau)
+    plain = _rec(20.0)
+    widened = Record("a", "c" * 40, "r", "pub", "dense", "tpot_ms", 20.0, 10.0, 10 * math.exp(-wide) * math.sqrt(0.99),
+                     10 * math.exp(wide) * math.sqrt(0.99), fresh_tau=tau)
+    assert widened.excess == pytest.approx(plain.excess, rel=1e-9)
+    assert inside(widened, tau) == inside(plain, tau) and not inside(widened, 0.0)
 
 
 def test_spread_is_the_conformal_rank_per_class_and_a_small_class_takes_every_class():
@@ -64,6 +76,9 @@ def test_load_names_the_file_the_line_and_the_row(tmp_path):
     f.write_text(text.replace(",dense,", ",,"))
     with pytest.raises(DataError, match="missing model_class"):
         load(f)
+    f.write_text(text.replace(",0.0000", ",none"))
+    with pytest.raises(DataError, match="'fresh_tau' must be a number"):
+        load(f)
     with pytest.raises(DataError, match="cannot read"):
         load(tmp_path / "none.csv")
 
@@ -77,7 +92,11 @@ def test_records_come_from_a_validate_json_joined_to_its_blind_file(tmp_path):
                                         "interval": [float(r["value"]), 3 * float(r["value"])]} for r in rows]}))
     recs = records_from("b", "f" * 40, src, js)
     assert [r.id for r in recs] == [r["id"] for r in rows]
-    assert all(r.publication == row["source_url"] and r.excess == 0.0 for r, row in zip(recs, rows, strict=True))
+    assert all(r.publication == row["source_url"] and r.excess == 0.0 and r.fresh_tau == 0.0
+               for r, row in zip(recs, rows, strict=True))
+    report = json.loads(js.read_text()) | {"interval_coverage": {"fresh_publication": {"tau": {"dense": 0.3, "moe": 0.9}}}}
+    js.write_text(json.dumps(report))
+    assert {r.fresh_tau for r in records_from("b", "f" * 40, src, js)} <= {0.3, 0.9}  # the spread that model carried
     js.write_text(json.dumps({"rows": [{"id": "b3-nope", "measured": 1, "predicted": 1, "interval": [1, 1]}]}))
     with pytest.raises(DataError, match="'b3-nope' is not in"):
         records_from("b", "f" * 40, src, js)

@@ -27,7 +27,11 @@ not change, only their interval bands, which this test does not compare), and tw
 limits were made to follow the device in the model and in the twin's scheduler (``perfmodel.engines.hardware_limits``:
 an A100 gets vLLM's 2048-token budget, an H100 1024 sequences): c16 on the A100 TPOT p50 12.23 -> 13.79 ms, TTFT p50
 716.3 -> 525.2 ms, duration 170.2 -> 170.8 s; the saturated 10 req/s H100 case TPOT p50 64.3 -> 89.5 ms, TTFT p50
-49.4 -> 34.2 s, 3,857 -> 3,730 tok/s; the 5 req/s case (never above 256 sequences) unchanged. Regenerate them only for a deliberate
+49.4 -> 34.2 s, 3,857 -> 3,730 tok/s; the 5 req/s case (never above 256 sequences) unchanged; and all three when issue 29's
+fifth round refitted the model on 469 rows (blind set 3 folded in: GPUStack's H100 vLLM pages join the Hopper vLLM BF16
+fit; its new terms; each row weighted 1/sqrt(rows of its publication)): 5 req/s TTFT p50 123.3 -> 150.8 ms, TPOT p50
+42.1 -> 57.3 ms; 10 req/s TTFT p50 34.2 -> 40.8 s, TPOT p50 89.5 -> 99.3 ms; c16 on the A100 TTFT p50 525.2 ->
+328.9 ms, TPOT p50 13.79 -> 16.75 ms. Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.

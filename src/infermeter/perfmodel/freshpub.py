@@ -47,7 +47,8 @@ from infermeter.perfmodel.hardware import DATA_DIR
 
 HISTORY = DATA_DIR / "blind-history.csv"
 COVERAGE = 0.8
-FIELDS = ("set", "scored_at", "id", "publication", "model_class", "metric", "measured", "predicted", "low", "high")
+FIELDS = ("set", "scored_at", "id", "publication", "model_class", "metric", "measured", "predicted", "low", "high",
+          "fresh_tau")
 MIN_ROWS = 8  # a class with fewer records takes the spread of every class
 
 
@@ -63,13 +64,20 @@ class Record:
     predicted: float
     low: float
     high: float
+    fresh_tau: float = 0.0  # the spread the stated interval already carried (0 before this module existed)
+
+    def _centre_and_width(self) -> tuple[float, float]:
+        """Centre and half-width of the stated interval in log space, less the spread it already carried."""
+        lo, hi = math.log(self.low / self.predicted), math.log(self.high / self.predicted)
+        return (lo + hi) / 2, math.sqrt(max(0.0, ((hi - lo) / 2) ** 2 - self.fresh_tau ** 2))
 
     @property
     def excess(self) -> float:
-        """``tau_i``: the least spread that, added in quadrature to the stated half-width, brings the value inside."""
-        lo, hi = math.log(self.low / self.predicted), math.log(self.high / self.predicted)
+        """``tau_i``: the least spread that, added in quadrature to the stated half-width (without the spread it
+        already carried), brings the value inside."""
+        m, h = self._centre_and_width()
         y = math.log(self.measured / self.predicted)
-        return math.sqrt(max(0.0, (y - (lo + hi) / 2) ** 2 - ((hi - lo) / 2) ** 2))
+        return math.sqrt(max(0.0, (y - m) ** 2 - h ** 2))
 
 
 def _float(row: dict[str, str], key: str, where: str) -> float:
@@ -93,11 +101,16 @@ def load(path: Path | str | None = None) -> list[Record]:
     out = []
     for n, r in enumerate(rows, start=2):
         where = f"{p}:{n} ({r.get('id', '?')})"
-        missing = [k for k in FIELDS if not r.get(k)]
+        missing = [k for k in FIELDS if not r.get(k)]  # fresh_tau is "0" where none was carried
         if missing:
             raise DataError(f"{where}: missing {', '.join(missing)}")
-        rec = Record(r["set"], r["scored_at"], r["id"], r["publication"], r["model_class"], r["metric"],
-                     *(_float(r, k, where) for k in ("measured", "predicted", "low", "high")))
+        try:
+            carried = float(r["fresh_tau"])
+        except (TypeError, ValueError):
+            raise DataError(f"{where}: 'fresh_tau' must be a number, got {r['fresh_tau']!r}") from None
+        measured, predicted, low, high = (_float(r, k, where) for k in ("measured", "predicted", "low", "high"))
+        rec = Record(r["set"], r["scored_at"], r["id"], r["publication"], r["model_class"], r["metric"], measured,
+                     predicted, low, high, fresh_tau=carried)
         if not rec.low <= rec.predicted <= rec.high:
             raise DataError(f"{where}: the stated interval [{rec.low}, {rec.high}] does not hold its prediction {rec.predicted}")
         out.append(rec)
@@ -122,10 +135,10 @@ def spread(records: list[Record]) -> dict[str, tuple[float, int]]:
 
 
 def inside(rec: Record, tau: float) -> bool:
-    """Whether ``rec``'s published value lies in its stated interval widened by ``tau`` in quadrature."""
-    lo, hi = math.log(rec.low / rec.predicted), math.log(rec.high / rec.predicted)
-    y = math.log(rec.measured / rec.predicted)
-    return abs(y - (lo + hi) / 2) <= math.hypot((hi - lo) / 2, tau)
+    """Whether ``rec``'s published value lies in its stated interval, without the spread it carried, widened by
+    ``tau`` in quadrature (``inside(rec, rec.fresh_tau)``: the interval as stated)."""
+    m, h = rec._centre_and_width()
+    return abs(math.log(rec.measured / rec.predicted) - m) <= math.hypot(h, tau) * (1 + 1e-12)
 
 
 def held_out(records: list[Record]) -> dict[str, dict[str, float | int]]:
@@ -136,7 +149,7 @@ def held_out(records: list[Record]) -> dict[str, dict[str, float | int]]:
         taus = spread([r for r in records if r.set != s])
         mine = [r for r in records if r.set == s]
         out[s] = {"rows": len(mine), "inside": sum(inside(r, taus.get(r.model_class, taus["*"])[0]) for r in mine),
-                  "stated": sum(inside(r, 0.0) for r in mine)}
+                  "stated": sum(inside(r, r.fresh_tau) for r in mine)}
     out["all"] = {k: sum(int(v[k]) for v in out.values()) for k in ("rows", "inside", "stated")}
     return out
 
@@ -149,9 +162,12 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
 
     rows = {r.id: r for r in load_rows(blind_csv)}
     try:
-        scored = json.loads(Path(validate_json).read_text())["rows"]
-    except (OSError, ValueError, KeyError) as exc:
+        report = json.loads(Path(validate_json).read_text())
+        scored = report["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataError(f"{validate_json}: not the JSON of plan --validate ({exc})") from None
+    # the spread the model of that commit already added to its intervals (none before this module)
+    carried = ((report.get("interval_coverage") or {}).get("fresh_publication") or {}).get("tau") or {}
     out = []
     for s in scored:
         row = rows.get(s["id"])
@@ -159,8 +175,10 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
             raise DataError(f"{validate_json}: row {s['id']!r} is not in {blind_csv}")
         if not s.get("interval"):
             raise DataError(f"{validate_json}: row {s['id']!r} states no interval")
-        out.append(Record(set_name, commit, row.id, publication(row), get_model(row.model).model_class, row.metric,
-                          float(s["measured"]), float(s["predicted"]), float(s["interval"][0]), float(s["interval"][1])))
+        cls = get_model(row.model).model_class
+        out.append(Record(set_name, commit, row.id, publication(row), cls, row.metric, float(s["measured"]),
+                          float(s["predicted"]), float(s["interval"][0]), float(s["interval"][1]),
+                          fresh_tau=float(carried.get(cls, carried.get("*", 0.0)))))
     return out
 
 
@@ -171,7 +189,7 @@ def write(records: list[Record], path: Path | str | None = None) -> None:
         w.writerow(FIELDS)
         for r in records:
             w.writerow([r.set, r.scored_at, r.id, r.publication, r.model_class, r.metric,
-                        *(f"{x:.6g}" for x in (r.measured, r.predicted, r.low, r.high))])
+                        *(f"{x:.6g}" for x in (r.measured, r.predicted, r.low, r.high)), f"{r.fresh_tau:.4f}"])
 
 
 def main(argv: list[str]) -> int:
