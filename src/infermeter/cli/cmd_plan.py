@@ -173,7 +173,8 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
         text += (f"; on {'MoE' if moe else 'dense'} models in publications no fit had seen "
                  f"({shipped.get('source', 'the blind set')}: {score['rows']} published figures {which}), this model "
                  f"missed by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
-                 f"{score['inside']} of {score['rows']} fell inside their brackets")
+                 f"{score['inside']} of {score['rows']} fell inside their brackets"
+                 + (" (whose fresh-publication spread was fitted with that set too)" if shipped.get("spread_saw_it") else ""))
         if score["inside"] < 0.7 * score["rows"]:
             text += ": measure or `infermeter calibrate` before relying on these figures"
     return text

@@ -76,13 +76,26 @@ def load() -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any]]) -> None:
-    """Write the figures with where they come from (``source``: the blind file; ``command``: how to rescore)."""
+def in_spread(csv_path: Path | str) -> bool:
+    """Whether the rows of the blind file ``csv_path`` are in the blind history the intervals' fresh-publication spread
+    is fitted on (``perfmodel.freshpub``): then how many fell inside their brackets is no longer a blind figure."""
+    import csv
+
+    from infermeter.perfmodel import freshpub
+
+    with open(csv_path, newline="") as fh:
+        ids = {r["id"] for r in csv.DictReader(fh)}
+    return bool(ids & {r.id for r in freshpub.load()})
+
+
+def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any]], spread_saw_it: bool = False) -> None:
+    """Write the figures with where they come from (``source``: the blind file; ``command``: how to rescore;
+    ``spread_saw_it``: :func:`in_spread`)."""
     text = ("# How the shipped model did on published rows no fit has seen (perfmodel/blindscore.py).\n"
             "# Regenerated from the blind file with the command below; tests/perfmodel/test_blindscore.py\n"
             "# rescores it and fails when these figures are stale.\n")
-    Path(path).write_text(text + yaml.safe_dump({"source": source, "command": command, "scores": scores},
-                                                sort_keys=False))
+    Path(path).write_text(text + yaml.safe_dump({"source": source, "command": command, "spread_saw_it": spread_saw_it,
+                                                 "scores": scores}, sort_keys=False))
 
 
 def main() -> None:
@@ -96,7 +109,7 @@ def main() -> None:
     script = Path(sys.executable).with_name("infermeter")
     out = subprocess.run([str(script), *args], capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)["rows"]
-    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)))
+    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)), in_spread(source))
 
 
 if __name__ == "__main__":
