@@ -40,7 +40,9 @@ def test_stated_coverage_holds_out_of_sample(lopo_report, loco):
 def test_coverage_holds_on_combinations_the_fit_never_saw(lopo_report, loco):
     """The emulated unseen publication: fit and table without every row of the row's family, engine and precision."""
     assert len(loco) == len(lopo_report.results)
-    assert sum(g.calibration == "unseen" for g, *_ in loco) >= 0.9 * len(loco)  # held out whole: nothing calibrates them
+    # held out whole, nothing calibrates them: 416 of 469 rows unseen; the rest keep an entry their family has fitted on
+    # other combinations (pooled)
+    assert sum(g.calibration == "unseen" for g, *_ in loco) >= 0.85 * len(loco)
     frac, n, checks = loco_coverage(lopo_report, loco)
     assert n >= 0.9 * len(loco)
     assert frac >= 0.60  # a floor against regressions (46.3 % with pooled widths, 62.6 % with per-group unseen cells)
@@ -153,7 +155,7 @@ def test_regimes_follow_what_calibrates_the_figure(tmp_path):
     assert regime_of(vllm_h100, "tpot_ms", 1000, 200, 1).calibration == "calibrated"
     lmd_h100 = build_deployment("llama-3.1-8b", "h100-sxm", engine="lmdeploy")  # LMDeploy rows on A100 only
     assert regime_of(lmd_h100, "tpot_ms", 1000, 200, 1).calibration == "unseen"
-    mi_fp8 = build_deployment("llama-3.1-8b", "mi300x", dtype="fp8", engine="vllm")  # fitted for vLLM FP8 at TP8 only
+    mi_fp8 = build_deployment("llama-3.1-8b", "2xmi300x:tp2", dtype="fp8", engine="vllm")  # vLLM FP8 fitted at TP1, 4 and 8
     assert regime_of(mi_fp8, "tpot_ms", 1000, 200, 1).calibration == "pooled"
     mi_bf16 = build_deployment("llama-3.1-8b", "mi300x", dtype="bf16", engine="vllm")  # every MI300X row is FP8
     assert regime_of(mi_bf16, "tpot_ms", 1000, 200, 1).calibration == "unseen"

@@ -216,7 +216,7 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
         loco = loco_records([r.row for r in report.results], report.calibration)
         checks = nested_coverage(report, loco)[2]
     else:
-        kind = "in-sample (shipped calibration and table)"
+        kind = "in-sample (shipped calibration and table; blind for a file the fit never saw)"
         for r in report.results:
             reg = validation_regime(r.row, deployment_for(r.row, report.calibration))
             lo, hi, _ = interval(r.row.metric, r.predicted, reg)
