@@ -121,3 +121,11 @@ def test_bad_calibration_files_name_the_problem(tmp_path, text, match):
         load_calibration(str(f))
     with pytest.raises(ConfigError, match="no such file"):
         load_calibration(str(tmp_path / "missing.yaml"))
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1"])
+def test_an_engine_generation_with_a_non_finite_or_negative_cost_is_named(bad):
+    from infermeter.perfmodel.engines import parse_generation
+
+    with pytest.raises(ConfigError, match=r"x\.yaml: engine generation vllm<0\.8: frontend_ms must be a finite number >= 0"):
+        parse_generation({"engine": "vllm", "below": "0.8", "source": "s", "frontend_ms": bad}, "x.yaml")

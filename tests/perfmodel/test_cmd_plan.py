@@ -203,6 +203,30 @@ def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plan
     assert dense.returncode == 0 and "unseen" not in dense.stdout
 
 
+def test_validating_a_file_the_spread_was_fitted_with_says_it_is_not_blind(cli, tmp_path):
+    import csv as _csv
+
+    from infermeter.perfmodel import blindscore as _bs
+
+    blind = _bs.BLIND_FILE
+    res = cli("plan", "--validate", blind, "--holdout", "none", "--json")
+    assert res.returncode == 0, res.stderr
+    flag = json.loads(res.stdout)["interval_coverage"]["fresh_publication"]["fitted_with_this_file"]
+    assert flag == _bs.in_spread(blind)
+    with open(blind, newline="") as fh:
+        rows = list(_csv.DictReader(fh))[:3]
+    fresh = tmp_path / "fresh.csv"
+    with fresh.open("w", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows([{**r, "id": "new-" + r["id"]} for r in rows])  # the same rows under ids no blind set holds
+    res = cli("plan", "--validate", str(fresh), "--holdout", "none")
+    assert res.returncode == 0, res.stderr
+    assert "not blind" not in res.stdout
+    if flag:
+        assert "not blind" in cli("plan", "--validate", blind, "--holdout", "none").stdout
+
+
 def test_an_moe_plan_on_pooled_expert_terms_says_it_takes_the_moe_band(cli):
     """An MoE figure whose expert terms are fitted on its family (``pooled``) takes the MoE band: the console says so."""
     from infermeter.perfmodel import build_deployment
@@ -213,5 +237,5 @@ def test_an_moe_plan_on_pooled_expert_terms_says_it_takes_the_moe_band(cli):
     res = cli("plan", "--model", "mixtral-8x7b", "--gpu", "8xh100-sxm:tp2", "--engine", "vllm")
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())
-    assert "MoE band: this MoE model's expert terms on this hardware rest on one or two publications" in text
+    assert "MoE band: this MoE model's expert terms on this hardware rest on few publications" in text
     assert "tpot" in text.split("MoE band:")[1] and "on MoE models in publications no fit had seen" in text

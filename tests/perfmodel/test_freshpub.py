@@ -79,6 +79,16 @@ def test_load_names_the_file_the_line_and_the_row(tmp_path):
     f.write_text(text.replace(",0.0000", ",none"))
     with pytest.raises(DataError, match="'fresh_tau' must be a number"):
         load(f)
+    f.write_text(text.replace(",dense,", ",dense-ish,"))
+    with pytest.raises(DataError, match="model_class must be one of dense, moe"):
+        load(f)
+    f.write_text(text + text.splitlines()[1] + "\n")
+    with pytest.raises(DataError, match="already in the history"):
+        load(f)
+    for bad in ("nan", "-0.1", "0.5"):  # the stated half-width is log(11/9)/2 = 0.10
+        f.write_text(text.replace(",0.0000", f",{bad}"))
+        with pytest.raises(DataError, match="'fresh_tau' .* must be >= 0 and no wider"):
+            load(f)
     with pytest.raises(DataError, match="cannot read"):
         load(tmp_path / "none.csv")
 

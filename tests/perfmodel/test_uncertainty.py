@@ -257,6 +257,25 @@ def test_the_fresh_publication_spread_widens_every_basis_but_a_deployment_in_qua
     assert fresh.fresh_tau("moe") == 1.5 and fresh.fresh_tau("mla") == 0.9 and base.fresh_tau("dense") == 0.0
 
 
+def test_a_deployment_file_without_residuals_keeps_the_spread_and_one_with_residuals_drops_it(tmp_path):
+    """Only a deployment's own residuals replace the corpus's width; a fitted entry alone falls back to the corpus's
+    cells, and with them keeps the fresh-publication spread."""
+    entry = ("fitted:\n  - {family: hopper, engine: vllm, dtype: bf16, phase: decode, tp: 1, value: 0.80, prior: 0.75, "
+             "source: 'calibrate: runs/a'}\n")
+    bare, mine = tmp_path / "bare.yaml", tmp_path / "mine.yaml"
+    bare.write_text(entry)
+    mine.write_text(entry + "residuals:\n  - {metric: tpot_ms, log_errors: [0.01, -0.02, 0.0, 0.015, -0.01, 0.005, -0.005, 0.02]}\n")
+    for f, spread in ((bare, True), (mine, False)):
+        cal = load_calibration(str(f))
+        d = build_deployment("llama-3.1-8b", "h100-sxm", calibration=cal)
+        reg = regime_of(d, "tpot_ms", 1000, 200, 1)
+        assert reg.calibration == "deployment"
+        table = table_of(cal)
+        assert table.fresh  # the overlay keeps the shipped table's spread
+        _, _, basis = interval("tpot_ms", 7.0, reg, table)
+        assert ("fresh-publication spread" in basis) is spread, basis
+
+
 def test_the_fresh_publication_spread_survives_the_yaml_and_a_bad_one_is_named():
     import yaml
 

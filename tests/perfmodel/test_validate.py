@@ -82,6 +82,7 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
     assert not {i for i in beyond - dense_beyond if not i.startswith(named)}, beyond - dense_beyond
     assert max(abs(r.error) for r in lopo_report.results if not get_model(r.row.model).is_moe
                and not r.row.id.startswith("b3-gpquant-")) <= 0.61  # vLLM's FP8-KV blog first token, +60.1 %
+    assert max(abs(r.error) for r in lopo_report.results if r.row.id.startswith("b3-gpquant-")) <= 2.3  # +226 %
     assert lopo_report.max_abs("in") <= 7.5  # GPUStack's TensorRT-LLM expert-parallel DeepSeek-R1 run, +656%
 
 

@@ -151,7 +151,7 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
 
     basis = plan.get("interval_basis") or {}
     try:
-        moe = get_model(str(plan.get("model"))).experts > 1
+        moe = get_model(str(plan.get("model"))).model_class == "moe"
     except ConfigError:
         moe = False
     unseen = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
@@ -160,7 +160,7 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
         text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
                 f"brackets of {', '.join(unseen)} are borrowed from other combinations")
     elif pooled:
-        text = (f"this MoE model's expert terms on this hardware rest on one or two publications, so the brackets of "
+        text = (f"this MoE model's expert terms on this hardware rest on few publications, so the brackets of "
                 f"{', '.join(pooled)} take the MoE band")
     else:
         return None
@@ -175,7 +175,7 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
                  f"missed by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
                  f"{score['inside']} of {score['rows']} fell inside their brackets"
                  + (" (whose fresh-publication spread was fitted with that set too)" if shipped.get("spread_saw_it") else ""))
-        if score["inside"] < 0.7 * score["rows"]:
+        if score["inside"] < 0.7 * score["rows"] or shipped.get("spread_saw_it"):  # an in-sample count cannot vouch
             text += ": measure or `infermeter calibrate` before relying on these figures"
     return text
 
@@ -196,7 +196,7 @@ def _pct(v: float | None, signed: bool = False) -> str:
     return "-" if v is None else (f"{v:+.1%}" if signed else f"{v:.1%}")
 
 
-def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _row_intervals(report: Any, path: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Per row the stated 80% interval and whether the published value is inside, and the summary coverage.
 
     With leave-one-publication-out (``--holdout source|all``) each row's interval surrounds its LOPO
@@ -229,7 +229,9 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
     held = freshpub.held_out(freshpub.load())["all"]
     summary["fresh_publication"] = {"tau": {c: round(t, 4) for c, t, _ in table_of(report.calibration).fresh},
                                     "held_out_sets": {"inside": round(held["inside"] / held["rows"], 4) if held["rows"] else None,
-                                                      "rows": held["rows"]}}
+                                                      "rows": held["rows"]},
+                                    # the file's own rows are in the blind history: its coverage is not a blind figure
+                                    "fitted_with_this_file": bool(path) and "lopo" not in report.kinds and _in_spread(path or "")}
     return per, summary
 
 
@@ -240,9 +242,18 @@ def _row_interval(v: dict[str, Any] | None) -> dict[str, Any]:
             "model_class": v["class"]}
 
 
-def _validation_json(report: Any) -> dict[str, Any]:
+def _in_spread(path: str) -> bool:
+    from infermeter.perfmodel import blindscore
+
+    try:
+        return blindscore.in_spread(path)
+    except (OSError, KeyError):
+        return False
+
+
+def _validation_json(report: Any, path: str | None = None) -> dict[str, Any]:
     kinds = report.kinds
-    per, cov = _row_intervals(report)
+    per, cov = _row_intervals(report, path)
     return {
         "holdout": report.holdout,
         "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
@@ -298,11 +309,14 @@ def _print_validation(report: Any, path: str) -> None:
         worst = report.worst(k, 1)[0]
         con.print(f"{_KIND_LABEL[k]}: median |error| {report.median_abs(k):.1%}, max {report.max_abs(k):.1%} ({worst.row.id})",
                   highlight=False)
-    _, cov = _row_intervals(report)
+    _, cov = _row_intervals(report, path)
     if cov["rows"]:
         parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_class_basis"].items())
         con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
         fresh = cov["fresh_publication"]
+        if fresh["fitted_with_this_file"]:
+            con.print("[yellow]not blind[/]: the fresh-publication spread in these intervals was fitted with this file's rows "
+                      "(python -m infermeter.perfmodel.freshpub checks each blind set against the others' spread)", highlight=False)
         if fresh["tau"]:
             held = fresh["held_out_sets"]
             con.print("fresh-publication spread (added in quadrature; from blind sets scored before they joined the corpus): "
@@ -414,7 +428,7 @@ def register(app: typer.Typer) -> None:
 
             report = run_validation(load_rows(validate), holdout=holdout)
             if as_json:
-                print(json.dumps(_validation_json(report), indent=2))
+                print(json.dumps(_validation_json(report, validate), indent=2))
             else:
                 _print_validation(report, validate)
             return

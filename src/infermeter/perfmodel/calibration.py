@@ -220,7 +220,7 @@ def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
     for e in engines:
         if e.ubatch_tokens < 0 or e.score_bytes < 0:
             raise ConfigError(f"{origin}: engine {e.name!r}: ubatch_tokens and score_bytes must be >= 0")
-        if e.frontend_ms < 0:
+        if not math.isfinite(e.frontend_ms) or e.frontend_ms < 0:
             raise ConfigError(f"{origin}: engine {e.name!r}: frontend_ms must be >= 0")
     return engines
 

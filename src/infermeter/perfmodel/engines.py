@@ -17,6 +17,7 @@ defaults: generations describe old versions that differ, not the other way round
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,6 +109,9 @@ def parse_generation(raw: dict[str, Any], origin: str) -> Generation:
             fields.append((k, _FIELD_TYPES[k](v)))
         except (TypeError, ValueError):
             raise ConfigError(f"{origin}: engine generation {engine}<{below}: field {k!r} has a bad value {v!r}") from None
+    bad = [k for k, v in fields if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
+    if bad:
+        raise ConfigError(f"{origin}: engine generation {engine}<{below}: {', '.join(bad)} must be a finite number >= 0")
     if dict(fields).get("gqa_kv_reads", "grouped") not in GQA_MODES:
         raise ConfigError(f"{origin}: engine generation {engine}<{below}: gqa_kv_reads must be one of {', '.join(GQA_MODES)}")
     return Generation(id=f"{engine}<{below}", engine=engine, below=below, fields=tuple(fields), source=source)

@@ -21,7 +21,10 @@ value the previous one gives (partial pooling: hardware class, then family, then
 A row's weight ``w`` in a value's fit is ``1 / sqrt(k)``, ``k`` the rows of its publication among
 those fitting the value: rows of one publication share a lab's conditions and error, so twenty of
 them weigh as much as about four independent ones, not twenty (leave-one-publication-out on 469
-rows with the fifth round's terms: 14.0% -> 13.3%, dense 12.0% -> 11.6%, max 670% -> 656%).
+rows with the fifth round's terms: 14.0% -> 13.3%, dense 12.0% -> 11.6%, max 670% -> 656%). The prior
+terms keep their lambda, so against the smaller total weight of the data (``sum(sqrt(k))`` rows' worth
+instead of ``sum(k)``) every value is pulled a little harder towards its prior: the evidence of one
+lab's many rows counts as less evidence, which is the point.
 
 Each value is fitted on the rows that name it (a row names its own keys at each stage, and the
 prefill efficiency only when it measures more than decoding) and whose prediction depends on it. Values stay within ``calibration.PHASE_BOUNDS`` (an MBU above ~0.9 of datasheet bandwidth is not

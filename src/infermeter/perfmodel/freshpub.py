@@ -50,6 +50,7 @@ COVERAGE = 0.8
 FIELDS = ("set", "scored_at", "id", "publication", "model_class", "metric", "measured", "predicted", "low", "high",
           "fresh_tau")
 MIN_ROWS = 8  # a class with fewer records takes the spread of every class
+CLASSES = ("dense", "moe")  # ModelSpec.model_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +99,18 @@ def load(path: Path | str | None = None) -> list[Record]:
             rows = list(csv.DictReader(f))
     except OSError as exc:
         raise DataError(f"{p}: cannot read the blind history ({exc.strerror})") from None
-    out = []
+    out: list[Record] = []
+    seen: set[tuple[str, str]] = set()
     for n, r in enumerate(rows, start=2):
         where = f"{p}:{n} ({r.get('id', '?')})"
         missing = [k for k in FIELDS if not r.get(k)]  # fresh_tau is "0" where none was carried
         if missing:
             raise DataError(f"{where}: missing {', '.join(missing)}")
+        if r["model_class"] not in CLASSES:
+            raise DataError(f"{where}: model_class must be one of {', '.join(CLASSES)}, got {r['model_class']!r}")
+        if (r["set"], r["id"]) in seen:
+            raise DataError(f"{where}: row {r['id']!r} of set {r['set']!r} is already in the history")
+        seen.add((r["set"], r["id"]))
         try:
             carried = float(r["fresh_tau"])
         except (TypeError, ValueError):
@@ -113,6 +120,9 @@ def load(path: Path | str | None = None) -> list[Record]:
                      predicted, low, high, fresh_tau=carried)
         if not rec.low <= rec.predicted <= rec.high:
             raise DataError(f"{where}: the stated interval [{rec.low}, {rec.high}] does not hold its prediction {rec.predicted}")
+        if not (math.isfinite(carried) and 0 <= carried <= math.log(rec.high / rec.low) / 2 + 1e-6):
+            raise DataError(f"{where}: 'fresh_tau' {carried} must be >= 0 and no wider than the stated interval's half-width "
+                            f"{math.log(rec.high / rec.low) / 2:.4f} (log)")
         out.append(rec)
     return out
 
@@ -176,9 +186,10 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
         if not s.get("interval"):
             raise DataError(f"{validate_json}: row {s['id']!r} states no interval")
         cls = get_model(row.model).model_class
+        own = s.get("interval_basis") == "deployment"  # a deployment's own residuals carry no spread
         out.append(Record(set_name, commit, row.id, publication(row), cls, row.metric, float(s["measured"]),
                           float(s["predicted"]), float(s["interval"][0]), float(s["interval"][1]),
-                          fresh_tau=float(carried.get(cls, carried.get("*", 0.0)))))
+                          fresh_tau=0.0 if own else float(carried.get(cls, carried.get("*", 0.0)))))
     return out
 
 

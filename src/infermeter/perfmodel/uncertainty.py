@@ -250,7 +250,9 @@ class IntervalTable:
         """(low, high) bounds of measured/predicted in the group's orientation, and the cell used (and the
         fresh-publication spread added in quadrature, for every basis but a deployment's own)."""
         cell, parent = self.cell_of(regime)
-        tau = 0.0 if regime.calibration == "deployment" else self.fresh_tau(regime.model_class)
+        # a deployment's own residuals measure that deployment, not a new publication; a deployment file without
+        # residuals falls back to the corpus's cells, and with them keeps the spread
+        tau = 0.0 if cell.key[2] == "deployment" else self.fresh_tau(regime.model_class)
         used = f"{cell.name} (n={cell.n})" + (f" + fresh-publication spread {tau:.2f}" if tau > 0 else "")
         if cell.key[:3] == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
             # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction,
