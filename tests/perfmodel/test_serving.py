@@ -50,7 +50,9 @@ def test_saturation_is_the_steady_state_mixed_step(d8):
     tput, batch = saturation(d8, 128, 128)
     # each step decodes `batch` tokens and prefills batch*128/128 prompt tokens
     step = d8.step_time(2 * batch, batch * (128 + 64) + batch, batch, attn_pairs=batch * (128 + 64) + batch * 129 / 2)
-    assert tput == pytest.approx(batch / step)
+    # the engine's steady state, unless the API server's serial per-request work caps it first (frontend phase)
+    assert tput == pytest.approx(min(batch / step, 128 / d8.frontend_s))
+    assert saturation(d8, 128, 128, served=False)[0] == pytest.approx(batch / step)
 
 
 def test_static_batch_runs_the_whole_batch_to_completion(d8):
