@@ -132,8 +132,8 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
     for p in plans:
         note = _unseen_note(p)
         if note:
-            label = "unseen" if note.startswith("no fitted") else "MoE band"
-            con.print(f"[yellow]{escape(p['config'])}: {label}[/]: {escape(note)}", highlight=False)
+            label, text = note
+            con.print(f"[yellow]{escape(p['config'])}: {label}[/]: {escape(text)}", highlight=False)
     for p in plans:
         if not p["fits"]:
             con.print(f"[bold red]{escape(p['config'])}: does not fit[/]: {escape(p['why_not'])}", highlight=False)
@@ -141,8 +141,8 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
             con.print(f"[yellow]{escape(p['config'])}: note[/]: {escape(note)}", highlight=False)
 
 
-def _unseen_note(plan: dict[str, Any]) -> str | None:
-    """What a plan whose intervals rest on a borrowed band must say: for ``unseen`` figures that no fitted publication
+def _unseen_note(plan: dict[str, Any]) -> tuple[str, str] | None:
+    """(label, text): what a plan whose intervals rest on a borrowed band must say: for ``unseen`` figures that no fitted publication
     measures its combination, for an MoE model's ``pooled`` figures that its MoE terms rest on few publications (both
     take their class's band), and for an MoE model, or a dense one on the unseen band, how far such predictions missed
     on publications never seen (``data/blind-scores.yaml``, scored from the blind set by ``perfmodel.blindscore``)."""
@@ -157,10 +157,10 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
     unseen = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "unseen")
     pooled = sorted(k for k, v in basis.items() if isinstance(v, dict) and v.get("basis") == "pooled") if moe else []
     if unseen:
-        text = (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
+        label, text = "unseen", (f"no fitted publication measures this model class, hardware, engine and precision together, so the "
                 f"brackets of {', '.join(unseen)} are borrowed from other combinations")
     elif pooled:
-        text = (f"this MoE model's expert terms on this hardware rest on few publications, so the brackets of "
+        label, text = "MoE band", (f"this MoE model's expert terms on this hardware rest on few publications, so the brackets of "
                 f"{', '.join(pooled)} take the MoE band")
     else:
         return None
@@ -177,7 +177,7 @@ def _unseen_note(plan: dict[str, Any]) -> str | None:
                  + (" (whose fresh-publication spread was fitted with that set too)" if shipped.get("spread_saw_it") else ""))
         if score["inside"] < 0.7 * score["rows"] or shipped.get("spread_saw_it"):  # an in-sample count cannot vouch
             text += ": measure or `infermeter calibrate` before relying on these figures"
-    return text
+    return label, text
 
 
 _METRIC_LABEL = {"output_tokens_per_s": "tok/s", "ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms", "decode_tokens_per_s": "tok/s/user",
@@ -196,7 +196,7 @@ def _pct(v: float | None, signed: bool = False) -> str:
     return "-" if v is None else (f"{v:+.1%}" if signed else f"{v:.1%}")
 
 
-def _row_intervals(report: Any, path: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Per row the stated 80% interval and whether the published value is inside, and the summary coverage.
 
     With leave-one-publication-out (``--holdout source|all``) each row's interval surrounds its LOPO
@@ -204,7 +204,7 @@ def _row_intervals(report: Any, path: str | None = None) -> tuple[dict[str, dict
     fresh-publication spread comes from blind sets, which ``fresh_publication`` checks set by set);
     otherwise it surrounds the in-sample prediction with the shipped table, spread included (an
     in-sample check on the corpus, the judge on a blind file)."""
-    from infermeter.perfmodel import freshpub
+    from infermeter.perfmodel import blindscore, freshpub
     from infermeter.perfmodel.uncertainty import Check, coverage_by, interval, loco_records, nested_coverage, table_of
     from infermeter.perfmodel.validate import deployment_for, validation_regime
 
@@ -231,7 +231,8 @@ def _row_intervals(report: Any, path: str | None = None) -> tuple[dict[str, dict
                                     "held_out_sets": {"inside": round(held["inside"] / held["rows"], 4) if held["rows"] else None,
                                                       "rows": held["rows"]},
                                     # the file's own rows are in the blind history: its coverage is not a blind figure
-                                    "fitted_with_this_file": bool(path) and "lopo" not in report.kinds and _in_spread(path or "")}
+                                    "fitted_with_this_file": "lopo" not in report.kinds
+                                    and blindscore.in_spread(r.row.id for r in report.results)}
     return per, summary
 
 
@@ -242,18 +243,9 @@ def _row_interval(v: dict[str, Any] | None) -> dict[str, Any]:
             "model_class": v["class"]}
 
 
-def _in_spread(path: str) -> bool:
-    from infermeter.perfmodel import blindscore
-
-    try:
-        return blindscore.in_spread(path)
-    except (OSError, KeyError):
-        return False
-
-
-def _validation_json(report: Any, path: str | None = None) -> dict[str, Any]:
+def _validation_json(report: Any) -> dict[str, Any]:
     kinds = report.kinds
-    per, cov = _row_intervals(report, path)
+    per, cov = _row_intervals(report)
     return {
         "holdout": report.holdout,
         "rows": [{"id": r.row.id, "metric": r.row.metric, "measured": r.row.value, "predicted": round(r.predicted, 4),
@@ -309,7 +301,7 @@ def _print_validation(report: Any, path: str) -> None:
         worst = report.worst(k, 1)[0]
         con.print(f"{_KIND_LABEL[k]}: median |error| {report.median_abs(k):.1%}, max {report.max_abs(k):.1%} ({worst.row.id})",
                   highlight=False)
-    _, cov = _row_intervals(report, path)
+    _, cov = _row_intervals(report)
     if cov["rows"]:
         parts = ", ".join(f"{b} {v['inside']:.0%} of {v['rows']}" for b, v in cov["by_class_basis"].items())
         con.print(f"80% prediction intervals, {cov['kind']}: hold {cov['inside']:.1%} of {cov['rows']} rows ({parts})", highlight=False)
@@ -428,7 +420,7 @@ def register(app: typer.Typer) -> None:
 
             report = run_validation(load_rows(validate), holdout=holdout)
             if as_json:
-                print(json.dumps(_validation_json(report, validate), indent=2))
+                print(json.dumps(_validation_json(report), indent=2))
             else:
                 _print_validation(report, validate)
             return

@@ -21,7 +21,7 @@ figures are kept; only then may its rows join the corpus, and the next set takes
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +76,12 @@ def load() -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def in_spread(csv_path: Path | str) -> bool:
-    """Whether the rows of the blind file ``csv_path`` are in the blind history the intervals' fresh-publication spread
-    is fitted on (``perfmodel.freshpub``): then how many fell inside their brackets is no longer a blind figure."""
-    import csv
-
+def in_spread(ids: Iterable[str]) -> bool:
+    """Whether any of the row ``ids`` is in the blind history the intervals' fresh-publication spread is fitted on
+    (``perfmodel.freshpub``): then how many of those rows fell inside their brackets is no longer a blind figure."""
     from infermeter.perfmodel import freshpub
 
-    with open(csv_path, newline="") as fh:
-        ids = {r["id"] for r in csv.DictReader(fh)}
-    return bool(ids & {r.id for r in freshpub.load()})
+    return not {r.id for r in freshpub.load()}.isdisjoint(ids)
 
 
 def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any]], spread_saw_it: bool = False) -> None:
@@ -109,7 +105,8 @@ def main() -> None:
     script = Path(sys.executable).with_name("infermeter")
     out = subprocess.run([str(script), *args], capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)["rows"]
-    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)), in_spread(source))
+    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)),
+          in_spread(r["id"] for r in rows))
 
 
 if __name__ == "__main__":
