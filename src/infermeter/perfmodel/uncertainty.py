@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infermeter.errors import ConfigError
@@ -206,8 +206,7 @@ class IntervalTable:
 
     def with_fresh(self, spread: dict[str, tuple[float, int]]) -> IntervalTable:
         """This table with the fresh-publication spread ``spread`` (``{class: (tau, rows)}``, :func:`freshpub.spread`)."""
-        return IntervalTable(cells=self.cells, source=self.source, rows=self.rows, publications=self.publications,
-                             fresh=tuple((c, t, n) for c, (t, n) in sorted(spread.items())))
+        return replace(self, fresh=tuple((c, t, n) for c, (t, n) in sorted(spread.items())))
 
     def _get(self, key: tuple[str, str, str, str]) -> Cell | None:
         return next((c for c in self.cells if c.key == key), None)
@@ -337,8 +336,7 @@ def table_of(cal: Any = None) -> IntervalTable:  # noqa: ANN401 - a Calibration
     if cal.residuals:
         extra = IntervalTable.from_records([(Regime(METRIC_GROUPS[m][0] if m in METRIC_GROUPS else m, "*", "deployment"),
                                              METRIC_GROUPS.get(m, (m, 1))[1] * e) for m, es in cal.residuals.items() for e in es])
-        table = IntervalTable(cells=tuple(c for c in extra.cells if c.key[2] == "deployment" and c.key[1] == "*") + table.cells,
-                              source=table.source, rows=table.rows, publications=table.publications, fresh=table.fresh)
+        table = replace(table, cells=tuple(c for c in extra.cells if c.key[2] == "deployment" and c.key[1] == "*") + table.cells)
     return table
 
 
