@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
 from infermeter.perfmodel.api import Deployment, moe_kernel_dtype
 from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
-from infermeter.perfmodel.corpus import Row
+from infermeter.perfmodel.corpus import Row, publication
 from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.validate import deployment_for, served, value_of
 
@@ -169,12 +169,9 @@ def _publication_weights(models: list[_RowModel]) -> list[float]:
     ``k`` rows weighs ``sqrt(k)`` rows (its rows share one lab's conditions and error, section 9), not ``k``."""
     if not PUBLICATION_WEIGHTS:
         return [1.0] * len(models)
-    from infermeter.perfmodel.corpus import publication
-
-    count: dict[str, int] = defaultdict(int)
-    for m in models:
-        count[publication(m.row)] += 1
-    return [1 / math.sqrt(count[publication(m.row)]) for m in models]
+    pubs = [publication(m.row) for m in models]
+    count = Counter(pubs)
+    return [1 / math.sqrt(count[p]) for p in pubs]
 
 
 def _stage(rows: list[Row], base: Calibration, params_of: Callable[[Row, Deployment], list[Param]], lam: float,
