@@ -67,28 +67,20 @@ def test_load_names_the_file_the_line_and_the_row(tmp_path):
     write([_rec(12.0)], f)
     assert load(f) == [_rec(12.0)]
     text = f.read_text()
-    f.write_text(text.replace(",12,", ",twelve,"))
-    with pytest.raises(DataError, match=r"h\.csv:2 \(r12\.0\): 'measured' must be a number"):
-        load(f)
-    f.write_text(text.replace(",9,11", ",10.5,11"))
-    with pytest.raises(DataError, match="does not hold its prediction"):
-        load(f)
-    f.write_text(text.replace(",dense,", ",,"))
-    with pytest.raises(DataError, match="missing model_class"):
-        load(f)
-    f.write_text(text.replace(",0.0000", ",none"))
-    with pytest.raises(DataError, match="'fresh_tau' must be a number"):
-        load(f)
-    f.write_text(text.replace(",dense,", ",dense-ish,"))
-    with pytest.raises(DataError, match="model_class must be one of dense, moe"):
-        load(f)
+    bad = [(",12,", ",twelve,", r"h\.csv:2 \(r12\.0\): 'measured' must be a number"),
+           (",9,11", ",10.5,11", "does not hold its prediction"),
+           (",dense,", ",,", "missing model_class"),
+           (",0.0000", ",none", "'fresh_tau' must be a number"),
+           (",dense,", ",dense-ish,", "model_class must be one of dense, moe")]
+    # the stated half-width is log(11/9)/2 = 0.10
+    bad += [(",0.0000", f",{tau}", "'fresh_tau' .* must be >= 0 and no wider") for tau in ("nan", "-0.1", "0.5")]
+    for old, new, match in bad:
+        f.write_text(text.replace(old, new))
+        with pytest.raises(DataError, match=match):
+            load(f)
     f.write_text(text + text.splitlines()[1] + "\n")
     with pytest.raises(DataError, match="already in the history"):
         load(f)
-    for bad in ("nan", "-0.1", "0.5"):  # the stated half-width is log(11/9)/2 = 0.10
-        f.write_text(text.replace(",0.0000", f",{bad}"))
-        with pytest.raises(DataError, match="'fresh_tau' .* must be >= 0 and no wider"):
-            load(f)
     with pytest.raises(DataError, match="cannot read"):
         load(tmp_path / "none.csv")
 

@@ -1,48 +1,65 @@
-"""Schema check of the fourth blind set (tests/data/published-measurements-blind4.csv).
+"""Schema checks of the blind sets (tests/data/published-measurements-blind3.csv and -blind4.csv).
 
-Parses the file with :func:`corpus.load_rows` and checks catalog look-ups, provenance and the set's spread over
-publications, organisations and engines only: it never predicts, so the set stays blind until it is scored."""
+Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
+publications (blind set 4: organisations and engines too) only: it never predicts, so a set stays blind until it is
+scored."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
-from infermeter.perfmodel.corpus import load_rows, publication
+import pytest
+
+from infermeter.perfmodel.corpus import Row, load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
 from infermeter.perfmodel.models import catalog_names, get_model
 
-BLIND4 = Path(__file__).resolve().parents[1] / "data" / "published-measurements-blind4.csv"
+DATA = Path(__file__).resolve().parents[1] / "data"
 # a file at a commit, or a pull-request thread (a thread has no commit to pin)
 PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/.+|pull/\d+)$")
 
 
-def test_blind4_rows_resolve_in_catalog_and_carry_provenance() -> None:
-    rows = load_rows(BLIND4)
-    assert len(rows) >= 50
+def _rows(n: int) -> list[Row]:
+    return load_rows(DATA / f"published-measurements-blind{n}.csv")
+
+
+@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50)])
+def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
+    rows = _rows(n)
+    assert len(rows) >= at_least
     catalog = set(catalog_names())
     for r in rows:
-        assert r.id.startswith("b4-"), r.id
+        assert r.id.startswith(f"b{n}-"), r.id
         assert r.model in catalog, f"{r.id}: model {r.model!r} is not a catalog id"
         assert get_model(r.model) is not None
         assert get_hardware(r.hardware).name, r.id
+        assert r.source_url.startswith("https://"), r.id
+        assert r.date or r.engine_version, f"{r.id}: needs a date or an engine version"
+        assert r.conditions, f"{r.id}: needs conditions"
+        assert r.gpus >= r.tp * r.pp, r.id
+
+
+def test_blind3_spreads_over_publications() -> None:
+    per_pub = Counter(publication(r) for r in _rows(3))
+    assert len(per_pub) >= 8
+    assert max(per_pub.values()) <= 10
+
+
+def test_blind4_rows_are_pinned_versioned_dated_and_counted() -> None:
+    for r in _rows(4):
         assert PINNED.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR thread"
         assert r.engine_version, f"{r.id}: needs the engine version (stated or inferred, conditions say which)"
         assert (r.date[:4].isdigit() and len(r.date) >= 7) or "date not stated" in r.conditions, f"{r.id}: date or 'date not stated'"
-        assert r.conditions, f"{r.id}: needs conditions"
-        assert r.gpus >= r.tp * r.pp, r.id
         if r.scenario == "saturated":  # a saturated run's drain needs the number of requests it queued at once
             assert r.setting("requests"), f"{r.id}: saturated row without requests=N"
 
 
 def test_blind4_spreads_over_publications_organisations_and_engines() -> None:
-    rows = load_rows(BLIND4)
-    per_pub: dict[str, int] = {}
-    per_org: dict[str, int] = {}
-    for r in rows:
-        per_pub[publication(r)] = per_pub.get(publication(r), 0) + 1
-        org = r.source_url.split("/")[3]  # the GitHub owner that published it
-        per_org[org] = per_org.get(org, 0) + 1
+    rows = _rows(4)
+    per_pub = Counter(publication(r) for r in rows)
+    per_org = Counter(r.source_url.split("/")[3] for r in rows)  # the GitHub owner that published it
     assert len(per_pub) >= 6
     assert len(per_org) >= 4
     assert max(per_org.values()) <= 0.3 * len(rows), per_org
