@@ -1,7 +1,7 @@
-"""Schema checks of the blind sets (tests/data/published-measurements-blind3.csv and -blind4.csv).
+"""Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv and -blind5.csv).
 
 Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
-publications (blind set 4: organisations and engines too) only: it never predicts, so a set stays blind until it is
+publications (blind sets 4 and 5: organisations and engines too) only: it never predicts, so a set stays blind until it is
 scored."""
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from infermeter.perfmodel.models import catalog_names, get_model
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a file at a commit, or a pull-request thread (a thread has no commit to pin)
 PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/.+|pull/\d+)$")
+# blind set 5 also takes an issue thread (a thread is one publication, with no commit to pin either)
+PINNED_OR_THREAD = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/.+|pull/\d+|issues/\d+)$")
 
 
 def _rows(n: int) -> list[Row]:
     return load_rows(DATA / f"published-measurements-blind{n}.csv")
 
 
-@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50)])
+@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
@@ -47,17 +49,19 @@ def test_blind3_spreads_over_publications() -> None:
     assert max(per_pub.values()) <= 10
 
 
-def test_blind4_rows_are_pinned_versioned_dated_and_counted() -> None:
-    for r in _rows(4):
-        assert PINNED.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR thread"
+@pytest.mark.parametrize(("n", "pinned"), [(4, PINNED), (5, PINNED_OR_THREAD)])
+def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pattern[str]) -> None:
+    for r in _rows(n):
+        assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (set 5: or issue) thread"
         assert r.engine_version, f"{r.id}: needs the engine version (stated or inferred, conditions say which)"
         assert (r.date[:4].isdigit() and len(r.date) >= 7) or "date not stated" in r.conditions, f"{r.id}: date or 'date not stated'"
         if r.scenario == "saturated":  # a saturated run's drain needs the number of requests it queued at once
             assert r.setting("requests"), f"{r.id}: saturated row without requests=N"
 
 
-def test_blind4_spreads_over_publications_organisations_and_engines() -> None:
-    rows = _rows(4)
+@pytest.mark.parametrize("n", [4, 5])
+def test_blind_spreads_over_publications_organisations_and_engines(n: int) -> None:
+    rows = _rows(n)
     per_pub = Counter(publication(r) for r in rows)
     per_org = Counter(r.source_url.split("/")[3] for r in rows)  # the GitHub owner that published it
     assert len(per_pub) >= 6
