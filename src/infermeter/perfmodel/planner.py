@@ -153,7 +153,8 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
         from infermeter.perfmodel.speculative import apply_to_estimate
 
         est, sat, intervals, block = apply_to_estimate(d, spec, est, sat, batch, input_tokens, output_tokens, intervals)
-    basis = (f"predicted; 80% intervals from the out-of-sample errors of {table.rows} published measurements "
-             f"({table.publications} publications), each predicted by a fit without its publication, in the figure's regime: "
+    basis = (f"predicted; 80% intervals from {table.rows} out-of-sample errors on published measurements "
+             f"({table.publications} publications; each measurement predicted by a fit without its publication, and again "
+             f"without its (hardware family, engine, precision) combination), in the figure's regime: "
              + "; ".join(cells))
     return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind)
