@@ -21,6 +21,7 @@ def test_the_shipped_blind_scores_are_a_fresh_scoring_of_the_blind_file(cli):
     assert fresh == shipped["scores"], "stale: regenerate data/blind-scores.yaml (perfmodel/blindscore.py)"
     assert fresh["moe"]["rows"] + fresh["dense"]["rows"] == len(rows) >= 40
     assert shipped["spread_saw_it"] == blindscore.in_spread(r["id"] for r in rows)  # says whether the 'inside' figures are still blind
+    assert shipped["blind_time"] == blindscore.blind_time(r["id"] for r in rows)  # the figures of the day it was scored blind
 
 
 def test_summarize_splits_by_class_and_counts_what_fell_inside():
@@ -31,3 +32,18 @@ def test_summarize_splits_by_class_and_counts_what_fell_inside():
         "rows": 2, "median_abs_error": 1.25, "max_abs_error": 2.0, "inside": 0}
     assert s["moe"]["unseen"] == {"rows": 1, "median_abs_error": 0.5, "max_abs_error": 0.5, "inside": 0}
     assert s["dense"]["rows"] == 1 and s["dense"]["inside"] == 1 and s["dense"]["unseen"]["inside"] == 1
+
+
+def test_blind_time_takes_the_figures_the_history_recorded_when_the_set_was_blind(tmp_path, monkeypatch):
+    from infermeter.perfmodel import freshpub
+    from infermeter.perfmodel.freshpub import Record
+
+    recs = [Record("b9", "a" * 40, "x1", "p", "moe", "tpot_ms", 10.0, 20.0, 10.0, 40.0),  # predicted twice the value
+            Record("b9", "a" * 40, "x2", "p", "moe", "tpot_ms", 10.0, 12.0, 6.0, 24.0),
+            Record("b9", "a" * 40, "x3", "p", "dense", "tpot_ms", 10.0, 9.0, 4.5, 18.0),
+            Record("b8", "b" * 40, "y1", "q", "dense", "tpot_ms", 10.0, 30.0, 15.0, 60.0)]
+    monkeypatch.setattr(freshpub, "load", lambda path=None: recs)
+    got = blindscore.blind_time(["x1", "x2", "x3", "not-in-history"])
+    assert got == {"scored_at": ["a" * 40], "scores": {"moe": {"rows": 2, "median_abs_error": 0.6, "max_abs_error": 1.0},
+                                                         "dense": {"rows": 1, "median_abs_error": 0.1, "max_abs_error": 0.1}}}
+    assert blindscore.blind_time(["nothing"]) is None

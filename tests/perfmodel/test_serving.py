@@ -133,3 +133,21 @@ def test_validate_asks_for_the_request_count_of_a_saturated_ttft_row(tmp_path):
     with pytest.raises(DataError, match="sat-ttft.*requests=N"):
         predict(rows["sat-ttft"])
     assert predict(rows["sat-ttft-n"]) > 10 * predict(rows["sat-tpot"]) > 0  # 3000 queued: seconds, not one step
+
+
+def test_a_saturated_run_of_equal_requests_runs_in_waves(d8):
+    """Equal lengths and a request count: fewer requests than the batch limit run as one static batch (a run of 50
+    was predicted as fast as one of the engine's full batch); whole waves keep the steady rate; a last partial wave
+    runs at its own, smaller batch."""
+    from infermeter.perfmodel.lengths import Lengths
+    from infermeter.perfmodel.serving import static_batch
+
+    fixed = Lengths.of("fixed", 1000, 2000)
+    steady, b = saturation(d8, 1000, 2000, served=False)
+    few, running = saturation(d8, 1000, 2000, fixed, requests=b // 4, served=False)
+    assert running == b // 4 < b
+    assert few == pytest.approx(static_batch(d8, 1000, 2000, b // 4).output_tokens_per_s)
+    assert few < steady  # a quarter of the batch: the weights are read for fewer tokens a step
+    assert saturation(d8, 1000, 2000, fixed, requests=3 * b, served=False)[0] == pytest.approx(steady)
+    partial = saturation(d8, 1000, 2000, fixed, requests=2 * b + b // 4, served=False)[0]
+    assert few < partial < steady

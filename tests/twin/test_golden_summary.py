@@ -31,7 +31,10 @@ an A100 gets vLLM's 2048-token budget, an H100 1024 sequences): c16 on the A100 
 fifth round refitted the model on 469 rows (blind set 3 folded in: GPUStack's H100 vLLM pages join the Hopper vLLM BF16
 fit; its new terms; each row weighted 1/sqrt(rows of its publication)): 5 req/s TTFT p50 123.3 -> 150.8 ms, TPOT p50
 42.1 -> 57.3 ms; 10 req/s TTFT p50 34.2 -> 40.8 s, TPOT p50 89.5 -> 99.3 ms; c16 on the A100 TTFT p50 525.2 ->
-328.9 ms, TPOT p50 13.79 -> 16.75 ms. Regenerate them only for a deliberate
+328.9 ms, TPOT p50 13.79 -> 16.75 ms; and all three when its sixth round refitted it on 548 rows (blind set 4 folded
+in, with the run-in-waves and MLA prefill fixes): 5 req/s TTFT p50 150.8 -> 153.2 ms, TPOT p50 57.3 -> 59.0 ms; 10 req/s
+TTFT p50 40.82 -> 40.81 s, TPOT p50 99.3 -> 99.4 ms; c16 on the A100 TTFT p50 328.9 -> 371.9 ms, TPOT p50 16.75 ->
+17.38 ms (blind set 4's GPUStack Qwen3-14B A100 rows join the Ampere vLLM BF16 fit). Regenerate them only for a deliberate
 change of the model, and say so. Every figure those files hold (counts, throughputs, every
 statistic of every distribution, token totals, server metrics) must come out the same; what the
 verdict says about the run (``valid``, reasons, warnings, and keys added since) may grow.

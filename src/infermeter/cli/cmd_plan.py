@@ -175,6 +175,11 @@ def _unseen_note(plan: dict[str, Any]) -> tuple[str, str] | None:
                  f"missed by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
                  f"{score['inside']} of {score['rows']} fell inside their brackets"
                  + (" (whose fresh-publication spread was fitted with that set too)" if shipped.get("spread_saw_it") else ""))
+        then = (((shipped.get("blind_time") or {}).get("scores") or {}).get("moe" if moe else "dense")) or {}
+        if then.get("rows") and then.get("median_abs_error") is not None:
+            at = ", ".join(str(c)[:7] for c in (shipped.get("blind_time") or {}).get("scored_at") or [])
+            text += (f"; when that set was scored blind (model of {at}) its {then['rows']} {'MoE' if moe else 'dense'} "
+                     f"figures missed by a median {then['median_abs_error']:.0%} (max {then['max_abs_error']:.0%})")
         if score["inside"] < 0.7 * score["rows"] or shipped.get("spread_saw_it"):  # an in-sample count cannot vouch
             text += ": measure or `infermeter calibrate` before relying on these figures"
     return label, text

@@ -15,7 +15,7 @@ twin can call it for every engine iteration::
 Step time (per engine iteration, latency through all pipeline stages)::
 
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
-      + smax(4 L H d_h A / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
+      + smax(L (f_p A + (f_d - f_p) min(A, K)) / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
@@ -23,7 +23,10 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + L_moe * E (1 - (1 - k/E)^T) * moe_expert                                  per touched expert: its padded tile
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
 
-with T new tokens, K context tokens, A attention (query, key) pairs, n sequences, ``smax`` the
+with T new tokens, K context tokens, A attention (query, key) pairs, ``f_p`` and ``f_d`` the FLOPs a pair costs
+(``4 H d_h`` both, but MLA prefills in the per-head form, ``2 H (d_qk + d_v)``, and decodes in the absorbed one,
+``2 H (2 r + d_rope)``, 3.4x more on DeepSeek-V3: ``ModelSpec.prefill_pair_flops``; the decode form is charged on at
+most one query per cached token, ``min(A, K)``), n sequences, ``smax`` the
 smooth maximum (x^k + y^k)^(1/k) of the calibration, F_lin = 2 (L N_layer_active T + V d n) / tp,
 the routed experts' share of it (``L_moe k N_expert T``) at ``MFU * moe_gemm`` (grouped GEMMs, MoE models only),
 ``E (1 - (1 - k/E)^T)`` the experts (of ``E``, ``k`` a token) a step of T tokens routes to, each costing ``moe_expert``
@@ -123,6 +126,7 @@ class Deployment:
     _expert_lat: float = field(repr=False, default=0.0)  # seconds of moe_expert with every expert touched (L_moe E moe_expert)
     _kv_write: float = field(repr=False, default=0.0)
     _att_pair: float = field(repr=False, default=0.0)
+    _att_dec: float = field(repr=False, default=0.0)  # extra per decode pair: MLA's absorbed form over its prefill form
     _kv_read: float = field(repr=False, default=0.0)
     _comm_step: float = field(repr=False, default=0.0)
     _comm_tok: float = field(repr=False, default=0.0)
@@ -146,7 +150,7 @@ class Deployment:
                         moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
                         comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
                         dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch,
-                        expert_lat=self._expert_lat)
+                        expert_lat=self._expert_lat, att_dec=self._att_dec)
 
     @property
     def step_cost(self) -> StepCost:
@@ -180,6 +184,7 @@ class Deployment:
             moe_expert_us=me, _expert_lat=self.spec.moe_layers * self.spec.experts * me * 1e-6 if self.spec.is_moe else 0.0,
             _oh_seq=(seq_overhead_us + (tp_seq if self.config.tp > 1 else 0.0)) * 1e-6, kv_reread_factor=f_new, engine_defaults=eng,
             _lin_tok=(self._lin_tok - self._lin_exp) * c + lin_exp, _lin_seq=self._lin_seq * c, _att_pair=self._att_pair * c,
+            _att_dec=self._att_dec * c,
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
@@ -210,7 +215,8 @@ class Deployment:
         if attn_pairs is None:
             attn_pairs = new_tokens * (kv_tokens / max(num_seqs, 1) - 0.5 * new_tokens / max(num_seqs, 1) + 0.5)
         return {
-            "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs,
+            "compute": self._lin_tok * new_tokens + self._lin_seq * num_seqs + self._att_pair * attn_pairs
+            + self._att_dec * min(attn_pairs, kv_tokens),
             "memory": self.weight_time(new_tokens) + self._kv_write * new_tokens + self._kv_read * kv_tokens
             + self._score * new_tokens * kv_tokens
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
@@ -385,7 +391,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _w_expert=expert_bytes / bw,
         _moe_miss=(1.0 - spec.experts_per_token / spec.experts) if spec.is_moe else 0.0,
         _kv_write=kvb_path / bw,
-        _att_pair=L * spec.attn_pair_flops / tp / p_16,
+        _att_pair=L * spec.prefill_pair_flops / tp / p_16,
+        _att_dec=L * (spec.attn_pair_flops - spec.prefill_pair_flops) / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6 + spec.moe_layers * moe_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,

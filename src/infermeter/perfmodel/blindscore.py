@@ -84,14 +84,34 @@ def in_spread(ids: Iterable[str]) -> bool:
     return not {r.id for r in freshpub.load()}.isdisjoint(ids)
 
 
-def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any]], spread_saw_it: bool = False) -> None:
+def blind_time(ids: Iterable[str]) -> dict[str, Any] | None:
+    """How the model of the day did on the rows ``ids`` when they were scored blind, from their records in the blind
+    history (``perfmodel.freshpub``): ``{scored_at: [commits], scores: {class: {rows, median_abs_error,
+    max_abs_error}}}`` (|error| = |predicted / published - 1|, as ``plan --validate`` has it), or None when the history
+    holds none of them. The shipped model may since have changed for what the set showed; these figures have not."""
+    from infermeter.perfmodel import freshpub
+
+    wanted = set(ids)
+    recs = [r for r in freshpub.load() if r.id in wanted]
+    if not recs:
+        return None
+    scores: dict[str, dict[str, Any]] = {}
+    for cls in ("moe", "dense"):
+        errs = [abs(r.predicted / r.measured - 1) for r in recs if r.model_class == cls]
+        scores[cls] = {"rows": len(errs), "median_abs_error": round(statistics.median(errs), 4) if errs else None,
+                       "max_abs_error": round(max(errs), 4) if errs else None}
+    return {"scored_at": sorted({r.scored_at for r in recs}), "scores": scores}
+
+
+def write(path: Path, source: str, command: str, scores: dict[str, dict[str, Any]], spread_saw_it: bool = False,
+          blind: dict[str, Any] | None = None) -> None:
     """Write the figures with where they come from (``source``: the blind file; ``command``: how to rescore;
-    ``spread_saw_it``: :func:`in_spread`)."""
+    ``spread_saw_it``: :func:`in_spread`; ``blind``: :func:`blind_time`)."""
     text = ("# How the shipped model did on published rows no fit has seen (perfmodel/blindscore.py).\n"
             "# Regenerated from the blind file with the command below; tests/perfmodel/test_blindscore.py\n"
             "# rescores it and fails when these figures are stale.\n")
     Path(path).write_text(text + yaml.safe_dump({"source": source, "command": command, "spread_saw_it": spread_saw_it,
-                                                 "scores": scores}, sort_keys=False))
+                                                 "scores": scores, "blind_time": blind}, sort_keys=False))
 
 
 def main() -> None:
@@ -105,8 +125,9 @@ def main() -> None:
     script = Path(sys.executable).with_name("infermeter")
     out = subprocess.run([str(script), *args], capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)["rows"]
-    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)),
-          in_spread(r["id"] for r in rows))
+    ids = [r["id"] for r in rows]
+    write(SCORES, source, "infermeter " + " ".join(args), summarize(rows, moe_flags(rows, source)), in_spread(ids),
+          blind_time(ids))
 
 
 if __name__ == "__main__":

@@ -146,10 +146,21 @@ class ModelSpec:
 
     @property
     def attn_pair_flops(self) -> int:
-        """FLOPs per (query token, context token) pair per layer: QK^T and PV over all heads."""
+        """FLOPs per (query token, context token) pair per layer: QK^T and PV over all heads (MLA: the decode form)."""
         if self.is_mla:  # absorbed MLA: scores over kv_lora + rope, values over kv_lora
             return 2 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
         return 4 * self.heads * self.head_dim
+
+    @property
+    def prefill_pair_flops(self) -> int:
+        """FLOPs per pair of a prompt's own attention: MLA prefills in the compute-friendly form, the latent
+        up-projected to per-head K (nope + rope dims) and V, so a pair costs ``2 h (d_qk + d_v)``, 3.4x less than the
+        absorbed form's ``2 h (2 r + d_rope)`` on DeepSeek-V3 (vLLM's MLA backend, vllm/v1/attention/backends/mla/
+        common.py: the 'compute friendly approach' for prefill, the 'data-movement friendly approach' for decode;
+        SGLang and FlashMLA alike). Other attention: :attr:`attn_pair_flops`."""
+        if self.is_mla:
+            return 2 * self.heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return self.attn_pair_flops
 
     def kv_elements_per_token_per_gpu(self, layers: int, tp: int) -> int:
         """Cached elements per token on one GPU for ``layers`` layers split ``tp`` ways (MLA's latent is replicated)."""

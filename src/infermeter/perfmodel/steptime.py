@@ -34,7 +34,7 @@ class StepCost:
     def __init__(self, *, lin_tok: float, lin_seq: float, w_dense: float, w_expert: float, moe_miss: float,
                  kv_write: float, att_pair: float, kv_read: float, comm_step: float, comm_tok: float,
                  oh_step: float, oh_seq: float, dequant: float, k: float, score: float = 0.0, ubatch: int = 0,
-                 expert_lat: float = 0.0) -> None:
+                 expert_lat: float = 0.0, att_dec: float = 0.0) -> None:
         self.lin_tok = lin_tok
         self.lin_seq = lin_seq
         self.w_dense = w_dense
@@ -52,6 +52,9 @@ class StepCost:
         self.score = score  # seconds per attention score element (new token x cached token) materialised in DRAM
         self.ubatch = ubatch  # a step of more tokens runs as ceil(T / ubatch) passes over the weights (0: one pass)
         self.expert_lat = expert_lat  # seconds if every expert is touched: MoE layers x experts x the per-expert tile cost
+        # seconds per pair on top of att_pair for at most one query per cached token (a decode's pairs): MLA decodes in
+        # the absorbed form, costlier per pair than the form its prompts are prefilled in (0: one form)
+        self.att_dec = att_dec
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     def _args(self) -> dict[str, float]:  # ubatch travels as a float (a whole number) and is restored by _rebuild
@@ -59,7 +62,7 @@ class StepCost:
                 "moe_miss": self.moe_miss, "kv_write": self.kv_write, "att_pair": self.att_pair,
                 "kv_read": self.kv_read, "comm_step": self.comm_step, "comm_tok": self.comm_tok,
                 "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k, "score": self.score,
-                "ubatch": float(self.ubatch), "expert_lat": self.expert_lat}
+                "ubatch": float(self.ubatch), "expert_lat": self.expert_lat, "att_dec": self.att_dec}
 
     def __reduce__(self) -> tuple[Any, ...]:  # both builds (a compiled class has no __dict__): the coefficients
         return (_rebuild, (self._args(),))
@@ -101,7 +104,7 @@ class StepCost:
         moe = self.moe_miss
         y = (self.w_dense + self.w_expert * (1.0 - moe**new_tokens) if moe else self.w_dense + self.w_expert) \
             + self.kv_write * new_tokens
-        a = self.att_pair * pairs
+        a = self.att_pair * pairs + self.att_dec * (pairs if pairs < kv_tokens else float(kv_tokens))
         b = self.kv_read * kv_tokens + self.score * new_tokens * kv_tokens  # as _pass: score traffic without flash attention
         k = self.k
         if k == 2.0:
@@ -122,7 +125,7 @@ class StepCost:
         """One pass over the weights for ``tokens`` new tokens (all but the per-sequence cost and the dequantisation)."""
         lin = self.smax(self.lin_tok * tokens + self.lin_seq * num_seqs,
                         self.weight_time(int(math.ceil(tokens))) + self.kv_write * tokens)
-        att = self.smax(self.att_pair * pairs, self.kv_read * kv + self.score * tokens * kv)
+        att = self.smax(self.att_pair * pairs + self.att_dec * min(pairs, kv), self.kv_read * kv + self.score * tokens * kv)
         return lin + att + self.comm_step + self.comm_tok * tokens + self.oh_step + self.expert_time(int(math.ceil(tokens)))
 
     def _micro_batched(self, new_tokens: int, kv_tokens: int, pairs: float, num_seqs: int) -> float:
@@ -144,7 +147,8 @@ class StepCost:
                 slope = (t2 - t1) / (k2 - k1)
                 got = (t1 - slope * k1, slope)
             else:
-                got = (self.step_time(num_seqs, 0, num_seqs, 0.0), self.smax(self.att_pair, self.kv_read + self.score * num_seqs))
+                got = (self.step_time(num_seqs, 0, num_seqs, 0.0),
+                       self.smax(self.att_pair + self.att_dec, self.kv_read + self.score * num_seqs))
             self._coeffs[num_seqs] = got
         return got
 
