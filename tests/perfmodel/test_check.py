@@ -60,6 +60,6 @@ def test_the_verdict_sets_the_prediction_interval_beside_the_bound():
     assert lo < v.predicted < hi and v.ceiling < hi  # the bound is a floor for a latency
     assert v.interval_basis["basis"] == "calibrated" and v.interval_basis["n"] > 0
     assert "80% interval" in v.sentence() and "published rows behind it" in v.sentence()
-    unseen = check_claim("tpot_ms", 8.0, "llama-3.1-8b", "mi300x", dtype="bf16", engine="vllm")  # no MI300X BF16 row
+    unseen = check_claim("tpot_ms", 8.0, "llama-3.1-8b", "mi300x", dtype="bf16", engine="sglang")  # no SGLang MI300X BF16 row
     assert unseen.interval_basis is not None and unseen.interval_basis["basis"] == "unseen"
     assert unseen.interval is not None and unseen.interval[0] < unseen.predicted < unseen.interval[1]

@@ -36,9 +36,13 @@ def test_the_running_batch_is_output_length_biased():
 
 
 def test_fixed_lengths_keep_the_mean_length_model():
+    """Equal lengths are the mean-length model: a closed loop and a steady state alike; a finite run of them keeps the
+    steady rate for its whole waves of the batch limit (the last, partial wave: test_serving)."""
     d = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")
     fixed = Lengths.of("fixed", 1000, 200)
-    assert saturation(d, 1000, 200, fixed, 1000) == saturation(d, 1000, 200)
+    steady, b = saturation(d, 1000, 200)
+    assert saturation(d, 1000, 200, fixed) == (steady, b)
+    assert saturation(d, 1000, 200, fixed, 3 * b) == (steady, b)
     assert at_concurrency(d, 1000, 200, 8, fixed) == at_concurrency(d, 1000, 200, 8)
 
 
