@@ -37,12 +37,16 @@ def test_the_running_batch_is_output_length_biased():
 
 def test_fixed_lengths_keep_the_mean_length_model():
     """Equal lengths are the mean-length model: a closed loop and a steady state alike; a finite run of them keeps the
-    steady rate for its whole waves of the batch limit (the last, partial wave: test_serving)."""
+    steady rate for every wave of the batch limit but the last (its last wave: test_serving)."""
+    from infermeter.perfmodel.serving import static_batch
+
     d = build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm")
     fixed = Lengths.of("fixed", 1000, 200)
     steady, b = saturation(d, 1000, 200)
     assert saturation(d, 1000, 200, fixed) == (steady, b)
-    assert saturation(d, 1000, 200, fixed, 3 * b) == (steady, b)
+    last = static_batch(d, 1000, 200, b)  # three waves: two at the steady rate, the last a whole static batch
+    thr, running = saturation(d, 1000, 200, fixed, 3 * b)
+    assert running == b and thr == pytest.approx(3 * b * 200 / (2 * b * 200 / steady + last.e2e_s), rel=1e-9)
     assert at_concurrency(d, 1000, 200, 8, fixed) == at_concurrency(d, 1000, 200, 8)
 
 

@@ -224,9 +224,17 @@ def test_moe_rows_fit_only_the_moe_terms():
     with_moe, without = fit(rows), fit(dense)
     got = {e.key: e for e in with_moe.entries if e.fitted}
     for e in without.entries:
-        if e.fitted and e.phase != "frontend" and dtype_class(e.dtype) != "int4":
-            assert got[e.key].value == pytest.approx(e.value, rel=0.01), e.key
-            assert got[e.key].source == e.source, e.key  # fitted on the same (dense) rows
+        if not e.fitted or e.phase == "frontend":
+            continue
+        if dtype_class(e.dtype) == "int4":
+            if e.engine == "serving":  # the pooled 4-bit class: MXFP4 expert rows join AWQ dense ones by design
+                continue
+            # an engine's own AWQ entry keeps its dense rows; its value shrinks towards the pooled class, which the MXFP4
+            # rows moved (A100 vLLM AWQ decode 0.61 -> 0.73 since blind set 4's AWQ row joined)
+            assert got[e.key].source == e.source and got[e.key].value == pytest.approx(e.value, rel=0.25), e.key
+            continue
+        assert got[e.key].value == pytest.approx(e.value, rel=0.007), e.key  # at most 0.61% (CDNA3 vLLM FP8 decode, TP4)
+        assert got[e.key].source == e.source, e.key  # fitted on the same (dense) rows
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)
     fitted_moe = {(e.family, e.engine, e.phase) for e in added if e.phase.startswith("moe_")}
@@ -281,7 +289,6 @@ def test_the_per_expert_cost_follows_the_touched_experts_and_the_shard_count():
 def test_expert_parallel_rows_fit_no_moe_term():
     """A row that states expert parallelism (setting ``ep``) holds whole experts per GPU, not the TP shards the MoE terms
     cost: it is predicted but names no fitted MoE entry."""
-    from infermeter.perfmodel.calibration import dtype_class
     from infermeter.perfmodel.fit import fit
 
     rows = _corpus()

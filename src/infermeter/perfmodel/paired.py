@@ -23,9 +23,9 @@ the blind sets' history (``data/blind-history.csv``: each row's prediction by th
 was scored, before its set joined the corpus) and counts the pairs whose true ratio fell inside the
 interval ``ratio_interval`` states (``python -m infermeter.perfmodel.paired --blind``). On the first
 four blind sets only two publications measured one configuration on two hardware families (17
-dense pairs): the shipped cross-family interval held 9 of them, so a cross-family call is, if
-anything, less certain than stated, and a tighter spread (the conformal rank of the corpus pairs,
-0.35 instead of 0.67 in log) was tried and not shipped for that reason.
+dense pairs): the shipped cross-family interval (a half-width of 0.68 in log) held 10 of them, so a
+cross-family call is, if anything, less certain than stated, and a tighter spread (the conformal rank of
+the corpus pairs, 0.35) held 6 and was not shipped for that reason. A test recomputes these counts.
 
 The shipped table is ``data/paired-errors.yaml`` (``python -m infermeter.perfmodel.paired
 tests/data/published-measurements.csv`` derives it; a test keeps it equal to a fresh derivation).
