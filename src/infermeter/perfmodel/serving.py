@@ -176,9 +176,9 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
     the run's drain is added: once the queue is empty the batch empties as its longest requests finish, at the
     batch sizes the residual lengths leave (``_drain``). Equal lengths with ``requests`` run in waves that start and
     finish together: every wave but the last at the steady rate, the last (the remainder, ``B`` when ``B`` divides the
-    run, all of them when the run has fewer requests than ``B``) as one :func:`static_batch`: fifty 1000-in / 2000-out requests on 8 H200s decode at
-    batch 50, not at the engine's limit (without the wave a run of 50 and one of 200 were predicted alike, where
-    SkyPilot's DeepSeek-R1 logs measured 2.4x between them, blind set 5)."""
+    run, all of them when the run has fewer requests than ``B``) as one :func:`static_batch`: fifty 1000-in /
+    2000-out requests on 8 H200s decode at batch 50, not at the engine's limit (without the wave a run of 50 and one
+    of 200 were predicted alike, where SkyPilot's DeepSeek-R1 logs measured 2.4x between them, blind set 5)."""
     eng = engine_of(d)
     dist = lengths if lengths is not None and not lengths.fixed else None
     if dist is None:
