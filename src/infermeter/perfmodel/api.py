@@ -139,7 +139,6 @@ class Deployment:
     request_overhead_s: float = field(repr=False, default=0.0)  # once per request, before its first token
     frontend_ms: float = field(repr=False, default=0.0)  # the engine's serial per-request server work (calibrated value)
     harmony_chat: bool = field(repr=False, default=False)  # chat rendered by openai-harmony (gpt-oss), not a Jinja2 template
-    frontend_s: float = field(repr=False, default=0.0)  # per request, serial, in the API server: 0 where harmony renders the chat
     _cost: StepCost = field(init=False, repr=False, compare=False)  # the arithmetic (perfmodel.steptime)
 
     def __post_init__(self) -> None:
@@ -156,6 +155,11 @@ class Deployment:
     def step_cost(self) -> StepCost:
         """This replica's step-time arithmetic (:mod:`infermeter.perfmodel.steptime`): what the twin's engines call."""
         return self._cost
+
+    @property
+    def frontend_s(self) -> float:
+        """Seconds of serial API-server work per request: ``frontend_ms``, or 0 where openai-harmony renders the chat."""
+        return 0.0 if self.harmony_chat else self.frontend_ms * 1e-3
 
     @property
     def step_overhead_s(self) -> float:
@@ -189,7 +193,7 @@ class Deployment:
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
             _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6 + self.spec.moe_layers * moe_us * 1e-6,
-            request_overhead_s=request_overhead_ms * 1e-3, frontend_ms=fe, frontend_s=0.0 if self.harmony_chat else fe * 1e-3)
+            request_overhead_s=request_overhead_ms * 1e-3, frontend_ms=fe)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
             object.__setattr__(new, name, changed[name] if name in changed else getattr(self, name))
@@ -398,7 +402,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6 + spec.moe_layers * moe_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
-        frontend_ms=fe_ms, harmony_chat=harmony, frontend_s=0.0 if harmony else fe_ms * 1e-3,
+        frontend_ms=fe_ms, harmony_chat=harmony,
     )
 
 
