@@ -205,15 +205,14 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
         mean_i = dist.mean_i if dist is not None else float(input_tokens)
         t = max(t, _lumpy_step(d, n, o, kv - pre, pairs - pre * per_token, mean_i, per_token, eng.max_batched_tokens))
     steady = d.config.replicas * n * d.pipeline_depth / t
-    if dist is None and requests:  # equal lengths: waves of b, the last one (or the only one) a static batch
-        per_replica = math.ceil(requests / d.config.replicas)
+    if not requests:
+        return steady, b
+    per_replica = math.ceil(requests / d.config.replicas)
+    if dist is None:  # equal lengths: waves of b, the last one (or the only one) a static batch
         rest = per_replica % b or b  # the last wave's requests (a whole batch when b divides the run)
         last = static_batch(d, input_tokens, output_tokens, rest * d.config.replicas)
         total = (per_replica - rest) * o / (steady / d.config.replicas) + last.e2e_s
         return d.config.replicas * per_replica * o / total, min(b, per_replica)
-    if dist is None or not requests:
-        return steady, b
-    per_replica = math.ceil(requests / d.config.replicas)
     if per_replica > b:  # a steady state, then the drain of the last full batch (its residual lengths)
         tail_tokens = b * dist.o2 / (2 * dist.mean_o)
         busy = max(per_replica * dist.mean_o - tail_tokens, 0.0) / (steady / d.config.replicas)
