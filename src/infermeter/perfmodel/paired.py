@@ -65,17 +65,24 @@ def pairs_of(report: Any) -> list[tuple[float, bool]]:  # noqa: ANN401 - a valid
 
     groups: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
     for _, e, pub, r in records_of(report):
-        w = r.row
-        if get_model(w.model).is_moe:
-            continue
-        key = (pub, w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens, w.output_tokens,
-               w.metric, w.gpus)
-        groups.setdefault(key, []).append((w.hardware, e))
+        if not get_model(r.row.model).is_moe:
+            groups.setdefault((pub, *_conditions(r.row)), []).append((r.row.hardware, e))
+    return [(d, same) for d, same, _ in _hardware_pairs(groups)]
+
+
+def _conditions(w: Any) -> tuple[Any, ...]:  # noqa: ANN401 - a corpus Row
+    """What two rows of one publication must share to be a pair: everything but the hardware."""
+    return (w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens, w.output_tokens, w.metric, w.gpus)
+
+
+def _hardware_pairs(groups: dict[tuple[Any, ...], list[tuple[str, float]]]) -> list[tuple[float, bool, tuple[Any, ...]]]:
+    """(difference of the two log errors, same hardware family, the group's key) for every pair of a group's
+    (hardware, log error) members on two different hardware."""
     out = []
-    for rows in groups.values():
-        for (ha, ea), (hb, eb) in itertools.combinations(rows, 2):
+    for key, members in groups.items():
+        for (ha, ea), (hb, eb) in itertools.combinations(members, 2):
             if ha != hb:
-                out.append((ea - eb, family_of(ha) == family_of(hb) is not None))
+                out.append((ea - eb, family_of(ha) == family_of(hb) is not None, key))
     return out
 
 
@@ -122,23 +129,17 @@ def blind_pairs(records: list[Any], rows: dict[str, Any], table: dict[str, Any] 
     groups: dict[tuple[Any, ...], list[tuple[str, float]]] = {}
     for rec in records:
         w = rows.get(rec.id)
-        if w is None or get_model(w.model).is_moe:
-            continue
-        key = (rec.set, rec.publication, w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens,
-               w.output_tokens, w.metric, w.gpus)
-        groups.setdefault(key, []).append((w.hardware, math.log(rec.measured / rec.predicted)))
+        if w is not None and not get_model(w.model).is_moe:
+            groups.setdefault((rec.set, rec.publication, *_conditions(w)), []).append(
+                (w.hardware, math.log(rec.measured / rec.predicted)))
     out = {k: {"pairs": 0, "inside": 0, "publications": 0} for k in ("same_family", "cross_family")}
     pubs: dict[str, set[str]] = {k: set() for k in out}
-    for key, members in groups.items():
-        for (ha, ea), (hb, eb) in itertools.combinations(members, 2):
-            if ha == hb:
-                continue
-            same = family_of(ha) == family_of(hb) is not None
-            kind = "same_family" if same else "cross_family"
-            lo, hi, _ = ratio_interval(1.0, same, table)  # the true ratio over the predicted one
-            out[kind]["pairs"] += 1
-            out[kind]["inside"] += int(math.log(lo) <= ea - eb <= math.log(hi))
-            pubs[kind].add(key[1])
+    for diff, same, key in _hardware_pairs(groups):
+        kind = "same_family" if same else "cross_family"
+        lo, hi, _ = ratio_interval(1.0, same, table)  # the true ratio over the predicted one
+        out[kind]["pairs"] += 1
+        out[kind]["inside"] += int(math.log(lo) <= diff <= math.log(hi))
+        pubs[kind].add(key[1])
     for k in out:
         out[k]["publications"] = len(pubs[k])
     return out
