@@ -33,12 +33,15 @@ SCORES = DATA_DIR / "blind-scores.yaml"
 BLIND_FILE = "tests/data/published-measurements-blind5.csv"  # the set now in use, relative to the repository's root
 
 
-def _figures(sel: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    errs = [abs(float(r["error"])) for r in sel]
-    return {"rows": len(sel),
+def _error_figures(errs: Sequence[float]) -> dict[str, Any]:
+    """Rows, median and max of absolute errors ``errs`` (4 decimals; None without rows)."""
+    return {"rows": len(errs),
             "median_abs_error": round(statistics.median(errs), 4) if errs else None,
-            "max_abs_error": round(max(errs), 4) if errs else None,
-            "inside": sum(1 for r in sel if r.get("inside"))}
+            "max_abs_error": round(max(errs), 4) if errs else None}
+
+
+def _figures(sel: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {**_error_figures([abs(float(r["error"])) for r in sel]), "inside": sum(1 for r in sel if r.get("inside"))}
 
 
 def summarize(rows: Sequence[dict[str, Any]], moe: Sequence[bool]) -> dict[str, dict[str, Any]]:
@@ -95,11 +98,8 @@ def blind_time(ids: Iterable[str]) -> dict[str, Any] | None:
     recs = [r for r in freshpub.load() if r.id in wanted]
     if not recs:
         return None
-    scores: dict[str, dict[str, Any]] = {}
-    for cls in ("moe", "dense"):
-        errs = [abs(r.predicted / r.measured - 1) for r in recs if r.model_class == cls]
-        scores[cls] = {"rows": len(errs), "median_abs_error": round(statistics.median(errs), 4) if errs else None,
-                       "max_abs_error": round(max(errs), 4) if errs else None}
+    scores = {cls: _error_figures([abs(r.predicted / r.measured - 1) for r in recs if r.model_class == cls])
+              for cls in ("moe", "dense")}
     return {"scored_at": sorted({r.scored_at for r in recs}), "scores": scores}
 
 
