@@ -175,19 +175,20 @@ def _unseen_note(plan: dict[str, Any]) -> tuple[str, str] | None:
         src = shipped.get("source", "the blind set")
         spread = " (whose fresh-publication spread was fitted with that set too)" if shipped.get("spread_saw_it") else ""
         changed = (then.get("median_abs_error"), then.get("max_abs_error")) != (cls.get("median_abs_error"), cls.get("max_abs_error"))
+        def today(verb: str) -> str:  # how the shipped model does on the set's figures
+            return (f"by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
+                    f"{score['inside']} of {score['rows']} {verb} inside their brackets{spread}")
+
         if then.get("rows") and then.get("median_abs_error") is not None and changed:
             # the blind figures first: the shipped model may have changed for what the set showed once it was read
             at = ", ".join(str(c)[:7] for c in (shipped.get("blind_time") or {}).get("scored_at") or [])
             text += (f"; on {name} models in publications no fit had seen ({src}), the model of {at}, scored before the "
                      f"set was read, missed its {then['rows']} {name} figures by a median {then['median_abs_error']:.0%} "
                      f"(max {then['max_abs_error']:.0%}); this model, changed since (not blind), misses {score['rows']} of "
-                     f"them {which} by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
-                     f"{score['inside']} of {score['rows']} fall inside their brackets{spread}")
+                     f"them {which} " + today("fall"))
         else:
-            text += (f"; on {name} models in publications no fit had seen "
-                     f"({src}: {score['rows']} published figures {which}), this model "
-                     f"missed by a median {score['median_abs_error']:.0%} (max {score['max_abs_error']:.0%}) and "
-                     f"{score['inside']} of {score['rows']} fell inside their brackets{spread}")
+            text += (f"; on {name} models in publications no fit had seen ({src}: {score['rows']} published figures "
+                     f"{which}), this model missed " + today("fell"))
         if score["inside"] < 0.7 * score["rows"] or shipped.get("spread_saw_it"):  # an in-sample count cannot vouch
             text += ": measure or `infermeter calibrate` before relying on these figures"
     return label, text
