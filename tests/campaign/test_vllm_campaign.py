@@ -101,16 +101,22 @@ def test_two_vllm_configurations_interrupted_and_resumed(engine_ready, tmp_path,
     # Each engine got its own --max-num-seqs: vLLM's own gauge says how many sequences it batched.
     # (Which configuration is faster is a speed claim for benchmarks/, not a pass/fail test on a
     # shared machine: under load, 4 sequences per batch gave 6.65 vs 7.70 tok/s once.)
-    running = {}
-    for name in ("seqs1", "seqs4"):
-        sm = json.loads((out / cells[f"{name}/default/c4/r0"]["run_dir"] / "summary.json").read_text())["server_metrics"]
-        running[name] = sm["num_requests_running_max"]
+    metrics = {name: json.loads((out / cells[f"{name}/default/c4/r0"]["run_dir"] / "summary.json").read_text())["server_metrics"]
+               for name in ("seqs1", "seqs4")}
+    running = {name: sm["num_requests_running_max"] for name, sm in metrics.items()}
     assert running["seqs1"] == 1, running  # never more than one sequence in a batch
     # four streams shared the batch: their tokens streamed at the same time, which one sequence at a time
     # cannot do. (vLLM's running gauge, scraped once a second, is a sample: beside a busy core it read
     # 1.0 at all ten scrapes of a run whose four streams overlapped by 0.33-1.0 s, 54 pairs.)
     overlaps = {name: overlapping_streams(out / cells[f"{name}/default/c4/r0"]["run_dir"]) for name in ("seqs1", "seqs4")}
-    assert overlaps["seqs1"] == 0 and overlaps["seqs4"] > 0, overlaps
+    assert overlaps["seqs4"] > max(3 * overlaps["seqs1"], 0), overlaps
+    # the server's own account (vLLM's request_queue_time histogram, arrival to first scheduled): with one seat and
+    # four users a request waits for the others ahead of it (about three quarters of its time), with four seats it
+    # is scheduled at the next step. Client chunk times cannot say this alone: beside a CPU hog vLLM's API server
+    # delivered a few of one request's chunks after the next request's first token at --max-num-seqs 1 (seen: 1 pair
+    # of 27 requests, whose queue time was 820 of 1206 ms; --max-num-seqs 4: 0.02 of 545 ms, 78 pairs).
+    share = {name: sm["server_queue_time_mean_ms"] / sm["server_e2e_mean_ms"] for name, sm in metrics.items()}
+    assert share["seqs1"] > 0.5 and share["seqs4"] < 0.2, share
     assert running["seqs4"] >= 1, running
     run = json.loads((out / "runs/seqs4/default/c4/r0/run.json").read_text())
     assert run["model"] == "smollm2" and run["target"]["url"].startswith("http://127.0.0.1:")
