@@ -1,7 +1,7 @@
-"""Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv and -blind5.csv).
+"""Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv, -blind5.csv and -blind6.csv).
 
 Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
-publications (blind sets 4 and 5: organisations and engines too) only: it never predicts, so a set stays blind until it is
+publications (blind sets 4, 5 and 6: organisations and engines too) only: it never predicts, so a set stays blind until it is
 scored."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from infermeter.perfmodel.models import catalog_names, get_model
 DATA = Path(__file__).resolve().parents[1] / "data"
 # a file at a commit, or a pull-request thread (a thread has no commit to pin)
 PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/.+|pull/\d+)$")
-# blind set 5 also takes an issue thread (a thread is one publication, with no commit to pin either)
+# blind sets 5 and 6 also take an issue thread (a thread is one publication, with no commit to pin either)
 PINNED_OR_THREAD = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/.+|pull/\d+|issues/\d+)$")
 
 
@@ -27,13 +27,13 @@ def _rows(n: int) -> list[Row]:
     return load_rows(DATA / f"published-measurements-blind{n}.csv")
 
 
-@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40)])
+@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 50)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
     catalog = set(catalog_names())
     for r in rows:
-        assert r.id.startswith(f"b{n}-"), r.id
+        assert re.match(rf"b{n}[ab]?-", r.id), r.id  # set 6 keeps its two collectors' prefixes b6a- and b6b-
         assert r.model in catalog, f"{r.id}: model {r.model!r} is not a catalog id"
         assert get_model(r.model) is not None
         assert get_hardware(r.hardware).name, r.id
@@ -49,10 +49,10 @@ def test_blind3_spreads_over_publications() -> None:
     assert max(per_pub.values()) <= 10
 
 
-@pytest.mark.parametrize(("n", "pinned"), [(4, PINNED), (5, PINNED_OR_THREAD)])
+@pytest.mark.parametrize(("n", "pinned"), [(4, PINNED), (5, PINNED_OR_THREAD), (6, PINNED_OR_THREAD)])
 def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pattern[str]) -> None:
     for r in _rows(n):
-        assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (set 5: or issue) thread"
+        assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (sets 5-6: or issue) thread"
         assert r.engine_version, f"{r.id}: needs the engine version (stated or inferred, conditions say which)"
         assert (r.date[:4].isdigit() and len(r.date) >= 7) or "date not stated" in r.conditions, f"{r.id}: date or 'date not stated'"
         if r.scenario == "saturated":  # a saturated run's drain needs the number of requests it queued at once
@@ -71,3 +71,19 @@ def test_blind_spreads_over_publications_organisations_and_engines(n: int) -> No
     assert any(r.engine == "vllm" and get_hardware(r.hardware).name.startswith("NVIDIA") for r in rows)
     assert any(get_model(r.model).is_moe for r in rows) and any(not get_model(r.model).is_moe for r in rows)
     assert len({r.hardware for r in rows}) >= 3
+
+
+def test_blind6_spreads_over_publications_organisations_and_engines() -> None:
+    rows = _rows(6)
+    per_pub = Counter(publication(r) for r in rows)
+    per_org = Counter(r.source_url.split("/")[3] for r in rows)  # the GitHub owner that published it
+    assert len(rows) == 53
+    assert len(per_pub) == 11  # the MI300X handbook counts as its three files
+    assert len(per_org) == 8
+    assert max(per_org.values()) <= 0.3 * len(rows), per_org
+    assert {r.engine for r in rows} == {"vllm", "sglang", "lmdeploy"}  # no TensorRT-LLM publication in set 6
+    assert any(r.engine == "vllm" and get_hardware(r.hardware).name.startswith("NVIDIA") for r in rows)
+    assert any(r.engine == "vllm" and get_hardware(r.hardware).name.startswith("AMD") for r in rows)
+    assert sum(get_model(r.model).is_moe for r in rows) == 18 and sum(not get_model(r.model).is_moe for r in rows) == 35
+    assert len({r.hardware for r in rows}) >= 6
+    assert {r.scenario for r in rows} == {"saturated", "fixed_concurrency", "static_batch"}
