@@ -118,6 +118,22 @@ def test_a_saturated_run_queues_behind_its_batch():
     assert two == pytest.approx(big, rel=1e-6)  # two replicas split the queue: each holds 4B
 
 
+def test_equal_requests_queue_in_whole_waves():
+    """Equal lengths admitted together finish together: with 3B requests queued at once, the second wave waits one
+    whole wave (B E[O] / X seconds) and the third two, one wave on average over the run beyond the first wave's own
+    prompt burst; the even spread of completions that varied lengths give would say (2B + 1) / 3 completions."""
+    from infermeter.perfmodel.serving import saturated_latency
+
+    d = build_deployment("llama-3.1-8b", "a100-80gb")
+    x, b = saturation(d, 500, 200)
+    one, _ = saturated_latency(d, 500, 200, None, b)
+    three, _ = saturated_latency(d, 500, 200, None, 3 * b)
+    assert one is not None and three is not None
+    assert three - one == pytest.approx(b * 200 / x, rel=1e-9)
+    extra, _ = saturated_latency(d, 500, 200, None, 3 * b + 1)  # one more request: a fourth wave of one
+    assert extra is not None and extra > three
+
+
 def test_validate_asks_for_the_request_count_of_a_saturated_ttft_row(tmp_path):
     from infermeter.errors import DataError
     from infermeter.perfmodel.corpus import load_rows
