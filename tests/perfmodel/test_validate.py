@@ -58,8 +58,9 @@ def test_publications_group_editions_and_snapshots(corpus):
 
 
 def test_in_sample_errors_meet_the_targets(lopo_report):
-    """Median within 10.5% in sample (9.95% of 548 rows since blind set 4 joined; 9.2% of 469, 7.3% of 395 before blind
-    set 3 joined), and every row beyond 36%
+    """Median within 10.5% in sample (9.6% of 600 rows since blind set 5 joined and the fit's loss became Huber's, which
+    lets a few rows the physics cannot follow sit further out: the dense maximum 61% -> 68%; 9.95% of 548 rows since blind
+    set 4 joined; 9.2% of 469, 7.3% of 395 before blind set 3 joined), and every row beyond 36%
     named by its publication (docs sections 8, 13). Dense: TensorRT-LLM 0.5's Llama-2-70B FP8 TP2 batch 512 on H200
     (+55%) and 0.11's Llama-3-70B TP8 128/2048 on A100 (+41%), the ROCm v0.10.0 dev-docker Llama-3.1-70B FP8 TP8 batch
     128 (+40%), vLLM's FP8-KV blog first tokens at 8 users (+49/+60%), and blind set 3's GPUStack pages (the
@@ -71,7 +72,12 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
     H100s, GPUStack's gpt-oss-120b first tokens (A100, H100) and its GLM-4.5-Air pages (blind set 3). Blind set 4 added:
     GPUStack's Qwen3-14B A100 page (vLLM's long prompts +39/+41% and its ShareGPT first token -54%: the Ampere vLLM BF16
     cell is fitted on the same lab's Qwen3-32B page, section 8), the TensorRT-LLM tuning guide's BF16 70B baseline
-    build (+45%; its own tuned builds are within 10%) and SGLang's Qwen3-235B B200 first token at 4k (-36%)."""
+    build (+45%; its own tuned builds are within 10%) and SGLang's Qwen3-235B B200 first token at 4k (-36%). Blind set 5
+    and the Huber loss added MoE rows only: SGLang's DeepSeek-V3.1 MI300X cookbook page at one user (+94% throughput,
+    -47% TPOT, the same page's 64-user reasoning run -36%), its gpt-oss-120b B200 page (TPOT +51% at one user, first
+    token -76% at 100), its Llama 4 Scout MI300X page at 100 users (+37% / -41%), and the vLLM team's TensorRT-LLM
+    DeepSeek-R1 DGX H200 runs (-56%, -40%, and the 30000/100 run +108%: its prompts one a step at trtllm-bench's token
+    budget)."""
     from infermeter.perfmodel.models import get_model
 
     assert lopo_report.median_abs("in") <= 0.105
@@ -82,16 +88,20 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
                    "b3-azh200-l8b-128-128", "b3-azh100-l8b-128-128", "b4-gpq14-a100-vllm-", "b4-nvtune-h100-l70b-bf16-baseline")
     assert not {i for i in dense_beyond if not i.startswith(named_dense)}, dense_beyond
     named = ("b2-dsr1-", "b2-gpsr1-", "b2-trtdsr1-", "b2-gpq235-", "b2-pr43232-", "tr10-q235-h200tp8-128-2048", "tr10-l4m-h100tp8-",
-             "gps-goss120b-a100-vllm-sharegpt-c4-ttft", "b3-gpgoss-h100-vllm-tp1-c4-ttft", "b3-gpglm-", "b4-sgcq3-b200-q235b-summ-c1-ttft")
+             "gps-goss120b-a100-vllm-sharegpt-c4-ttft", "b3-gpgoss-h100-vllm-tp1-c4-ttft", "b3-gpglm-", "b4-sgcq3-b200-q235b-summ-c1-ttft",
+             "b4-sgcds-mi300x-dsv31-chat-c1", "b4-sgcds-mi300x-dsv31-reason-c64", "b5-sgcgoss-b200-goss120b-c1-tpot",
+             "b5-sgcgoss-b200-goss120b-c100-ttft", "b5-sgcl4-mi300x-scout-c100", "b5-vbench-dgxh200-dsr1-trt")
     assert not {i for i in beyond - dense_beyond if not i.startswith(named)}, beyond - dense_beyond
     assert max(abs(r.error) for r in lopo_report.results if not get_model(r.row.model).is_moe
-               and not r.row.id.startswith("b3-gpquant-")) <= 0.61  # vLLM's FP8-KV blog first token, +59.0 %
-    assert max(abs(r.error) for r in lopo_report.results if r.row.id.startswith("b3-gpquant-")) <= 2.6  # +254 %
+               and not r.row.id.startswith("b3-gpquant-")) <= 0.69  # vLLM's FP8-KV blog first token, +68.1 %
+    assert max(abs(r.error) for r in lopo_report.results if r.row.id.startswith("b3-gpquant-")) <= 2.75  # +268 %
     assert lopo_report.max_abs("in") <= 7.5  # GPUStack's TensorRT-LLM expert-parallel DeepSeek-R1 run, +662%
 
 
 def test_out_of_sample_errors(lopo_report):
-    """Leave-one-publication-out: the median within 14% overall (13.8% of 548 rows from 57 publications since blind
+    """Leave-one-publication-out: the median within 14% overall (13.9% of 600 rows from 63 publications since blind
+    set 5's 52 rows joined and the fit's loss became Huber's: 14.5% with the squared loss, dense 11.6% -> 11.3%, MoE
+    29.6% -> 25.9%, TensorRT-LLM and vLLM 13.3%; 13.8% of 548 rows from 57 publications since blind
     set 4's 79 rows joined, with no new term; 13.3% of the 469 rows before, 14.7% when blind set 3 joined them before
     the fifth round's terms and publication weights), 12.1% for the dense rows (11.9%; 11.6% of 469), 14% for
     TensorRT-LLM and vLLM (13.7%; 13.8% of 469) and 28% for the 133 MoE rows (26.0%; 26.6% of 102, 40.1% at blind set
