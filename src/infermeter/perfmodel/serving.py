@@ -38,7 +38,7 @@ queue wait over all ``N`` is ``(N - B)(N - B + 1) / (2 N) E[O] / X``. That assum
 evenly, as varied lengths make them; equal lengths finish in waves of ``B``: the requests of wave ``w``
 (0-based) wait ``w`` whole waves of ``B E[O] / X`` seconds and then their wave's burst of prompts (at ``N = 2B``
 about twice the even spread's wait; a hundred 1024-in / 128-out requests on an RTX 4090 measured 8.9 s mean TTFT
-where the even spread said 4.5 s, GPUStack's LMCache page, blind set 5, read after it was scored). With
+where the even spread said 4.6 s, GPUStack's LMCache page, blind set 5, read after it was scored). With
 ``N < B`` there is no queue and the ``N`` run as one batch (their own decode step).
 
 A served replica (``served=True``, the default: requests through the engine's OpenAI-compatible server) also
