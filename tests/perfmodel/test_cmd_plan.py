@@ -199,7 +199,10 @@ def test_a_plan_on_the_unseen_band_says_so_and_an_moe_one_says_how_far_such_plan
     n = moe_scores["rows"]
     assert "on MoE models in publications no fit had seen" in text
     then = (blindscore.load().get("blind_time") or {}).get("scores", {}).get("moe")
-    if then:  # the set is in the blind history: its blind figures lead, today's model's follow, marked not blind
+    cls = blindscore.load()["scores"]["moe"]
+    if then and (then["median_abs_error"], then["max_abs_error"]) != (cls["median_abs_error"], cls["max_abs_error"]):
+        # the set is in the blind history and the model changed since: its blind figures lead, today's follow, marked
+        # not blind (the same model, as when the set was scored with the shipped model, says it once)
         assert (f"scored before the set was read, missed its {then['rows']} MoE figures by a median "
                 f"{then['median_abs_error']:.0%}") in text
         assert f"this model, changed since (not blind), misses {n} of them" in text

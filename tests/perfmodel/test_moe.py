@@ -210,7 +210,7 @@ def test_moe_rows_fit_only_the_moe_terms():
     """Dense efficiencies and engine costs come from dense rows alone: the MoE rows of the corpus leave every entry a
     dense-only fit has unchanged, and what they add is their MoE terms and their experts' own format (gpt-oss MXFP4).
     Two exceptions. The API server's per-request work (``frontend``) is no property of the model, so short served runs
-    of either class fit it, and the dense entries fitted beside it move with it by at most a few per mille (the fit
+    of either class fit it, and the dense entries fitted beside it move with it by at most about one per cent (the fit
     is coordinate descent). The 4-bit weight-only class (``int4``) is shared by design: gpt-oss's MXFP4 experts and
     AWQ/GPTQ dense weights decode through the same Marlin-class kernels (``calibration.DTYPE_CLASSES``), and since
     blind set 4's AWQ Qwen3-14B A100 row joined the corpus both classes of model fit the A100's int4 entries."""
@@ -233,7 +233,8 @@ def test_moe_rows_fit_only_the_moe_terms():
             # rows moved (A100 vLLM AWQ decode 0.61 -> 0.73 since blind set 4's AWQ row joined)
             assert got[e.key].source == e.source and got[e.key].value == pytest.approx(e.value, rel=0.25), e.key
             continue
-        assert got[e.key].value == pytest.approx(e.value, rel=0.007), e.key  # at most 0.61% (CDNA3 vLLM FP8 decode, TP4)
+        # at most 1.0% (Hopper vLLM's step overhead, 0.493 -> 0.498 ms, since the fit's loss became Huber's; 0.61% before)
+        assert got[e.key].value == pytest.approx(e.value, rel=0.012), e.key
         assert got[e.key].source == e.source, e.key  # fitted on the same (dense) rows
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)

@@ -40,9 +40,9 @@ def test_stated_coverage_holds_out_of_sample(lopo_report, loco):
 def test_coverage_holds_on_combinations_the_fit_never_saw(lopo_report, loco):
     """The emulated unseen publication: fit and table without every row of the row's family, engine and precision."""
     assert len(loco) == len(lopo_report.results)
-    # held out whole, nothing calibrates them: 416 of 469 rows unseen; the rest keep an entry their family has fitted on
-    # other combinations (pooled)
-    assert sum(g.calibration == "unseen" for g, *_ in loco) >= 0.85 * len(loco)
+    # held out whole, nothing calibrates them: 493 of 600 rows unseen since blind set 5 joined (416 of 469 before); the
+    # rest keep an entry their family has fitted on other combinations (pooled)
+    assert sum(g.calibration == "unseen" for g, *_ in loco) >= 0.8 * len(loco)
     frac, n, checks = loco_coverage(lopo_report, loco)
     assert n >= 0.9 * len(loco)
     assert frac >= 0.60  # a floor against regressions (46.3 % with pooled widths, 62.6 % with per-group unseen cells)
@@ -75,8 +75,8 @@ def test_nested_coverage_holds_per_model_class(lopo_report, loco):
         assert v["rows"] >= 15 and 0.70 <= v["inside"] <= 0.90, (cls, v)
     for key in ("dense/calibrated", "dense/pooled"):
         v = split["by_class_basis"][key]
-        n, k = v["rows"], round(v["inside"] * v["rows"])
-        tail = min(_binom_cdf(k, n, 0.8), 1.0 - _binom_cdf(k - 1, n, 0.8))  # P(X <= k), P(X >= k) at 80%
+        rows, k = v["rows"], round(v["inside"] * v["rows"])
+        tail = min(_binom_cdf(k, rows, 0.8), 1.0 - _binom_cdf(k - 1, rows, 0.8))  # P(X <= k), P(X >= k) at 80%
         assert 0.70 <= v["inside"] <= 0.90 or tail >= 0.025, (key, v, tail)
     assert "moe/calibrated" not in split["by_class_basis"]  # dense rows never calibrate an MoE figure
     assert sum(v["rows"] for v in split["by_class_basis"].values()) == n
