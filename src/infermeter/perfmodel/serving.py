@@ -292,7 +292,7 @@ def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, leng
     queued = n - running
     if queued and (lengths is None or lengths.fixed):  # equal lengths: waves of b admitted, and finishing, together
         waves = math.ceil(n / running)
-        rest = n - (waves - 1) * running  # the last wave's requests
+        rest = n % running or running  # the last wave's requests (as in _gpu_saturation)
         wave_s = running * mean_o / x  # a whole wave at the steady rate (its prompts' burst included)
         mean_wave = (running * (waves - 1) * (waves - 2) / 2 + rest * (waves - 1)) / n
         ttft = d.request_overhead_s + ((n - rest) * burst_wait(running) + rest * burst_wait(rest)) / n + wave_s * mean_wave
