@@ -6,6 +6,7 @@ aside file (rows the model cannot represent yet, docs/performance-model.md secti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from infermeter.perfmodel.calibration import load_calibration
@@ -56,3 +57,20 @@ def test_aside_file_has_the_corpus_schema_and_no_corpus_row():
     main = {r.id for r in load_rows(DATA / "published-measurements.csv")}
     assert aside and not {r.id for r in aside} & main
     assert all(_documented(r) for r in aside)
+
+
+def test_a_vllm_row_that_states_vllm_use_v1_0_runs_the_v0_engine_whatever_its_version(corpus):
+    """vLLM 0.8-0.10 still shipped V0 behind ``VLLM_USE_V1=0`` (the Azure MI300X handbook of blind set 6 ran it with
+    300 users): the row's setting selects V0's generation, so its scheduler limits are V0's 256 sequences, not V1's
+    1024 on a large GPU, and users beyond them queue for a whole request."""
+    v0 = [r for r in corpus if r.setting("vllm_use_v1") == 0]
+    assert v0 and all(r.engine == "vllm" and "VLLM_USE_V1=0" in r.conditions for r in v0)
+    row = next(r for r in v0 if r.metric == "ttft_ms" and (r.concurrency or 0) > 256)
+    cal = load_calibration()
+    d = deployment_for(row, cal)
+    assert row.engine_spec.endswith("+v0") and d.engine_defaults.generation == "vllm<0.8"
+    assert d.engine_defaults.max_num_seqs == 256
+    as_v1 = deployment_for(replace(row, settings=tuple(kv for kv in row.settings if kv[0] != "vllm_use_v1")), cal)
+    assert as_v1.engine_defaults.generation == "" and as_v1.engine_defaults.max_num_seqs == 1024
+    # 300 users on 256 slots: a first token waits for a slot (seconds), where V1's limit would admit them all at once
+    assert predict(row) > 20 * predict(replace(row, settings=tuple(kv for kv in row.settings if kv[0] != "vllm_use_v1")))

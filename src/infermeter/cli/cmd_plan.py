@@ -400,7 +400,7 @@ def register(app: typer.Typer) -> None:
         output_tokens: Annotated[int, typer.Option("--output-tokens", help="Generated tokens per request.")] = 200,
         lengths: Annotated[str, typer.Option("--lengths", help="Length distribution whose means are --input-tokens/--output-tokens: fixed, uniform (SGLang random, range ratio 0) or sharegpt (chat: log-normal, CV 1).")] = "fixed",
         concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent users (closed loop) over the whole configuration.")] = 1,
-        engine: Annotated[str, typer.Option("--engine", help="vllm | trtllm | sglang | llamacpp.")] = "vllm",
+        engine: Annotated[str, typer.Option("--engine", help="vllm | trtllm | sglang | lmdeploy | llamacpp, optionally @VERSION (trtllm@0.6.1; vllm@0.8.5+v0 for a vLLM 0.8-0.10 server run with VLLM_USE_V1=0).")] = "vllm",
         gpu_memory_utilization: Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of device memory the engine may use (vLLM semantics).")] = 0.9,
         hardware_file: Annotated[Optional[str], typer.Option("--hardware-file", help="YAML file adding or overriding hardware entries.")] = None,
         compare: Annotated[Optional[list[str]], typer.Option("--compare", help="Configurations to plan side by side, e.g. \"4xa100-80gb:tp4 2xh100-sxm:tp2 8xa10g:tp4,pp2\".")] = None,

@@ -43,7 +43,7 @@ PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
-                             "attention_dp": int}
+                             "attention_dp": int, "vllm_use_v1": int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +76,12 @@ class Row:
 
     @property
     def engine_spec(self) -> str:
-        """``engine@version`` as the calibration reads it (``trtllm@0.6.1``), or the bare engine."""
-        return f"{self.engine}@{self.engine_version}" if self.engine_version else self.engine
+        """``engine@version`` as the calibration reads it (``trtllm@0.6.1``), or the bare engine; a vLLM row that
+        states ``vllm_use_v1=0`` (the V0 engine of vLLM 0.8-0.10) gets the ``+v0`` label that selects V0's generation."""
+        spec = f"{self.engine}@{self.engine_version}" if self.engine_version else self.engine
+        if self.engine == "vllm" and self.setting("vllm_use_v1") == 0:
+            spec = f"{spec.partition('+')[0]}+v0" if "@" in spec else "vllm@+v0"
+        return spec
 
     def setting(self, key: str, default: Any = None) -> Any:
         return dict(self.settings).get(key, default)

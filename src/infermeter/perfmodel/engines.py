@@ -12,7 +12,13 @@ it overrides, and :func:`resolve_engine` returns the defaults that apply to a ve
     True
 
 A version that cannot be read (``"master 2024-04-19"``) or none at all gets the engine's current
-defaults: generations describe old versions that differ, not the other way round.
+defaults: generations describe old versions that differ, not the other way round. A generation may also
+carry a ``tag``, a local version label that selects it whatever the number: vLLM 0.8 to 0.10 still ran
+the V0 engine under ``VLLM_USE_V1=0``, written ``vllm@0.8.5+v0`` (a corpus row says ``vllm_use_v1=0``)::
+
+    >>> g = Generation(id="vllm<0.8", engine="vllm", below="0.8", fields=(), source="", tag="v0")
+    >>> g.covers("vllm", "0.8.5+v0"), g.covers("vllm", "0.8.5"), g.covers("vllm", "0.7.3")
+    (True, False, True)
 """
 
 from __future__ import annotations
@@ -67,10 +73,15 @@ class Generation:
     below: str
     fields: tuple[tuple[str, Any], ...]
     source: str
+    tag: str = ""  # a local version label (``0.8.5+v0``) that selects this generation whatever the number
 
     def covers(self, name: str, version: str) -> bool:
+        if name != self.engine:
+            return False
+        if self.tag and local_label(version) == self.tag:
+            return True
         key = version_key(version)
-        return name == self.engine and key is not None and key < (version_key(self.below) or ())
+        return key is not None and key < (version_key(self.below) or ())
 
 
 def parse_engine(spec: str) -> tuple[str, str]:
@@ -83,6 +94,11 @@ def version_key(version: str) -> tuple[int, ...] | None:
     """Numeric parts of a version (``"b2837"`` -> ``(2837,)``); None when it has none to compare."""
     m = re.fullmatch(r"v?b?(\d+(?:\.\d+)*)(?:[.+-].*)?", (version or "").strip().lower())
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def local_label(version: str) -> str:
+    """The label after ``+`` in a version (``"0.8.5+v0"`` -> ``"v0"``; none: ``""``)."""
+    return (version or "").strip().lower().rpartition("+")[2] if "+" in (version or "") else ""
 
 
 _FIELD_TYPES = {"overhead_ms": float, "request_overhead_ms": float, "per_seq_us": float, "max_num_seqs": int,
@@ -101,7 +117,7 @@ def parse_generation(raw: dict[str, Any], origin: str) -> Generation:
         raise ConfigError(f"{origin}: engine generation {engine!r}: 'below' {below!r} is not a version")
     fields = []
     for k, v in raw.items():
-        if k in ("engine", "below", "source"):
+        if k in ("engine", "below", "source", "tag"):
             continue
         if k not in _FIELD_TYPES:
             raise ConfigError(f"{origin}: engine generation {engine}<{below}: unknown field {k!r}")
@@ -114,7 +130,8 @@ def parse_generation(raw: dict[str, Any], origin: str) -> Generation:
         raise ConfigError(f"{origin}: engine generation {engine}<{below}: {', '.join(bad)} must be a finite number >= 0")
     if dict(fields).get("gqa_kv_reads", "grouped") not in GQA_MODES:
         raise ConfigError(f"{origin}: engine generation {engine}<{below}: gqa_kv_reads must be one of {', '.join(GQA_MODES)}")
-    return Generation(id=f"{engine}<{below}", engine=engine, below=below, fields=tuple(fields), source=source)
+    return Generation(id=f"{engine}<{below}", engine=engine, below=below, fields=tuple(fields), source=source,
+                      tag=str(raw.get("tag", "") or "").strip().lower())
 
 
 def resolve_engine(engines: tuple[EngineDefaults, ...], generations: tuple[Generation, ...], spec: str) -> EngineDefaults:
