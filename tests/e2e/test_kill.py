@@ -68,7 +68,7 @@ def test_ctrl_c_in_a_command_that_does_not_trap_it_exits_130_saying_so(tmp_path,
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a hang is reported with every thread's stack (below)
     proc = subprocess.Popen([str(infermeter_bin), "simulate", "--rate", "50", "--requests", "50000000",
                              "--out", str(tmp_path / "sim")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=env)
+                            env=env, preexec_fn=_default_sigint)
     lines: list[bytes] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, b"")), daemon=True)
     reader.start()
@@ -91,6 +91,13 @@ def test_ctrl_c_in_a_command_that_does_not_trap_it_exits_130_saying_so(tmp_path,
         time.sleep(0.1)
     assert not [pid for pid in helpers if _alive(pid)], "a helper process outlived the interrupted command"
     assert proc.returncode == 130 and any(b"interrupted" in x for x in lines), lines
+
+
+def _default_sigint() -> None:
+    """Give the command Ctrl-C's default disposition, as a terminal would. A test run started as a background job of a
+    non-interactive shell (``make test &``, as a clean-clone check is often run) inherits SIGINT *ignored*, and Python
+    then installs no KeyboardInterrupt handler: the command would rightly keep running, and this test would time out."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _children(pid: int) -> list[int]:
