@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infermeter.perfmodel import build_deployment
-from infermeter.perfmodel.serving import at_concurrency, max_concurrency, saturation
+from infermeter.perfmodel.serving import at_concurrency, at_rate, engine_of, max_concurrency, saturation
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +172,35 @@ def test_a_saturated_run_of_equal_requests_runs_in_waves(d8):
     # its 2,000 tokens alone in a last wave of one
     below, at, past = (saturation(d8, 1000, 2000, fixed, requests=2 * b + k, served=False)[0] for k in (-1, 0, 1))
     assert abs(at - below) < 0.01 * at and past < 0.97 * at
+
+
+def test_an_open_loop_below_capacity_holds_rate_times_e2e_users_and_delivers_the_rate(d8):
+    """Little's law: at 5 requests a second the replica holds 5 E2E requests, and its latencies are the closed loop's at
+    that many users; the steady output rate is the arrivals' rate times the output length."""
+    e = at_rate(d8, 1000, 200, 5.0)
+    assert e.output_tokens_per_s == pytest.approx(5.0 * 200)
+    assert e.running_per_replica == pytest.approx(5.0 * e.e2e_s, abs=1.0)
+    one, many = at_concurrency(d8, 1000, 200, 1), at_concurrency(d8, 1000, 200, e.running_per_replica + 1)
+    assert one.tpot_s <= e.tpot_s <= many.tpot_s
+    slow, fast = at_rate(d8, 1000, 200, 1.0), at_rate(d8, 1000, 200, 10.0)
+    assert slow.tpot_s < e.tpot_s < fast.tpot_s and slow.running_per_replica < e.running_per_replica < fast.running_per_replica
+    # a finite run counts from the first send to the last completion: its rate is below the arrivals' and nears them
+    short, long = at_rate(d8, 1000, 200, 5.0, requests=50), at_rate(d8, 1000, 200, 5.0, requests=5000)
+    assert short.output_tokens_per_s < long.output_tokens_per_s < 5.0 * 200
+    assert long.output_tokens_per_s > 0.99 * 5.0 * 200
+
+
+def test_an_overloaded_open_loop_queues_for_slots(d8):
+    """Past the full replica's rate a queue grows: without a number of requests there is no finite mean wait; with
+    2B requests sent at once (a rate far past capacity) the second B wait one full-batch request each, so the mean
+    first token is the full batch's plus half an E2E (its prompts, B at once, wait for each other: on average half
+    of them), and the run delivers the full batch's rate."""
+    with pytest.raises(ValueError, match="queue grows without end"):
+        at_rate(d8, 1000, 200, 1000.0)
+    b = max_concurrency(d8, 1000, 200)
+    full = at_concurrency(d8, 1000, 200, b)
+    e = at_rate(d8, 1000, 200, 1e9, requests=2 * b)
+    burst = d8.request_overhead_s + d8.prefill_time(1000, engine_of(d8).max_batched_tokens) * (b + 1) / 2 + full.tpot_s / 2
+    assert e.ttft_s == pytest.approx(max(full.ttft_s, burst) + full.e2e_s / 2, rel=1e-6)
+    assert e.output_tokens_per_s == pytest.approx(2 * b * 200 / (2 * full.e2e_s), rel=1e-6)
+    assert at_rate(d8, 1000, 200, 1e9, requests=4 * b).ttft_s > e.ttft_s

@@ -154,6 +154,97 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
                     bound=bound, shares=shares)
 
 
+def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, lengths: Lengths | None = None,
+            requests: int | None = None) -> Estimate:
+    """An open loop: requests arrive ``rate`` a second over the whole configuration (vLLM's and SGLang's
+    ``--request-rate``, Poisson), each replica taking its share.
+
+    Below the engine's rate, a replica holds on average ``c = rate E2E(c)`` requests (Little's law): the closed loop of
+    :func:`at_concurrency` at that ``c`` (interpolated between whole numbers of users) gives the latencies, and the
+    throughput is ``rate E[O]``. At or past the rate a full replica completes (``mu = B / E2E(B)``), arrivals queue for a
+    slot: request ``k`` of a replica arrives at ``k / lambda`` and is admitted at
+    ``a_k = max(k / lambda, a_(k-B) + E2E(B))``, so its first token waits ``a_k - k / lambda`` more than at the full batch.
+    ``requests``: a finite run of that many requests (``--num-prompts``), whose throughput counts from the first send to the
+    last completion, ``N E[O] / (a_last + E2E)``, and which never holds more than its ``N`` (a burst of them sent
+    faster than they finish is the closed loop of all ``N``); without it an overloaded queue has no finite mean wait
+    (ValueError).
+    A finite run's prompts also queue for the prefill when they arrive faster than it takes them (a burst of ``N``
+    at once waits on average for half of them: :func:`_prompt_queue`); the first token is the later of that and the
+    closed loop's, and where the run's sends span less than one request's life its TPOT leans, by that share, to
+    the burst's (:func:`saturated_latency`: decodes no later prompt interrupts). The Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) is not charged.
+    """
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"request rate {rate!r} must be a positive number of requests a second")
+    if requests is not None and requests < 1:
+        raise ValueError(f"requests {requests!r} must be >= 1")
+    replicas = d.config.replicas
+    lam = rate / replicas  # arrivals a second at each replica
+    dist = lengths if lengths is not None and not lengths.fixed else None
+    mean_o = dist.mean_o if dist is not None else float(max(output_tokens, 1))
+    full = max(1, max_concurrency(d, input_tokens, output_tokens))
+    memo: dict[int, Estimate] = {}
+
+    def closed(users: int) -> Estimate:  # one replica with ``users`` in its closed loop
+        if users not in memo:
+            memo[users] = at_concurrency(d, input_tokens, output_tokens, users * replicas, lengths)
+        return memo[users]
+
+    def e2e(c: float) -> float:
+        lo = min(max(1, math.floor(c)), full)
+        hi = min(max(1, math.ceil(c)), full)
+        w = min(max(c - lo, 0.0), 1.0) if hi > lo else 0.0
+        return closed(lo).e2e_s + w * (closed(hi).e2e_s - closed(lo).e2e_s)
+
+    n = math.ceil(requests / replicas) if requests else None
+    if n is not None:
+        full = min(full, n)  # a run of n requests never holds more than n
+    top = closed(full)
+    if lam * top.e2e_s < full or (n is not None and full == n):  # below the full replica's rate: c = lam E2E(c)
+        lo_c, hi_c = 0.0, float(full)
+        for _ in range(60):
+            mid = 0.5 * (lo_c + hi_c)
+            lo_c, hi_c = (mid, hi_c) if mid < lam * e2e(mid) else (lo_c, mid)
+        c = hi_c
+        a, z = closed(min(max(1, math.floor(c)), full)), closed(min(max(1, math.ceil(c)), full))
+        w = min(max(c - math.floor(c), 0.0), 1.0) if z is not a else 0.0
+        ttft, tpot, span = (a.ttft_s + w * (z.ttft_s - a.ttft_s), a.tpot_s + w * (z.tpot_s - a.tpot_s), e2e(c))
+        thr = rate * mean_o if n is None else replicas * n * mean_o / ((n - 1) / lam + span)
+        base = a if w < 0.5 else z
+        if n is not None:  # a run's prompts queue for the prefill when they arrive faster than it takes them
+            ttft = max(ttft, d.request_overhead_s + _prompt_queue(d, input_tokens, lam, n) + 0.5 * tpot)
+            share = min(1.0, (n - 1) / lam / span)  # arrivals spread over less than one request's life: a burst
+            if share < 1.0:  # whose decodes, once its prompts are in, no new prompt interrupts (saturated_latency's TPOT)
+                burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
+                tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
+        return Estimate(concurrency=max(1, round(c * replicas)), running_per_replica=max(1, round(c)),
+                        max_concurrency=full, ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (max(output_tokens, 1) - 1) * tpot,
+                        output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot, bound=base.bound, shares=base.shares)
+    if n is None:
+        raise ValueError(f"{rate:g} requests a second is at or past what the configuration completes "
+                         f"({replicas * full / top.e2e_s:.3g} a second): the queue grows without end; give the run's "
+                         "number of requests for its mean wait")
+    admit = [0.0] * n
+    for k in range(n):
+        admit[k] = max(k / lam, admit[k - full] + top.e2e_s) if k >= full else k / lam
+    wait = sum(admit[k] - k / lam for k in range(n)) / n
+    first = max(top.ttft_s, d.request_overhead_s + _prompt_queue(d, input_tokens, lam, full) + 0.5 * top.tpot_s)
+    thr = replicas * n * mean_o / (admit[-1] + top.e2e_s)
+    return Estimate(concurrency=full * replicas, running_per_replica=full, max_concurrency=full, ttft_s=first + wait,
+                    tpot_s=top.tpot_s, e2e_s=top.e2e_s + wait, output_tokens_per_s=thr,
+                    per_user_tokens_per_s=1.0 / top.tpot_s, bound=top.bound, shares=top.shares)
+
+
+def _prompt_queue(d: Deployment, input_tokens: int, lam: float, n: int) -> float:
+    """Mean seconds from arrival to prefilled over ``n`` prompts arriving ``1/lam`` apart to one prefill server (each
+    takes its prefill time alone, ``t``): prompt ``k`` is done at ``f_k = max(k / lam, f_(k-1)) + t``."""
+    t = d.prefill_time(input_tokens, engine_of(d).max_batched_tokens)
+    done, total = 0.0, 0.0
+    for k in range(n):
+        done = max(k / lam, done) + t
+        total += done - k / lam
+    return total / n
+
+
 def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,
                requests: int | None = None, served: bool = True) -> tuple[float, int]:
     """(output tokens/s of the whole configuration with every replica full, sequences per replica).
