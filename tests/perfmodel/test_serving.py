@@ -194,13 +194,17 @@ def test_an_overloaded_open_loop_queues_for_slots(d8):
     """Past the full replica's rate a queue grows: without a number of requests there is no finite mean wait; with
     2B requests sent at once (a rate far past capacity) the second B wait one full-batch request each, so the mean
     first token is the full batch's plus half an E2E (its prompts, B at once, wait for each other: on average half
-    of them), and the run delivers the full batch's rate."""
+    of them, batched in token-budget steps), and the run delivers the full batch's rate."""
     with pytest.raises(ValueError, match="queue grows without end"):
         at_rate(d8, 1000, 200, 1000.0)
     b = max_concurrency(d8, 1000, 200)
     full = at_concurrency(d8, 1000, 200, b)
     e = at_rate(d8, 1000, 200, 1e9, requests=2 * b)
-    burst = d8.request_overhead_s + d8.prefill_time(1000, engine_of(d8).max_batched_tokens) * (b + 1) / 2 + full.tpot_s / 2
+    budget = engine_of(d8).max_batched_tokens
+    per = budget // 1000  # prompts one token-budget step carries
+    step_share = d8.step_time(per * 1000, per * 1000, per, attn_pairs=per * 1000 * 1001 / 2) / per
+    # B prompts at once: the first alone, each later one a full step's share after the one before
+    burst = d8.request_overhead_s + d8.prefill_time(1000, budget) + (b - 1) / 2 * step_share + full.tpot_s / 2
     assert e.ttft_s == pytest.approx(max(full.ttft_s, burst) + full.e2e_s / 2, rel=1e-6)
     assert e.output_tokens_per_s == pytest.approx(2 * b * 200 / (2 * full.e2e_s), rel=1e-6)
     assert at_rate(d8, 1000, 200, 1e9, requests=4 * b).ttft_s > e.ttft_s

@@ -168,10 +168,10 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     last completion, ``N E[O] / (a_last + E2E)``, and which never holds more than its ``N`` (a burst of them sent
     faster than they finish is the closed loop of all ``N``); without it an overloaded queue has no finite mean wait
     (ValueError).
-    A finite run's prompts also queue for the prefill when they arrive faster than it takes them (a burst of ``N``
-    at once waits on average for half of them: :func:`_prompt_queue`); the first token is the later of that and the
-    closed loop's, and where the run's sends span less than one request's life its TPOT leans, by that share, to
-    the burst's (:func:`saturated_latency`: decodes no later prompt interrupts). The Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) is not charged.
+    A finite run's prompts also queue for the prefill when they arrive faster than it takes them (:func:`_prompt_queue`:
+    batched in token-budget steps); the first token is the later of that and the closed loop's, and where the run's
+    sends span less than one request's life both lean, by that share, to the burst's: the prompts' queue alone, and
+    :func:`saturated_latency`'s TPOT (decodes no later prompt interrupts). The Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) is not charged.
     """
     if not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"request rate {rate!r} must be a positive number of requests a second")
@@ -211,9 +211,10 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
         thr = rate * mean_o if n is None else replicas * n * mean_o / ((n - 1) / lam + span)
         base = a if w < 0.5 else z
         if n is not None:  # a run's prompts queue for the prefill when they arrive faster than it takes them
-            ttft = max(ttft, d.request_overhead_s + _prompt_queue(d, input_tokens, lam, n) + 0.5 * tpot)
-            share = min(1.0, (n - 1) / lam / span)  # arrivals spread over less than one request's life: a burst
-            if share < 1.0:  # whose decodes, once its prompts are in, no new prompt interrupts (saturated_latency's TPOT)
+            queued = d.request_overhead_s + _prompt_queue(d, input_tokens, lam, n) + 0.5 * tpot
+            share = min(1.0, (n - 1) / lam / span)  # arrivals spread over less than one request's life: a burst,
+            ttft = share * max(ttft, queued) + (1.0 - share) * queued  # whose first tokens are its prompts' queue
+            if share < 1.0:  # and whose decodes, once its prompts are in, no new prompt interrupts (saturated_latency)
                 burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
                 tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
         return Estimate(concurrency=max(1, round(c * replicas)), running_per_replica=max(1, round(c)),
@@ -235,12 +236,18 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
 
 
 def _prompt_queue(d: Deployment, input_tokens: int, lam: float, n: int) -> float:
-    """Mean seconds from arrival to prefilled over ``n`` prompts arriving ``1/lam`` apart to one prefill server (each
-    takes its prefill time alone, ``t``): prompt ``k`` is done at ``f_k = max(k / lam, f_(k-1)) + t``."""
-    t = d.prefill_time(input_tokens, engine_of(d).max_batched_tokens)
+    """Mean seconds from arrival to prefilled over ``n`` prompts arriving ``1/lam`` apart. The engine batches waiting
+    prompts into token-budget steps, so a backlog drains at a full step's share per prompt, ``s = I t(budget) / budget``,
+    while a prompt that finds none takes its own prefill, ``t_1``: prompt ``k`` is done at
+    ``f_k = max(k / lam + t_1, f_(k-1) + s)``."""
+    budget = max(engine_of(d).max_batched_tokens, 1)
+    alone = d.prefill_time(input_tokens, budget)
+    per = max(budget // max(input_tokens, 1), 1)  # prompts a full step carries
+    tokens = per * input_tokens
+    share = d.step_time(tokens, tokens, per, attn_pairs=tokens * (input_tokens + 1) / 2) / per
     done, total = 0.0, 0.0
     for k in range(n):
-        done = max(k / lam, done) + t
+        done = max(k / lam + alone, done + share) if k else alone
         total += done - k / lam
     return total / n
 
