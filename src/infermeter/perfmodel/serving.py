@@ -155,7 +155,7 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
 
 
 def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, lengths: Lengths | None = None,
-            requests: int | None = None) -> Estimate:
+            requests: int | None = None, served: bool = True) -> Estimate:
     """An open loop: requests arrive ``rate`` a second over the whole configuration (vLLM's and SGLang's
     ``--request-rate``, Poisson), each replica taking its share.
 
@@ -170,8 +170,9 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     (ValueError).
     A finite run's prompts also queue for the prefill when they arrive faster than it takes them (:func:`_prompt_queue`:
     batched in token-budget steps); the first token is the later of that and the closed loop's, and where the run's
-    sends span less than one request's life both lean, by that share, to the burst's: the prompts' queue alone, and
-    :func:`saturated_latency`'s TPOT (decodes no later prompt interrupts). The Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) is not charged.
+    sends span less than one request's life its figures lean, by that share, to the burst's: the prompts' queue alone,
+    :func:`saturated_latency`'s TPOT (decodes no later prompt interrupts), and the duration of all ``N`` queued at
+    once (:func:`saturation` with ``requests``; ``served`` as there), or of the sends if longer. The Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) is not charged.
     """
     if not (rate > 0 and math.isfinite(rate)):
         raise ValueError(f"request rate {rate!r} must be a positive number of requests a second")
@@ -214,9 +215,13 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
             queued = d.request_overhead_s + _prompt_queue(d, input_tokens, lam, n) + 0.5 * tpot
             share = min(1.0, (n - 1) / lam / span)  # arrivals spread over less than one request's life: a burst,
             ttft = share * max(ttft, queued) + (1.0 - share) * queued  # whose first tokens are its prompts' queue
-            if share < 1.0:  # and whose decodes, once its prompts are in, no new prompt interrupts (saturated_latency)
+            if share < 1.0:  # and whose decodes, once its prompts are in, no new prompt interrupts (saturated_latency),
                 burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
                 tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
+                # and which lasts as the run of all n queued at once (saturation's waves or drain), or its sends
+                burst_s = replicas * n * mean_o / saturation(d, input_tokens, output_tokens, lengths, n * replicas, served)[0]
+                closed_s = replicas * n * mean_o / thr
+                thr = replicas * n * mean_o / (share * closed_s + (1.0 - share) * max(burst_s, (n - 1) / lam))
         return Estimate(concurrency=max(1, round(c * replicas)), running_per_replica=max(1, round(c)),
                         max_concurrency=full, ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (max(output_tokens, 1) - 1) * tpot,
                         output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot, bound=base.bound, shares=base.shares)

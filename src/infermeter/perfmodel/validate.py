@@ -101,7 +101,7 @@ def value_of(row: Row, d: Deployment) -> float:
         return ttft * 1000
     if row.scenario == "request_rate":
         try:
-            e = at_rate(d, i, o, row.setting("rate"), _dist(row)[0], requests=row.setting("requests"))
+            e = at_rate(d, i, o, row.setting("rate"), _dist(row)[0], requests=row.setting("requests"), served=served(row))
         except ValueError as exc:
             raise DataError(f"measurement row {row.id!r}: {exc}") from None
     else:
