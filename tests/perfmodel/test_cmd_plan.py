@@ -154,6 +154,8 @@ def test_table_shows_each_prediction_with_its_interval(app):
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "0"], "--concurrency must be >= 1"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "0"], "--rate 0: request rate 0.0 must be a positive"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1000"], "--rate 1000: 1000 requests a second is at or past"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "50"], "--requests sizes a run at --rate"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "0"], "--requests must be >= 1"),
 ])
 def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)

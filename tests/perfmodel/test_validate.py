@@ -186,6 +186,8 @@ def _write(tmp_path, body: str, header: str | None = None) -> Path:
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,0,ttft_ms,5,src,,,,,,", r"must be >= 1"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,max,128,128,ttft_ms,5,src,,,,,,requests=100",
      r"m.csv:2: scenario 'request_rate' needs settings rate=R"),
+    ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,max,128,128,ttft_ms,5,src,,,,,,rate=inf; requests=100",
+     r"m.csv:2: scenario 'request_rate' needs settings rate=R"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,16,128,128,ttft_ms,5,src,,,,,,rate=4; requests=100",
      r"m.csv:2: column 'concurrency' must be 'max' for scenario 'request_rate'"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,8,ttft_ms,5,src,,,,,,\n"

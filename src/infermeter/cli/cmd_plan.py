@@ -462,15 +462,20 @@ def register(app: typer.Typer) -> None:
             return
         if not model:
             raise ConfigError("--model is required (e.g. --model llama-3.1-70b), unless --validate is given")
+        if requests is not None and requests < 1:
+            raise ConfigError(f"--requests must be >= 1, got {requests}")
         if disaggregate:
             from infermeter.cli.disagg import plan_disaggregated
             from infermeter.measure.disaggplan import plan_from_flags
 
             plan_disaggregated(plan_from_flags(model, disaggregate, gpu=gpu, gpus=gpus, tp=tp, pp=pp, rate=rate,
-                                               slo=slo, percentile=slo_percentile, seeds=seeds, requests=requests or 300,
+                                               slo=slo, percentile=slo_percentile, seeds=seeds,
+                                               requests=300 if requests is None else requests,
                                                input_tokens=input_tokens, output_tokens=output_tokens, dtype=dtype,
                                                kv_dtype=kv_dtype), as_json)
             return
+        if requests is not None and rate is None:
+            raise ConfigError("--requests sizes a run at --rate (or a --disaggregate simulation); give --rate too")
         configs = [c for item in (compare or []) + (extra or []) for c in item.split()]
         if extra and not compare:
             raise ConfigError(f"unexpected argument(s) {' '.join(extra)!r}: list several configurations after --compare")

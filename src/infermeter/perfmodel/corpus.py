@@ -29,6 +29,7 @@ naming it), else the id up to its first ``-``.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def _row(r: dict[str, str], where: str) -> Row:
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "
                             "a run capped at N users is a closed loop: fixed_concurrency)")
-        if not (row.setting("rate") or 0) > 0 or not (row.setting("requests") or 0) > 0:
+        if not 0 < (row.setting("rate") or 0) < math.inf or not (row.setting("requests") or 0) > 0:
             raise DataError(f"{where}: scenario 'request_rate' needs settings rate=R (requests a second, > 0) and requests=N")
     elif row.scenario != "saturated" and not row.concurrency:
         raise DataError(f"{where}: column 'concurrency' must be a number of users (or the batch) for scenario {row.scenario!r}")

@@ -106,11 +106,10 @@ class Plan:
             out.append(f"the KV cache holds {d.kv_capacity_tokens:,} tokens per replica, less than the model's {d.spec.max_context:,}-token "
                        f"context: the engine must be started with a max model length <= {d.kv_capacity_tokens:,}")
         if self.estimate and self.rate is not None:
-            cap = (self.saturation_tokens_per_s or 0.0) / max(self.output_tokens, 1)
             run = f" ({self.requests} requests)" if self.requests else ""
-            if self.estimate.running_per_replica >= self.estimate.max_concurrency and self.rate >= 0.95 * cap:
-                out.append(f"open loop at {self.rate:g} requests a second{run}, past the ~{cap:.3g} a second the configuration "
-                           "completes: the batch stays full and requests queue for a slot; the TTFT includes their mean wait")
+            if self.estimate.overloaded:
+                out.append(f"open loop at {self.rate:g} requests a second{run}, at or past what the configuration completes: "
+                           f"{self.estimate.concurrency} run at once and the rest queue for a slot; the TTFT includes their mean wait")
             else:
                 out.append(f"open loop at {self.rate:g} requests a second{run}: about {self.estimate.concurrency} in the system "
                            "at once (Little's law)")
