@@ -152,6 +152,10 @@ def test_table_shows_each_prediction_with_its_interval(app):
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--compare", "h200"], "drop --gpu"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "ttft"], "expected METRIC=VALUE"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "0"], "--concurrency must be >= 1"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "0"], "--rate 0: request rate 0.0 must be a positive"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1000"], "--rate 1000: 1000 requests a second is at or past"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "50"], "--requests sizes a run at --rate"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "0"], "--requests must be >= 1"),
 ])
 def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
@@ -252,3 +256,23 @@ def test_an_moe_plan_on_pooled_expert_terms_says_it_takes_the_moe_band(cli):
     text = " ".join(res.stdout.split())
     assert "MoE band: this MoE model's expert terms on this hardware rest on few publications" in text
     assert "tpot" in text.split("MoE band:")[1] and "on MoE models in publications no fit had seen" in text
+
+
+def test_rate_plans_an_open_loop_and_says_when_it_queues(app):
+    """``--rate`` replaces the closed loop of ``--concurrency`` users: below the configuration's rate the output is the
+    arrivals' (rate x output tokens) and the note gives the requests in the system; past it, with ``--requests``, the
+    batch stays full and the first token carries the queue's wait."""
+    def plan_json(*extra):
+        res = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-tokens", "1000", "--output-tokens", "200",
+                  "--json", *extra)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    calm, busy = plan_json("--rate", "2"), plan_json("--rate", "100", "--requests", "2000")
+    assert calm["rate"] == 2.0 and calm["output_tokens_per_s"] == pytest.approx(400, rel=1e-3)
+    assert "Little's law" in calm["notes"][-1] and calm["concurrency"] < calm["max_concurrency"]
+    assert busy["concurrency"] == busy["max_concurrency"] and "queue for a slot" in busy["notes"][-1]
+    assert busy["ttft_ms"] > 100 * calm["ttft_ms"] and busy["output_tokens_per_s"] < busy["saturation_output_tokens_per_s"]
+    for p in (calm, busy):
+        lo, hi = p["intervals"]["ttft_ms"]
+        assert lo < p["ttft_ms"] < hi

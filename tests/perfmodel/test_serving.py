@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infermeter.perfmodel import build_deployment
-from infermeter.perfmodel.serving import at_concurrency, max_concurrency, saturation
+from infermeter.perfmodel.serving import at_concurrency, at_rate, engine_of, max_concurrency, saturation
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +172,60 @@ def test_a_saturated_run_of_equal_requests_runs_in_waves(d8):
     # its 2,000 tokens alone in a last wave of one
     below, at, past = (saturation(d8, 1000, 2000, fixed, requests=2 * b + k, served=False)[0] for k in (-1, 0, 1))
     assert abs(at - below) < 0.01 * at and past < 0.97 * at
+
+
+def test_an_open_loop_below_capacity_holds_rate_times_e2e_users_and_delivers_the_rate(d8):
+    """Little's law: at 5 requests a second the replica holds 5 E2E requests, and its latencies are the closed loop's at
+    that many users; the steady output rate is the arrivals' rate times the output length."""
+    e = at_rate(d8, 1000, 200, 5.0)
+    assert e.output_tokens_per_s == pytest.approx(5.0 * 200)
+    assert e.running_per_replica == pytest.approx(5.0 * e.e2e_s, abs=1.0)
+    one, many = at_concurrency(d8, 1000, 200, 1), at_concurrency(d8, 1000, 200, e.running_per_replica + 1)
+    assert one.tpot_s <= e.tpot_s <= many.tpot_s
+    slow, fast = at_rate(d8, 1000, 200, 1.0), at_rate(d8, 1000, 200, 10.0)
+    assert slow.tpot_s < e.tpot_s < fast.tpot_s and slow.running_per_replica < e.running_per_replica < fast.running_per_replica
+    # a finite run counts from the first send to the last completion: its rate is below the arrivals' and nears them
+    short, long = at_rate(d8, 1000, 200, 5.0, requests=50), at_rate(d8, 1000, 200, 5.0, requests=5000)
+    assert short.output_tokens_per_s < long.output_tokens_per_s < 5.0 * 200
+    assert long.output_tokens_per_s > 0.99 * 5.0 * 200
+
+
+def test_an_overloaded_open_loop_queues_for_slots(d8):
+    """Past the replica's rate a queue grows: without a number of requests there is no finite mean wait; a run of
+    2B sent at once waits, on average, about half a full-batch request's life more than a run of B (its second half
+    waits one whole request), and one request past B adds almost nothing (no step at B + 1)."""
+    with pytest.raises(ValueError, match="queue grows without end"):
+        at_rate(d8, 1000, 200, 1000.0)
+    b = max_concurrency(d8, 1000, 200)
+    full = at_concurrency(d8, 1000, 200, b)
+    one, two = at_rate(d8, 1000, 200, 1e9, requests=b), at_rate(d8, 1000, 200, 1e9, requests=2 * b)
+    assert two.overloaded and two.ttft_s - one.ttft_s == pytest.approx(full.e2e_s / 2, rel=0.15)
+    past = at_rate(d8, 1000, 200, 1e9, requests=b + 1)
+    assert past.output_tokens_per_s == pytest.approx(one.output_tokens_per_s, rel=0.05)
+    assert past.ttft_s - one.ttft_s < 0.05 * full.e2e_s
+
+
+@pytest.mark.parametrize("config,inp,out", [("h100-sxm", 1000, 200), ("2xh100-sxm:pp2", 1000, 200), ("h100-sxm", 4000, 100)])
+def test_an_open_loop_run_delivers_more_as_the_rate_rises(config, inp, out):
+    """From a tenth of the configuration's rate to ten times it, a run of 1,000 requests delivers (nearly) more output
+    as the arrivals come faster: no drop past a few percent of what a slower rate delivered (the blend of the open
+    loop and the burst is continuous), and past the rate it nears the all-at-once run."""
+    d = build_deployment("llama-3.1-8b", config)
+    cap = max(c / at_concurrency(d, inp, out, c).e2e_s for c in range(1, max_concurrency(d, inp, out) + 1, 7))
+    got = [at_rate(d, inp, out, cap * f, requests=1000).output_tokens_per_s
+           for f in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 1.01, 1.2, 2.0, 10.0)]
+    assert all(g >= 0.9 * max(got[:i + 1]) for i, g in enumerate(got)), got
+    assert got[-1] == pytest.approx(saturation(d, inp, out, None, 1000)[0], rel=0.1)
+
+
+def test_an_open_loop_takes_the_configuration_s_best_rate_and_splits_runs_over_replicas(d8):
+    """A replica's rate is the most c / E2E(c) of its closed loop (long prompts peak before the batch limit: 4,000-in /
+    100-out requests at 3 a second are served, not refused); a long run converges to the steady state; one request
+    on two replicas runs on one of them."""
+    e = at_rate(d8, 4000, 100, 3.0)
+    assert e.output_tokens_per_s == pytest.approx(300) and not e.overloaded
+    for r in (0.01, 5.0):
+        assert at_rate(d8, 1000, 200, r, requests=100_000).ttft_s == pytest.approx(at_rate(d8, 1000, 200, r).ttft_s, rel=0.01)
+    two = build_deployment("llama-3.1-8b", "2xh100-sxm:tp1")
+    assert at_rate(two, 1000, 200, 0.1, requests=1).output_tokens_per_s == pytest.approx(
+        at_rate(d8, 1000, 200, 0.1, requests=1).output_tokens_per_s, rel=0.01)

@@ -184,6 +184,12 @@ def _write(tmp_path, body: str, header: str | None = None) -> Path:
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,128,ttft_ms,5,src,,,,,,batch=4", r"m.csv:2: column 'settings' item 'batch=4'"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,128,ttft_ms,5,src,,,,,,max_num_seqs=lots", r"max_num_seqs must be int"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,0,ttft_ms,5,src,,,,,,", r"must be >= 1"),
+    ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,max,128,128,ttft_ms,5,src,,,,,,requests=100",
+     r"m.csv:2: scenario 'request_rate' needs settings rate=R"),
+    ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,max,128,128,ttft_ms,5,src,,,,,,rate=inf; requests=100",
+     r"m.csv:2: scenario 'request_rate' needs settings rate=R"),
+    ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,request_rate,16,128,128,ttft_ms,5,src,,,,,,rate=4; requests=100",
+     r"m.csv:2: column 'concurrency' must be 'max' for scenario 'request_rate'"),
     ("x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,8,ttft_ms,5,src,,,,,,\n"
      "x,llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,saturated,max,128,8,ttft_ms,5,src,,,,,,", r"m.csv:3: column 'id' 'x' repeats line 2"),
 ])
@@ -232,3 +238,17 @@ def test_a_second_publication_covers_llamacpp_f16_decode_on_hbm(lopo_report):
     assert all(abs(r.error_lopo) <= 0.15 for r in alb)
     # 35.5 % / 26.1 % with publication weights (the fit of the llama.cpp F16 rows' memory class moved a little)
     assert all(abs(by_id[i].error_lopo) <= 0.36 for i in ("lcpp-a100sxm-8b-f16-tg512", "lcpp-a100pcie-8b-f16-tg512"))
+
+
+def test_a_request_rate_row_is_predicted_as_an_open_loop(tmp_path):
+    """benchmark_serving's ``--request-rate 4 --num-prompts 200``: the output rate is the arrivals' (4 x 128 tokens a
+    second, less the first send to last completion's tail), far below what the same server reaches saturated."""
+    base = "x{n},llama-3.1-8b,h100-sxm,1,1,1,bf16,vllm,{sc},max,512,128,{m},5,src,,,,,,{st}"
+    rows = load_rows(_write(tmp_path, "\n".join([
+        base.format(n=1, sc="request_rate", m="output_tokens_per_s", st="rate=4; requests=200"),
+        base.format(n=2, sc="request_rate", m="ttft_ms", st="rate=4; requests=200"),
+        base.format(n=3, sc="saturated", m="output_tokens_per_s", st="requests=200"),
+        base.format(n=4, sc="request_rate", m="ttft_ms", st="rate=1000; requests=200")])))
+    thr, ttft, sat, flooded = (predict(r) for r in rows)
+    assert 0.9 * 4 * 128 < thr < 4 * 128 and sat > 5 * thr
+    assert flooded > 2 * ttft  # 200 requests sent within 0.2 s wait behind each other's prompts

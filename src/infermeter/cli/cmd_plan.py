@@ -414,11 +414,11 @@ def register(app: typer.Typer) -> None:
         speculative: Annotated[Optional[str], typer.Option("--speculative", help="Plan speculative decoding: METHOD:k=K,acceptance=A with METHOD draft:MODEL, eagle, mtp or ngram and A vLLM's acceptance rate (accepted / drafted tokens; conditional=C for the per-position form), e.g. draft:llama-3.1-8b,k=4,acceptance=0.7.")] = None,
         fleet: Annotated[Optional[str], typer.Option("--fleet", help="Size every pool of a fleet file (docs/fleet.md) to its SLO at the least total cost, by simulating each pool at its traffic (the file's rates) with --input-tokens/--output-tokens.")] = None,
         disaggregate: Annotated[Optional[str], typer.Option("--disaggregate", help="Simulate disaggregated prefill/decode against aggregated serving on the same GPUs: prefill=CONFIG,decode=CONFIG[,...], or 'search' for the cheapest xPyD split within --gpus of --gpu/--tp/--pp instances (docs/disaggregation.md).")] = None,
-        rate: Annotated[Optional[float], typer.Option("--rate", help="With --disaggregate: Poisson arrival rate (requests/s).")] = None,
+        rate: Annotated[Optional[float], typer.Option("--rate", help="Poisson arrival rate (requests/s): plan an open loop instead of --concurrency users (with --disaggregate: the simulated rate).")] = None,
         slo: Annotated[Optional[str], typer.Option("--slo", help="With --disaggregate: bounds, e.g. ttft_ms=3000,tpot_ms=40 (at --slo-percentile).")] = None,
         slo_percentile: Annotated[float, typer.Option("--slo-percentile", help="With --disaggregate: the percentile the SLO bounds (50, 90, 95, 99, 99.9).")] = 99.0,
         seeds: Annotated[int, typer.Option("--seeds", help="With --disaggregate: seeds each layout is simulated on (figures: mean and range).")] = 3,
-        requests: Annotated[int, typer.Option("--requests", help="With --disaggregate: requests per simulated run.")] = 300,
+        requests: Annotated[Optional[int], typer.Option("--requests", help="With --rate: a finite run of that many requests (needed past the configuration's rate, where the queue has no steady mean wait); with --disaggregate: requests per simulated run (300).")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
@@ -462,15 +462,20 @@ def register(app: typer.Typer) -> None:
             return
         if not model:
             raise ConfigError("--model is required (e.g. --model llama-3.1-70b), unless --validate is given")
+        if requests is not None and requests < 1:
+            raise ConfigError(f"--requests must be >= 1, got {requests}")
         if disaggregate:
             from infermeter.cli.disagg import plan_disaggregated
             from infermeter.measure.disaggplan import plan_from_flags
 
             plan_disaggregated(plan_from_flags(model, disaggregate, gpu=gpu, gpus=gpus, tp=tp, pp=pp, rate=rate,
-                                               slo=slo, percentile=slo_percentile, seeds=seeds, requests=requests,
+                                               slo=slo, percentile=slo_percentile, seeds=seeds,
+                                               requests=300 if requests is None else requests,
                                                input_tokens=input_tokens, output_tokens=output_tokens, dtype=dtype,
                                                kv_dtype=kv_dtype), as_json)
             return
+        if requests is not None and rate is None:
+            raise ConfigError("--requests sizes a run at --rate (or a --disaggregate simulation); give --rate too")
         configs = [c for item in (compare or []) + (extra or []) for c in item.split()]
         if extra and not compare:
             raise ConfigError(f"unexpected argument(s) {' '.join(extra)!r}: list several configurations after --compare")
@@ -506,7 +511,7 @@ def register(app: typer.Typer) -> None:
 
         plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
                       concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file,
-                      speculative=speculative, lengths=lengths).to_json()
+                      speculative=speculative, lengths=lengths, rate=rate, requests=requests).to_json()
                  for c in configs]
         if cost:
             _add_costs(plans, input_tokens, output_tokens, price_options, overhead)
@@ -514,5 +519,6 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(plans[0] if len(plans) == 1 else plans, indent=2))
             return
         first = plans[0]
+        load = f"{rate:g} requests/s" + (f" ({requests} requests)" if requests else "") if rate is not None else f"concurrency {concurrency}"
         _print_plans(plans, f"{first['model']} ({_weights_label(str(first['model']), str(first['dtype']))}, {first['kv_dtype']} KV, {engine}), "
-                            f"{input_tokens} in / {output_tokens} out, concurrency {concurrency}")
+                            f"{input_tokens} in / {output_tokens} out, {load}")

@@ -19,7 +19,8 @@ parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_d
 
 Scenarios: ``saturated`` (every request queued at once, steady state at the batch or KV limit),
 ``fixed_concurrency`` (a closed loop of ``concurrency`` users), ``static_batch`` (``concurrency``
-requests start together and run to completion). :func:`publication` is the unit that
+requests start together and run to completion), ``request_rate`` (an open loop: ``requests`` requests sent at ``rate``
+a second, Poisson, the client uncapped: ``concurrency`` is ``max``). :func:`publication` is the unit that
 leave-one-publication-out holds out: the ``source_url`` (one edition of a document, its commit in
 the URL; a page overwritten by each release is one publication per snapshot, the URL fragment
 naming it), else the id up to its first ``-``.
@@ -28,6 +29,7 @@ naming it), else the id up to its first ``-``.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +38,14 @@ from infermeter.errors import DataError
 from infermeter.perfmodel.lengths import KINDS as LENGTH_KINDS
 
 METRICS = ("output_tokens_per_s", "ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
-SCENARIOS = ("saturated", "fixed_concurrency", "static_batch")
+SCENARIOS = ("saturated", "fixed_concurrency", "static_batch", "request_rate")
 REQUIRED = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engine", "scenario", "concurrency",
             "input_tokens", "output_tokens", "metric", "value")
 PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
-                             "attention_dp": int, "vllm_use_v1": int}
+                             "attention_dp": int, "vllm_use_v1": int, "rate": float}
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,13 @@ def _row(r: dict[str, str], where: str) -> Row:
         raise DataError(f"{where}: column 'metric' {row.metric!r} unknown; use one of {', '.join(METRICS)}")
     if row.scenario not in SCENARIOS:
         raise DataError(f"{where}: column 'scenario' {row.scenario!r} unknown; use one of {', '.join(SCENARIOS)}")
-    if row.scenario != "saturated" and not row.concurrency:
+    if row.scenario == "request_rate":
+        if row.concurrency is not None:
+            raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "
+                            "a run capped at N users is a closed loop: fixed_concurrency)")
+        if not 0 < (row.setting("rate") or 0) < math.inf or not (row.setting("requests") or 0) > 0:
+            raise DataError(f"{where}: scenario 'request_rate' needs settings rate=R (requests a second, > 0) and requests=N")
+    elif row.scenario != "saturated" and not row.concurrency:
         raise DataError(f"{where}: column 'concurrency' must be a number of users (or the batch) for scenario {row.scenario!r}")
     if row.value <= 0:
         raise DataError(f"{where}: column 'value' must be > 0")

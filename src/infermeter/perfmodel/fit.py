@@ -262,14 +262,14 @@ MOE_ROWS_FIT_DENSE = False  # True: MoE rows also fit the dense efficiencies and
 
 def _small_batch(row: Row) -> bool:
     """Rows that identify the per-step overhead: a batch of at most SMALL_BATCH sequences (at saturation it is lost in the noise)."""
-    return row.scenario != "saturated" and (row.concurrency or 1) <= SMALL_BATCH
+    return row.scenario in ("fixed_concurrency", "static_batch") and (row.concurrency or 1) <= SMALL_BATCH
 
 
 def _request_floor(row: Row) -> bool:
     """Rows that measure the per-request cost: a TTFT, or a static batch's latency, with at most SMALL_BATCH sequences.
 
     Elsewhere it is paid once among many steps (or, for llama-bench's pp/tg rates, not at all) and says nothing of it."""
-    few = (row.concurrency or 1) <= SMALL_BATCH and row.scenario != "saturated"
+    few = (row.concurrency or 1) <= SMALL_BATCH and row.scenario in ("fixed_concurrency", "static_batch")
     return few and (row.metric == "ttft_ms" or (row.scenario == "static_batch" and row.metric == "output_tokens_per_s"))
 
 

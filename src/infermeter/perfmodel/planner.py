@@ -27,7 +27,7 @@ from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig
 from infermeter.perfmodel.lengths import Lengths
-from infermeter.perfmodel.serving import Estimate, at_concurrency, max_concurrency, saturation
+from infermeter.perfmodel.serving import Estimate, at_concurrency, at_rate, max_concurrency, saturation
 
 INTERVAL_METRICS = ("ttft_ms", "tpot_ms", "per_user_output_tokens_per_s", "output_tokens_per_s", "saturation_output_tokens_per_s")
 
@@ -47,6 +47,8 @@ class Plan:
     interval_basis: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {basis, n, cell} (uncertainty.basis_of)
     speculative: dict[str, Any] | None = None  # the speculative-decoding block (perfmodel.speculative), when planned with one
     lengths: str = "fixed"  # the length distribution planned (perfmodel.lengths); the token counts are its means
+    rate: float | None = None  # requests a second of an open loop (serving.at_rate); None: a closed loop of `concurrency`
+    requests: int | None = None  # with `rate`: a finite run of that many requests
 
     @property
     def fits(self) -> bool:
@@ -92,6 +94,9 @@ class Plan:
         }
         if self.lengths != "fixed":
             out["lengths"] = self.lengths
+        if self.rate is not None:
+            out["rate"] = self.rate
+            out["requests"] = self.requests
         return out
 
     def notes(self) -> list[str]:
@@ -100,7 +105,15 @@ class Plan:
         if d.fits and d.kv_capacity_tokens < d.spec.max_context:
             out.append(f"the KV cache holds {d.kv_capacity_tokens:,} tokens per replica, less than the model's {d.spec.max_context:,}-token "
                        f"context: the engine must be started with a max model length <= {d.kv_capacity_tokens:,}")
-        if self.estimate and self.concurrency > self.estimate.max_concurrency * d.config.replicas:
+        if self.estimate and self.rate is not None:
+            run = f" ({self.requests} requests)" if self.requests else ""
+            if self.estimate.overloaded:
+                out.append(f"open loop at {self.rate:g} requests a second{run}, at or past what the configuration completes: "
+                           f"{self.estimate.concurrency} run at once and the rest queue for a slot; the TTFT includes their mean wait")
+            else:
+                out.append(f"open loop at {self.rate:g} requests a second{run}: about {self.estimate.concurrency} in the system "
+                           "at once (Little's law)")
+        elif self.estimate and self.concurrency > self.estimate.max_concurrency * d.config.replicas:
             out.append(f"concurrency {self.concurrency} exceeds the {self.estimate.max_concurrency * d.config.replicas} sequences that fit at once: "
                        "the rest queue, which the TTFT includes")
         return out
@@ -113,13 +126,15 @@ def _r(v: float, metric: str) -> float:
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
          hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
-         lengths: str = "fixed") -> Plan:
+         lengths: str = "fixed", rate: float | None = None, requests: int | None = None) -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
 
     ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
     decoding: TPOT and throughputs become the speculative ones, the plain ones in ``speculative``. ``lengths``
     (:mod:`perfmodel.lengths`: ``fixed``, ``uniform`` or ``sharegpt``) plans a length distribution whose means are
-    ``input_tokens`` and ``output_tokens`` (the running batch's context is output-length biased).
+    ``input_tokens`` and ``output_tokens`` (the running batch's context is output-length biased). ``rate``: an open loop
+    of that many requests a second instead of ``concurrency`` users (:func:`serving.at_rate`; ``requests``: a finite run
+    of that many, needed past the configuration's rate, where the queue has no steady mean).
     """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
@@ -136,7 +151,14 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
                          max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
-    est = at_concurrency(d, input_tokens, output_tokens, concurrency, dist)
+    if rate is not None:
+        try:
+            est = at_rate(d, input_tokens, output_tokens, rate, dist, requests=requests)
+        except ValueError as exc:
+            raise ConfigError(f"--rate {rate:g}: {exc}") from None
+        concurrency = est.concurrency
+    else:
+        est = at_concurrency(d, input_tokens, output_tokens, concurrency, dist)
     sat, batch = saturation(d, input_tokens, output_tokens, dist)
     values = {"ttft_ms": est.ttft_s * 1e3, "tpot_ms": est.tpot_s * 1e3, "per_user_output_tokens_per_s": est.per_user_tokens_per_s,
               "output_tokens_per_s": est.output_tokens_per_s, "saturation_output_tokens_per_s": sat}
@@ -157,4 +179,5 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
              f"({table.publications} publications; each measurement predicted by a fit without its publication, and again "
              f"without its (hardware family, engine, precision) combination), in the figure's regime: "
              + "; ".join(cells))
-    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind)
+    return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind,
+                rate, requests if rate is not None else None)

@@ -77,6 +77,7 @@ class Estimate:
     per_user_tokens_per_s: float  # 1 / TPOT
     bound: str  # what dominates the decode step: compute | memory | communication | overhead
     shares: dict[str, float]  # fraction of the decode step by cause
+    overloaded: bool = False  # at_rate only: arrivals at or past the configuration's rate, requests queue for a slot
 
 
 def engine_of(d: Deployment) -> EngineDefaults:
@@ -152,6 +153,134 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
     return Estimate(concurrency=concurrency, running_per_replica=c, max_concurrency=limit, ttft_s=ttft, tpot_s=tpot,
                     e2e_s=ttft + (o - 1) * tpot, output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot,
                     bound=bound, shares=shares)
+
+
+def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, lengths: Lengths | None = None,
+            requests: int | None = None, served: bool = True) -> Estimate:
+    """An open loop: requests arrive ``rate`` a second over the whole configuration (vLLM's and SGLang's
+    ``--request-rate``, Poisson), each replica taking its share ``lambda``.
+
+    A replica in the closed loop of :func:`at_concurrency` with ``c`` users completes ``c / E2E(c)`` requests a second;
+    its rate ``mu`` is the most of that over ``c`` up to its batch limit ``B`` (with long prompts or pipeline stages it
+    peaks before ``B``). Below ``mu`` the replica holds ``c = lambda E2E(c)`` requests (Little's law; the smallest such
+    ``c``, interpolated between whole numbers of users): the closed loop at ``c`` gives TTFT and TPOT, and the output is
+    ``rate E[O]``. At or past ``mu`` arrivals queue for a slot: request ``k`` arrives at ``k / lambda`` and is admitted at
+    ``a_k = max(k / lambda, a_(k-B) + E2E(B))``, its first token ``a_k - k / lambda`` later; without ``requests`` that
+    queue has no finite mean (ValueError).
+
+    ``requests``: a finite run of ``N`` (``--num-prompts``) split over the replicas, whose throughput counts from the
+    first send to the last completion: ``N E[O] / ((n - 1) / lambda + tail)`` below ``mu`` (``n`` the busiest replica's
+    share; ``tail``: once the sends stop no prompt stalls the decodes, so the last request ends within its first token
+    and ``O - 1`` plain decode steps of the ``c`` running, at most its ``E2E``). Its prompts also queue for the prefill when they arrive faster than it takes them (:func:`_prompt_queue`:
+    batched in token-budget steps), which adds to the first token what that queue holds above a lone prompt's prefill.
+    Where its sends span less than one request's life (``s = (n - 1) / lambda / E2E < 1``) every figure leans, by
+    ``1 - s``, to the burst of all ``N`` queued at once: first tokens from the prompts' queue, TPOT from
+    :func:`saturated_latency`, duration from :func:`saturation` with ``requests`` (``served`` as there) or the sends if
+    longer; past ``mu`` the run lasts that burst, or its sends and tail if longer. Not charged: the
+    Poisson arrivals' own bunching (an M/G/B queue's wait below saturation) and the change of regime within a run
+    (prompts arriving, then none), which the twin simulates.
+    """
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"request rate {rate!r} must be a positive number of requests a second")
+    if requests is not None and requests < 1:
+        raise ValueError(f"requests {requests!r} must be >= 1")
+    replicas = d.config.replicas
+    lam = rate / replicas  # arrivals a second at each replica
+    dist = lengths if lengths is not None and not lengths.fixed else None
+    mean_o = dist.mean_o if dist is not None else float(max(output_tokens, 1))
+    limit = max(1, max_concurrency(d, input_tokens, output_tokens))
+    n = math.ceil(requests / replicas) if requests else None  # the busiest replica's share of a finite run
+    memo: dict[int, Estimate] = {}
+
+    def closed(users: int) -> Estimate:  # one replica with ``users`` in its closed loop
+        if users not in memo:
+            memo[users] = at_concurrency(d, input_tokens, output_tokens, users * replicas, lengths)
+        return memo[users]
+
+    def mix(c: float) -> tuple[Estimate, Estimate, float]:
+        lo, hi = min(max(1, math.floor(c)), limit), min(max(1, math.ceil(c)), limit)
+        return closed(lo), closed(hi), (min(max(c - lo, 0.0), 1.0) if hi > lo else 0.0)
+
+    def e2e(c: float) -> float:
+        a, z, w = mix(c)
+        return a.e2e_s + w * (z.e2e_s - a.e2e_s)
+
+    # the replica's rate: the most c / E2E(c) over whole numbers of users (geometric steps and the limit itself)
+    grid = sorted({max(1, min(limit, round(1.08 ** i))) for i in range(200)} | {limit})
+    rates = [(u / closed(u).e2e_s, u) for u in grid]
+    mu, peak = max(rates)
+    c = math.inf
+    if lam < mu:  # below the replica's rate: the smallest c on the rising branch with c = lam E2E(c)
+        hi_u = next(u for r, u in rates if r > lam)
+        lo_u = max([u for u in grid if u < hi_u], default=0)
+        lo_c, hi_c = float(lo_u), float(hi_u)
+        for _ in range(60):
+            mid = 0.5 * (lo_c + hi_c)
+            lo_c, hi_c = (mid, hi_c) if mid < lam * e2e(mid) else (lo_c, mid)
+        c = hi_c
+    burst_s = burst_tpot = 0.0
+    if n is not None:  # a run of n never holds more than n; all n queued at once: the burst it leans to
+        c = min(c, float(n))
+        burst_s = replicas * n * mean_o / saturation(d, input_tokens, output_tokens, lengths, n * replicas, served)[0]
+        burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
+    if c <= limit:
+        a, z, w = mix(c)
+        ttft, tpot, span = a.ttft_s + w * (z.ttft_s - a.ttft_s), a.tpot_s + w * (z.tpot_s - a.tpot_s), e2e(c)
+        thr = rate * mean_o
+        base = a if w < 0.5 else z
+        if n is not None and requests is not None:
+            sends = (n - 1) / lam
+            alone = d.prefill_time(input_tokens, engine_of(d).max_batched_tokens)
+            queue = _prompt_queue(d, input_tokens, lam, n)  # mean arrival -> prefilled, a lone prompt's included
+            share = min(1.0, sends / span)  # below 1: a burst, whose figures lean to all n at once
+            # once the sends stop no prompt stalls the decodes: the last request ends within its own first token
+            # and O - 1 plain decode steps of the c still running
+            tail = min(span, ttft + _plain_decode(d, input_tokens, output_tokens, c))
+            ttft = share * (ttft + queue - alone) + (1.0 - share) * (d.request_overhead_s + queue + 0.5 * tpot)
+            tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
+            thr = requests * mean_o / (share * (sends + tail) + (1.0 - share) * max(burst_s, sends))
+        return Estimate(concurrency=max(1, round(c * replicas)), running_per_replica=max(1, round(c)),
+                        max_concurrency=limit, ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (max(output_tokens, 1) - 1) * tpot,
+                        output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot, bound=base.bound, shares=base.shares)
+    if n is None or requests is None:
+        raise ValueError(f"{rate:g} requests a second is at or past what the configuration completes "
+                         f"({replicas * mu:.3g} a second): the queue grows without end; give the run's "
+                         "number of requests for its mean wait")
+    top = closed(peak)
+    admit = [0.0] * n
+    for k in range(n):
+        admit[k] = max(k / lam, admit[k - peak] + top.e2e_s) if k >= peak else k / lam
+    wait = sum(admit[k] - k / lam for k in range(n)) / n
+    first = max(top.ttft_s, d.request_overhead_s + _prompt_queue(d, input_tokens, lam, min(n, peak)) + 0.5 * top.tpot_s)
+    tpot = min(top.tpot_s, burst_tpot)
+    tail = min(top.e2e_s, top.ttft_s + _plain_decode(d, input_tokens, output_tokens, peak))
+    thr = requests * mean_o / max(burst_s, (n - 1) / lam + tail)
+    return Estimate(concurrency=peak * replicas, running_per_replica=peak, max_concurrency=limit, ttft_s=first + wait,
+                    tpot_s=tpot, e2e_s=first + wait + (max(output_tokens, 1) - 1) * tpot, output_tokens_per_s=thr,
+                    per_user_tokens_per_s=1.0 / tpot, bound=top.bound, shares=top.shares, overloaded=True)
+
+
+def _plain_decode(d: Deployment, input_tokens: int, output_tokens: int, c: float) -> float:
+    """Seconds of ``O - 1`` decode steps of ``c`` sequences no prompt interrupts (a replica's pipeline stages included)."""
+    b = max(1, round(c))
+    return d.decode_span(b, int(b * (input_tokens + output_tokens / 2)), max(output_tokens, 1) - 1)
+
+
+def _prompt_queue(d: Deployment, input_tokens: int, lam: float, n: int) -> float:
+    """Mean seconds from arrival to prefilled over ``n`` prompts arriving ``1/lam`` apart. The engine batches waiting
+    prompts into token-budget steps, so a backlog drains at a full step's share per prompt, ``s = I t(budget) / budget``,
+    while a prompt that finds none takes its own prefill, ``t_1``: prompt ``k`` is done at
+    ``f_k = max(k / lam + t_1, f_(k-1) + s)``."""
+    budget = max(engine_of(d).max_batched_tokens, 1)
+    alone = d.prefill_time(input_tokens, budget)
+    per = max(budget // max(input_tokens, 1), 1)  # prompts a full step carries
+    tokens = per * input_tokens
+    share = d.step_time(tokens, tokens, per, attn_pairs=tokens * (input_tokens + 1) / 2) / per
+    done, total = 0.0, 0.0
+    for k in range(n):
+        done = max(k / lam + alone, done + share) if k else alone
+        total += done - k / lam
+    return total / n
 
 
 def saturation(d: Deployment, input_tokens: int, output_tokens: int, lengths: Lengths | None = None,

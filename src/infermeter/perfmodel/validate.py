@@ -34,7 +34,7 @@ from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
 from infermeter.perfmodel.lengths import Lengths
-from infermeter.perfmodel.serving import at_concurrency, engine_of, saturated_latency, saturation, static_batch
+from infermeter.perfmodel.serving import at_concurrency, at_rate, engine_of, saturated_latency, saturation, static_batch
 from infermeter.perfmodel.uncertainty import Regime, regime_of
 
 __all__ = ["METRICS", "Report", "Row", "RowResult", "deployment_for", "load_rows", "log_error", "predict", "publication",
@@ -66,7 +66,13 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
 
 def validation_regime(row: Row, d: Deployment) -> Regime:
     """The interval regime (:mod:`perfmodel.uncertainty`) of ``row.metric`` for ``d`` under the row's scenario."""
-    batch = saturation(d, row.input_tokens, row.output_tokens, *_dist(row))[1] if row.scenario == "saturated" else (row.concurrency or 1)
+    if row.scenario == "saturated":
+        batch = saturation(d, row.input_tokens, row.output_tokens, *_dist(row))[1]
+    elif row.scenario == "request_rate":  # the requests in the system the open loop holds
+        batch = at_rate(d, row.input_tokens, row.output_tokens, row.setting("rate"), _dist(row)[0],
+                        requests=row.setting("requests")).concurrency
+    else:
+        batch = row.concurrency or 1
     regime = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
     if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # queueing no fitted row measures: unseen
         regime = replace(regime, calibration="unseen")
@@ -93,8 +99,14 @@ def value_of(row: Row, d: Deployment) -> float:
             raise DataError(f"measurement row {row.id!r}: the mean TTFT of a saturated run depends on how many requests "
                             "were queued at once: add settings requests=N")
         return ttft * 1000
-    e = (static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch"
-         else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0]))
+    if row.scenario == "request_rate":
+        try:
+            e = at_rate(d, i, o, row.setting("rate"), _dist(row)[0], requests=row.setting("requests"), served=served(row))
+        except ValueError as exc:
+            raise DataError(f"measurement row {row.id!r}: {exc}") from None
+    else:
+        e = (static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch"
+             else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0]))
     if row.metric == "output_tokens_per_s":
         return e.output_tokens_per_s
     if row.metric == "ttft_ms":
