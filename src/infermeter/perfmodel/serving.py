@@ -171,7 +171,8 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     ``requests``: a finite run of ``N`` (``--num-prompts``) split over the replicas, whose throughput counts from the
     first send to the last completion: ``N E[O] / ((n - 1) / lambda + tail)`` below ``mu`` (``n`` the busiest replica's
     share; ``tail``: once the sends stop no prompt stalls the decodes, so the last request ends within its first token
-    and ``O - 1`` plain decode steps of the ``c`` running, at most its ``E2E``). Its prompts also queue for the prefill when they arrive faster than it takes them (:func:`_prompt_queue`:
+    and ``O - 1`` plain decode steps of a batch emptying from the ``c`` running, ``c / 2`` on average; at most its
+    ``E2E``). Its prompts also queue for the prefill when they arrive faster than it takes them (:func:`_prompt_queue`:
     batched in token-budget steps), which adds to the first token what that queue holds above a lone prompt's prefill.
     Where its sends span less than one request's life (``s = (n - 1) / lambda / E2E < 1``) every figure leans, by
     ``1 - s``, to the burst of all ``N`` queued at once: first tokens from the prompts' queue, TPOT from
@@ -261,8 +262,9 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
 
 
 def _plain_decode(d: Deployment, input_tokens: int, output_tokens: int, c: float) -> float:
-    """Seconds of ``O - 1`` decode steps of ``c`` sequences no prompt interrupts (a replica's pipeline stages included)."""
-    b = max(1, round(c))
+    """Seconds of the last request's ``O - 1`` decode steps once no prompt interrupts them: the ``c`` running with it
+    finish along the way, so the batch empties from ``c`` towards one, ``c / 2`` on average."""
+    b = max(1, round(c / 2))
     return d.decode_span(b, int(b * (input_tokens + output_tokens / 2)), max(output_tokens, 1) - 1)
 
 
