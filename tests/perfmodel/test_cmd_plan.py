@@ -156,6 +156,10 @@ def test_table_shows_each_prediction_with_its_interval(app):
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1000"], "--rate 1000: 1000 requests a second is at or past"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "50"], "--requests sizes a run at --rate"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "0"], "--requests must be >= 1"),
+    (["--model", "llama-3.1-70b", "--gpu", "4xa100-80gb:tp4", "--rate", "2", "--speculative", "draft:llama-3.1-8b,k=4,acceptance=0.7"],
+     "--rate with --speculative is not modelled yet"),
+    (["--validate", "rows.csv", "--rate", "2"], "--validate takes the rates from its file"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "20000000"], "is more than 10,000,000"),
 ])
 def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from infermeter.perfmodel.calibration import load_calibration
 from infermeter.perfmodel.corpus import load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
@@ -74,3 +76,22 @@ def test_a_vllm_row_that_states_vllm_use_v1_0_runs_the_v0_engine_whatever_its_ve
     assert as_v1.engine_defaults.generation == "" and as_v1.engine_defaults.max_num_seqs == 1024
     # 300 users on 256 slots: a first token waits for a slot (seconds), where V1's limit would admit them all at once
     assert predict(row) > 20 * predict(replace(row, settings=tuple(kv for kv in row.settings if kv[0] != "vllm_use_v1")))
+
+
+def test_plan_names_the_v0_engine_by_label_and_refuses_a_label_it_cannot_apply(tmp_path):
+    """``--engine vllm@0.8.5+v0`` plans V0 (256 sequences on an MI300X, where V1 takes 1024); ``+v1`` on a 0.7 version
+    is V1's alpha, not V0; a ``v0`` label on another engine, or ``vllm_use_v1`` on a non-vLLM row, is an error naming it."""
+    from infermeter.errors import ConfigError, DataError
+    from infermeter.perfmodel.api import build_deployment
+
+    assert build_deployment("llama-3.1-8b", "mi300x", engine="vllm@0.8.5+v0").engine_defaults.max_num_seqs == 256
+    assert build_deployment("llama-3.1-8b", "mi300x", engine="vllm@0.8.5").engine_defaults.max_num_seqs == 1024
+    assert build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm@0.7.3+v1").engine_defaults.generation == ""
+    assert build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm@0.7.3").engine_defaults.generation == "vllm<0.8"
+    with pytest.raises(ConfigError, match="names a vLLM engine generation; sglang has none"):
+        build_deployment("llama-3.1-8b", "h100-sxm", engine="sglang@0.4.0+v0")
+    head = (DATA / "published-measurements.csv").read_text().splitlines()[0]
+    f = tmp_path / "m.csv"
+    f.write_text(head + "\nx,llama-3.1-8b,h100-sxm,1,1,1,bf16,sglang,saturated,max,128,128,ttft_ms,5,src,,,,,,vllm_use_v1=0\n")
+    with pytest.raises(DataError, match="m.csv:2: column 'settings' item vllm_use_v1=0: 0 or 1, on a vllm row only"):
+        load_rows(f)

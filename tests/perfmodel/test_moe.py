@@ -234,7 +234,7 @@ def test_moe_rows_fit_only_the_moe_terms():
             assert got[e.key].source == e.source and got[e.key].value == pytest.approx(e.value, rel=0.25), e.key
             continue
         # at most 1.0% (Hopper vLLM's step overhead, 0.493 -> 0.498 ms, since the fit's loss became Huber's; 0.61% before)
-        # until blind sets 6 and 7 joined: A100 vLLM BF16 decode now moves 2.4% (0.675 -> 0.691); and one V0 entry
+        # until blind sets 6 and 7 joined; 2.5% since: A100 vLLM BF16 decode now moves 2.4% (0.675 -> 0.691); and one V0 entry
         # moves further: vLLM V0's per-sequence cost is one value for every family, fitted on the V0 rows of more than
         # 16 sequences, vLLM 0.3's Mixtral batches among them, and since the Qwen team's and vLLM #12315's A100 V0 rows
         # joined, Ampere V0's step overhead trades against it (2.13 -> 2.51 ms, 18%). A coupling through a shared

@@ -208,8 +208,8 @@ def test_an_overloaded_open_loop_queues_for_slots(d8):
 @pytest.mark.parametrize("config,inp,out", [("h100-sxm", 1000, 200), ("2xh100-sxm:pp2", 1000, 200), ("h100-sxm", 4000, 100)])
 def test_an_open_loop_run_delivers_more_as_the_rate_rises(config, inp, out):
     """From a tenth of the configuration's rate to ten times it, a run of 1,000 requests delivers (nearly) more output
-    as the arrivals come faster: no drop past a few percent of what a slower rate delivered (the blend of the open
-    loop and the burst is continuous), and past the rate it nears the all-at-once run."""
+    as the arrivals come faster: no drop past 10% of what a slower rate delivered (4% at most in these three; the blend
+    of the open loop and the burst is continuous), and past the rate it nears the all-at-once run."""
     d = build_deployment("llama-3.1-8b", config)
     cap = max(c / at_concurrency(d, inp, out, c).e2e_s for c in range(1, max_concurrency(d, inp, out) + 1, 7))
     got = [at_rate(d, inp, out, cap * f, requests=1000).output_tokens_per_s

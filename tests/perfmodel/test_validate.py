@@ -95,7 +95,8 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
     named_dense = ("b2-h200l-l270b-tp2-bs512-128-2048", "b2-rocmdd-mi300x-l3170b-bs128-128-2048", "trt011-a100-l3-70b-tp8-",
                    "vblog-fp8kv-h100-l318b-", "gps-q332b-a100-vllm-128", "b3-gpq14-h100-sglang-fp8-4k", "b3-gpquant-",
                    "b3-azh200-l8b-128-128", "b3-azh100-l8b-128-128", "b4-gpq14-a100-vllm-", "b4-nvtune-h100-l70b-bf16-baseline",
-                   "b7a-arc53-l8b-h100pcie-sglang-sharegpt", "b6a-xw-q25-mi300x-s2high-n88", "b6b-ib-l4-",
+                   "b7a-arc53-l8b-h100pcie-sglang-sharegpt", "b6a-xw-q25-mi300x-s2high-n88", "b6b-ib-l4-q25-7b-vllm-long-c64",
+                   "b6b-ib-l4-q3-8b-sglang-reason-c4",
                    "dsk24-h100-tp8-l31405bfp8-sharegpt")
     assert not {i for i in dense_beyond if not i.startswith(named_dense)}, dense_beyond
     named = ("b2-dsr1-", "b2-gpsr1-", "b2-trtdsr1-", "b2-gpq235-", "b2-pr43232-", "tr10-q235-h200tp8-128-2048", "tr10-l4m-h100tp8-",

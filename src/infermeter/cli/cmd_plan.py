@@ -340,6 +340,8 @@ def _print_validation(report: Any, path: str) -> None:
                   + ("[green]met[/]" if not why else f"[red]NOT met[/] ({'; '.join(why)})"), highlight=False)
 
 
+MAX_RATE_REQUESTS = 10_000_000  # at_rate walks each request's admission; past this a run is its steady state
+
 _PER_WORK = ("usd_per_1m_output_tokens", "usd_per_1m_input_tokens", "usd_per_1m_total_tokens", "usd_per_1m_requests")
 _NUM.update({"usd_per_1m_output_tokens": lambda v: f"${v:,.3f}", "usd_per_1m_total_tokens": lambda v: f"${v:,.3f}",
              "usd_per_1m_requests": lambda v: f"${v:,.2f}"})
@@ -423,6 +425,9 @@ def register(app: typer.Typer) -> None:
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
     ) -> None:
         """Predict fit, memory, TTFT, TPOT and throughput of a model on hardware you may not have."""
+        if (fleet or validate) and (rate is not None or requests is not None):
+            raise ConfigError(f"--rate and --requests plan one deployment's open loop; {'--fleet' if fleet else '--validate'} "
+                              "takes the rates from its file")
         if fleet:
             from infermeter.cli.fleetview import plan_fleet_cmd
 
@@ -449,7 +454,7 @@ def register(app: typer.Typer) -> None:
                 ("--gpu", gpu), ("--compare", compare or extra), ("--check", check), ("--cost", cost), ("--gpus", gpus),
                 ("--tp", tp), ("--pp", pp), ("--dtype", dtype != "bf16"), ("--kv-dtype", kv_dtype),
                 ("--engine", engine != "vllm"), ("--gpu-memory-utilization", gpu_memory_utilization != 0.9),
-                ("--hardware-file", hardware_file)) if on]
+                ("--hardware-file", hardware_file), ("--rate", rate is not None), ("--requests", requests is not None)) if on]
             if given:
                 raise ConfigError(f"--calibration plans the calibrated deployment itself (its hardware, engine and KV "
                                   f"capacity come from the file): drop {', '.join(given)}")
@@ -476,6 +481,12 @@ def register(app: typer.Typer) -> None:
             return
         if requests is not None and rate is None:
             raise ConfigError("--requests sizes a run at --rate (or a --disaggregate simulation); give --rate too")
+        if rate is not None and speculative:
+            raise ConfigError("--rate with --speculative is not modelled yet (speculation shortens each request, which "
+                              "changes how many an open loop holds); plan --concurrency, or simulate --rate --speculative")
+        if requests is not None and requests > MAX_RATE_REQUESTS:
+            raise ConfigError(f"--requests {requests} is more than {MAX_RATE_REQUESTS:,}: a run that long is the steady "
+                              "state; drop --requests below the configuration's rate")
         configs = [c for item in (compare or []) + (extra or []) for c in item.split()]
         if extra and not compare:
             raise ConfigError(f"unexpected argument(s) {' '.join(extra)!r}: list several configurations after --compare")

@@ -79,10 +79,12 @@ class Row:
     @property
     def engine_spec(self) -> str:
         """``engine@version`` as the calibration reads it (``trtllm@0.6.1``), or the bare engine; a vLLM row that
-        states ``vllm_use_v1=0`` (the V0 engine of vLLM 0.8-0.10) gets the ``+v0`` label that selects V0's generation."""
+        states ``vllm_use_v1=0`` (the V0 engine of vLLM 0.8-0.10) or ``=1`` (0.7's V1 alpha) gets the ``+v0``/``+v1``
+        label that selects its generation."""
         spec = f"{self.engine}@{self.engine_version}" if self.engine_version else self.engine
-        if self.engine == "vllm" and self.setting("vllm_use_v1") == 0:
-            spec = f"{spec.partition('+')[0]}+v0" if "@" in spec else "vllm@+v0"
+        if self.engine == "vllm" and self.setting("vllm_use_v1") in (0, 1):
+            tag = f"+v{self.setting('vllm_use_v1')}"
+            spec = f"{spec.partition('+')[0]}{tag}" if "@" in spec else f"vllm@{tag}"
         return spec
 
     def setting(self, key: str, default: Any = None) -> Any:
@@ -138,6 +140,8 @@ def _row(r: dict[str, str], where: str) -> Row:
         raise DataError(f"{where}: column 'metric' {row.metric!r} unknown; use one of {', '.join(METRICS)}")
     if row.scenario not in SCENARIOS:
         raise DataError(f"{where}: column 'scenario' {row.scenario!r} unknown; use one of {', '.join(SCENARIOS)}")
+    if row.setting("vllm_use_v1") is not None and (row.engine != "vllm" or row.setting("vllm_use_v1") not in (0, 1)):
+        raise DataError(f"{where}: column 'settings' item vllm_use_v1={row.setting('vllm_use_v1')}: 0 or 1, on a vllm row only")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "

@@ -14,11 +14,12 @@ it overrides, and :func:`resolve_engine` returns the defaults that apply to a ve
 A version that cannot be read (``"master 2024-04-19"``) or none at all gets the engine's current
 defaults: generations describe old versions that differ, not the other way round. A generation may also
 carry a ``tag``, a local version label that selects it whatever the number: vLLM 0.8 to 0.10 still ran
-the V0 engine under ``VLLM_USE_V1=0``, written ``vllm@0.8.5+v0`` (a corpus row says ``vllm_use_v1=0``)::
+the V0 engine under ``VLLM_USE_V1=0``, written ``vllm@0.8.5+v0`` (a corpus row says ``vllm_use_v1=0``), and 0.7 could
+run V1's alpha under ``VLLM_USE_V1=1``, ``vllm@0.7.3+v1``; a ``v0``/``v1`` label on another engine is an error::
 
     >>> g = Generation(id="vllm<0.8", engine="vllm", below="0.8", fields=(), source="", tag="v0")
-    >>> g.covers("vllm", "0.8.5+v0"), g.covers("vllm", "0.8.5"), g.covers("vllm", "0.7.3")
-    (True, False, True)
+    >>> g.covers("vllm", "0.8.5+v0"), g.covers("vllm", "0.8.5"), g.covers("vllm", "0.7.3"), g.covers("vllm", "0.7.3+v1")
+    (True, False, True, False)
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class Generation:
     def covers(self, name: str, version: str) -> bool:
         if name != self.engine:
             return False
-        if self.tag and local_label(version) == self.tag:
-            return True
+        labels = set(local_label(version).split("."))
+        if self.tag and labels & set(ENGINE_TAGS):  # the label names the engine's generation: it decides
+            return self.tag in labels
         key = version_key(version)
         return key is not None and key < (version_key(self.below) or ())
 
@@ -94,6 +96,9 @@ def version_key(version: str) -> tuple[int, ...] | None:
     """Numeric parts of a version (``"b2837"`` -> ``(2837,)``); None when it has none to compare."""
     m = re.fullmatch(r"v?b?(\d+(?:\.\d+)*)(?:[.+-].*)?", (version or "").strip().lower())
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+ENGINE_TAGS = ("v0", "v1")  # local labels that name a vLLM engine generation (VLLM_USE_V1=0 / 1)
 
 
 def local_label(version: str) -> str:
@@ -141,6 +146,11 @@ def resolve_engine(engines: tuple[EngineDefaults, ...], generations: tuple[Gener
     if base is None:
         raise ConfigError(f"--engine {spec!r} unknown; calibration knows {', '.join(e.name for e in engines)} "
                           "(optionally with @VERSION, e.g. trtllm@0.6.1)")
+    tags = {g.tag for g in generations if g.engine == name and g.tag}
+    labels = set(local_label(version).split(".")) & set(ENGINE_TAGS)
+    if labels and not tags:
+        raise ConfigError(f"--engine {spec!r}: the label +{'/'.join(sorted(labels))} names a vLLM engine generation; "
+                          f"{name} has none")
     out = replace(base, version=version)
     # widest range first, so a narrower (older) generation's fields win; the narrowest names the result
     for g in sorted((g for g in generations if g.covers(name, version)), key=lambda g: version_key(g.below) or (), reverse=True):

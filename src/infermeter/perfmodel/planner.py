@@ -106,10 +106,11 @@ class Plan:
             out.append(f"the KV cache holds {d.kv_capacity_tokens:,} tokens per replica, less than the model's {d.spec.max_context:,}-token "
                        f"context: the engine must be started with a max model length <= {d.kv_capacity_tokens:,}")
         if self.estimate and self.rate is not None:
-            run = f" ({self.requests} requests)" if self.requests else ""
+            run = f" ({self.requests} request{'s' if self.requests != 1 else ''})" if self.requests else ""
             if self.estimate.overloaded:
                 out.append(f"open loop at {self.rate:g} requests a second{run}, at or past what the configuration completes: "
-                           f"{self.estimate.concurrency} run at once and the rest queue for a slot; the TTFT includes their mean wait")
+                           f"{self.estimate.concurrency} run at once (where the configuration completes the most) and the rest "
+                           "queue for a slot; the TTFT includes their mean wait")
             else:
                 out.append(f"open loop at {self.rate:g} requests a second{run}: about {self.estimate.concurrency} in the system "
                            "at once (Little's law)")

@@ -164,8 +164,10 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     its rate ``mu`` is the most of that over ``c`` up to its batch limit ``B`` (with long prompts or pipeline stages it
     peaks before ``B``). Below ``mu`` the replica holds ``c = lambda E2E(c)`` requests (Little's law; the smallest such
     ``c``, interpolated between whole numbers of users): the closed loop at ``c`` gives TTFT and TPOT, and the output is
-    ``rate E[O]``. At or past ``mu`` arrivals queue for a slot: request ``k`` arrives at ``k / lambda`` and is admitted at
-    ``a_k = max(k / lambda, a_(k-B) + E2E(B))``, its first token ``a_k - k / lambda`` later; without ``requests`` that
+    ``rate E[O]``. At or past ``mu`` arrivals queue: the replica is taken to run the ``c*`` requests at which its closed
+    loop completes the most (``B`` unless long prompts or pipeline stages peak earlier; an engine would admit up to ``B``,
+    each then slower, so no more complete), and request ``k`` arriving at ``k / lambda`` is admitted at
+    ``a_k = max(k / lambda, a_(k-c*) + E2E(c*))``, its first token ``a_k - k / lambda`` later; without ``requests`` that
     queue has no finite mean (ValueError).
 
     ``requests``: a finite run of ``N`` (``--num-prompts``) split over the replicas, whose throughput counts from the
@@ -240,13 +242,13 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
             ttft = share * (ttft + queue - alone) + (1.0 - share) * (d.request_overhead_s + queue + 0.5 * tpot)
             tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
             thr = requests * mean_o / (share * (sends + tail) + (1.0 - share) * max(burst_s, sends))
-        return Estimate(concurrency=max(1, round(c * replicas)), running_per_replica=max(1, round(c)),
+        return Estimate(concurrency=max(1, min(round(c * replicas), requests or round(c * replicas))), running_per_replica=max(1, round(c)),
                         max_concurrency=limit, ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (max(output_tokens, 1) - 1) * tpot,
                         output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot, bound=base.bound, shares=base.shares)
     if n is None or requests is None:
         raise ValueError(f"{rate:g} requests a second is at or past what the configuration completes "
                          f"({replicas * mu:.3g} a second): the queue grows without end; give the run's "
-                         "number of requests for its mean wait")
+                         "number of requests (--requests N; a row's requests=N) for its mean wait")
     top = closed(peak)
     admit = [0.0] * n
     for k in range(n):
