@@ -242,7 +242,8 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
             ttft = share * (ttft + queue - alone) + (1.0 - share) * (d.request_overhead_s + queue + 0.5 * tpot)
             tpot = share * tpot + (1.0 - share) * min(tpot, burst_tpot)
             thr = requests * mean_o / (share * (sends + tail) + (1.0 - share) * max(burst_s, sends))
-        return Estimate(concurrency=max(1, min(round(c * replicas), requests or round(c * replicas))), running_per_replica=max(1, round(c)),
+        in_system = max(1, round(c * replicas))
+        return Estimate(concurrency=min(in_system, requests) if requests else in_system, running_per_replica=max(1, round(c)),
                         max_concurrency=limit, ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (max(output_tokens, 1) - 1) * tpot,
                         output_tokens_per_s=thr, per_user_tokens_per_s=1.0 / tpot, bound=base.bound, shares=base.shares)
     if n is None or requests is None:
