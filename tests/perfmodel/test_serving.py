@@ -46,6 +46,23 @@ def test_replicas_multiply_saturation_throughput():
     assert saturation(one, 1000, 200)[1] == one.kv_capacity_tokens // (1000 + 200 // 2) < 1024
 
 
+def test_a_finite_run_counts_only_the_requests_it_has_over_the_replicas():
+    """A run of N requests split over the replicas counts N requests' output over the busiest replica's time: one
+    request on two replicas is one replica's work (it was counted twice), three on two take the time of two on one."""
+    from infermeter.perfmodel.serving import static_batch
+
+    one = build_deployment("llama-3.1-8b", "h100-sxm")
+    two = build_deployment("llama-3.1-8b", "2xh100-sxm:tp1")
+    for n in (1, 3):
+        busiest = -(-n // 2)
+        sat_two, sat_one = saturation(two, 1000, 200, requests=n)[0], saturation(one, 1000, 200, requests=busiest)[0]
+        assert sat_two == pytest.approx(sat_one * n / busiest, rel=1e-9)
+        st_two, st_one = static_batch(two, 1000, 200, n), static_batch(one, 1000, 200, busiest)
+        assert st_two.output_tokens_per_s == pytest.approx(st_one.output_tokens_per_s * n / busiest, rel=1e-9)
+    # an even split is the replicas' sum, as before
+    assert saturation(two, 1000, 200, requests=4)[0] == pytest.approx(2 * saturation(one, 1000, 200, requests=2)[0])
+
+
 def test_saturation_is_the_steady_state_mixed_step(d8):
     tput, batch = saturation(d8, 128, 128)
     # each step decodes `batch` tokens and prefills batch*128/128 prompt tokens

@@ -222,9 +222,9 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
             lo_c, hi_c = (mid, hi_c) if mid < lam * e2e(mid) else (lo_c, mid)
         c = hi_c
     burst_s = burst_tpot = 0.0
-    if n is not None:  # a run of n never holds more than n; all n queued at once: the burst it leans to
+    if n is not None and requests is not None:  # a run of n never holds more than n; all queued at once: the burst it leans to
         c = min(c, float(n))
-        burst_s = replicas * n * mean_o / saturation(d, input_tokens, output_tokens, lengths, n * replicas, served)[0]
+        burst_s = requests * mean_o / saturation(d, input_tokens, output_tokens, lengths, requests, served)[0]
         burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
     if c <= limit:
         a, z, w = mix(c)
@@ -310,7 +310,9 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
     With ``lengths`` not fixed, the steady state uses the running batch's output-length-biased context and
     reservation and the prompts' ``E[I^2]``; with ``requests`` too (a finite run: every request queued at once),
     the run's drain is added: once the queue is empty the batch empties as its longest requests finish, at the
-    batch sizes the residual lengths leave (``_drain``). Equal lengths with ``requests`` run in waves that start and
+    batch sizes the residual lengths leave (``_drain``); the run's ``requests`` split over the replicas, the busiest
+    (``ceil(requests / replicas)``) setting the duration and only the requests there are counting (one request on two
+    replicas is one replica's work, not two). Equal lengths with ``requests`` run in waves that start and
     finish together: every wave but the last at the steady rate, the last (the remainder, ``B`` when ``B`` divides the
     run, all of them when the run has fewer requests than ``B``) as one :func:`static_batch`: fifty 1000-in /
     2000-out requests on 8 H200s decode at batch 50, not at the engine's limit (without the wave a run of 50 and one
@@ -348,7 +350,7 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
         rest = per_replica % b or b  # the last wave's requests (a whole batch when b divides the run)
         last = static_batch(d, input_tokens, output_tokens, rest * d.config.replicas)
         total = (per_replica - rest) * o / (steady / d.config.replicas) + last.e2e_s
-        return d.config.replicas * per_replica * o / total, min(b, per_replica)
+        return requests * o / total, min(b, per_replica)
     if per_replica > b:  # a steady state, then the drain of the last full batch (its residual lengths)
         tail_tokens = b * dist.o2 / (2 * dist.mean_o)
         busy = max(per_replica * dist.mean_o - tail_tokens, 0.0) / (steady / d.config.replicas)
@@ -366,7 +368,7 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
         total = steps * d.step_time(int(round(c)), int(round(c)), seqs, attn_pairs=c * dist.prompt_pairs / dist.mean_i)
         total += _drain(d, dist, per_replica, dist.mean_i, dist.survival)
         b = per_replica
-    return d.config.replicas * per_replica * dist.mean_o / total, b
+    return requests * dist.mean_o / total, b
 
 
 def _prompt_pairs(input_tokens: int, dist: Lengths | None) -> float:
@@ -467,7 +469,8 @@ def static_batch(d: Deployment, input_tokens: int, output_tokens: int, batch: in
     the prompts are prefilled in chunks of the engine's token budget, then ``O - 1`` decode steps
     run the whole batch at a context growing by one token a step. The KV capacity is not applied (a
     static engine allocates what the batch needs; a published batch ran); a batch beyond the
-    engine's ``max_num_seqs`` runs in waves. Throughput = replicas x batch x O / latency.
+    engine's ``max_num_seqs`` runs in waves. Throughput = batch x O / latency (the batch split over the replicas, the
+    busiest, ``ceil(batch / replicas)``, setting the latency).
     """
     eng = engine_of(d)
     per_replica = max(1, math.ceil(batch / d.config.replicas))
@@ -488,5 +491,5 @@ def static_batch(d: Deployment, input_tokens: int, output_tokens: int, batch: in
     tpot = decode / (o - 1) if o > 1 else 0.0
     bound, shares = bound_of(d, b, input_tokens + o / 2)
     return Estimate(concurrency=batch, running_per_replica=b, max_concurrency=limit, ttft_s=ttft, tpot_s=tpot, e2e_s=latency * waves,
-                    output_tokens_per_s=d.config.replicas * per_replica * o / (latency * waves),
+                    output_tokens_per_s=batch * o / (latency * waves),
                     per_user_tokens_per_s=1.0 / tpot if tpot else 0.0, bound=bound, shares=shares)
