@@ -39,21 +39,27 @@ def test_blind_pairs_count_the_true_ratio_inside_the_stated_interval():
     table = {"same_family": {"n": 13, "rms": 0.07}, "cross_family": {"n": 56, "rms": 0.2}}
     h = ratio_interval(1.0, False, table)[1]  # the cross-family half-width, as a ratio
 
-    def row(i, hw, model="llama-3.1-8b", conc=1):
+    def row(i, hw, model="llama-3.1-8b", conc=1, **settings):
         return SimpleNamespace(id=i, model=model, weight_dtype="bf16", engine="vllm", scenario="fixed_concurrency",
-                               concurrency=conc, input_tokens=128, output_tokens=128, metric="tpot_ms", gpus=1, hardware=hw)
+                               concurrency=conc, input_tokens=128, output_tokens=128, metric="tpot_ms", gpus=1, hardware=hw,
+                               setting=lambda k, default=None: settings.get(k, default))
 
     def rec(i, measured, pub="p1", cls="dense"):
         return Record("b9", "c", i, pub, cls, "tpot_ms", measured, 10.0, 8.0, 12.0)
 
     rows = {r.id: r for r in [row("a", "h100-sxm"), row("b", "a100-80gb"), row("c", "mi300x"), row("d", "h100-sxm", conc=8),
                               row("e", "a100-80gb", conc=8), row("m1", "h100-sxm", "mixtral-8x7b"),
-                              row("m2", "a100-80gb", "mixtral-8x7b")]}
+                              row("m2", "a100-80gb", "mixtral-8x7b"),
+                              # two request rates (or run lengths) are two workloads, not one on two hardware: no pair
+                              row("r1", "h100-sxm", rate=1.0), row("r2", "a100-80gb", rate=4.0),
+                              row("s1", "h100-sxm", gpu_memory_utilization=0.9), row("s2", "a100-80gb", gpu_memory_utilization=0.8)]}
     recs = [rec("a", 10.0), rec("b", 10.0 * h * 0.99), rec("c", 10.0 * h * h),  # a-b inside, a-c and b-c outside
             rec("d", 10.0, "p2"), rec("e", 20.0, "p2"),  # one pair of another publication, far outside
-            rec("m1", 10.0, cls="moe"), rec("m2", 50.0, cls="moe")]  # MoE pairs are not counted
+            rec("m1", 10.0, cls="moe"), rec("m2", 50.0, cls="moe"),  # MoE pairs are not counted
+            rec("r1", 10.0, "p3"), rec("r2", 50.0, "p3"),
+            rec("s1", 10.0, "p4"), rec("s2", 10.0 * h * 0.99, "p4")]  # a server setting per GPU: still one workload
     got = blind_pairs(recs, rows, table)
-    assert got["cross_family"] == {"pairs": 4, "inside": 1, "publications": 2}
+    assert got["cross_family"] == {"pairs": 5, "inside": 2, "publications": 3}
     assert got["same_family"] == {"pairs": 0, "inside": 0, "publications": 0}
 
 

@@ -47,6 +47,9 @@ from infermeter.perfmodel.hardware import DATA_DIR, get_hardware
 from infermeter.perfmodel.uncertainty import COVERAGE, records_of, t90
 from infermeter.yamlfile import safe_load
 
+# the settings that define a row's workload (not its server): rows differing in one are not one workload on two hardware
+WORKLOAD = ("lengths", "rate", "requests")
+
 PAIRED_FILE = DATA_DIR / "paired-errors.yaml"
 
 
@@ -71,8 +74,11 @@ def pairs_of(report: Any) -> list[tuple[float, bool]]:  # noqa: ANN401 - a valid
 
 
 def _conditions(w: Any) -> tuple[Any, ...]:  # noqa: ANN401 - a corpus Row
-    """What two rows of one publication must share to be a pair: everything but the hardware."""
-    return (w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens, w.output_tokens, w.metric, w.gpus)
+    """What two rows of one publication must share to be a pair: everything but the hardware and the server's own
+    settings (a memory fraction or batch limit set per GPU): the workload's settings (:data:`WORKLOAD`) included,
+    so two request rates, run lengths or length distributions are two workloads."""
+    return (w.model, w.weight_dtype, w.engine, w.scenario, w.concurrency, w.input_tokens, w.output_tokens, w.metric, w.gpus,
+            *(w.setting(k) for k in WORKLOAD))
 
 
 def _hardware_pairs(groups: dict[tuple[Any, ...], list[tuple[str, float]]]) -> list[tuple[float, bool, tuple[Any, ...]]]:
