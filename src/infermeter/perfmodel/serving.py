@@ -204,9 +204,13 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
         lo, hi = min(max(1, math.floor(c)), limit), min(max(1, math.ceil(c)), limit)
         return closed(lo), closed(hi), (min(max(c - lo, 0.0), 1.0) if hi > lo else 0.0)
 
-    def e2e(c: float) -> float:
+    def interp(c: float) -> tuple[float, float, float]:  # (TTFT, TPOT, E2E) at c users, between whole numbers
         a, z, w = mix(c)
-        return a.e2e_s + w * (z.e2e_s - a.e2e_s)
+        return (a.ttft_s + w * (z.ttft_s - a.ttft_s), a.tpot_s + w * (z.tpot_s - a.tpot_s),
+                a.e2e_s + w * (z.e2e_s - a.e2e_s))
+
+    def e2e(c: float) -> float:
+        return interp(c)[2]
 
     # the replica's rate: the most c / E2E(c) over whole numbers of users (geometric steps and the limit itself)
     grid = sorted({max(1, min(limit, round(1.08 ** i))) for i in range(200)} | {limit})
@@ -227,9 +231,9 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
         burst_s = requests * mean_o / saturation(d, input_tokens, output_tokens, lengths, requests, served)[0]
         burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
     if c <= limit:
-        a, z, w = mix(c)
-        ttft, tpot, span = a.ttft_s + w * (z.ttft_s - a.ttft_s), a.tpot_s + w * (z.tpot_s - a.tpot_s), e2e(c)
+        ttft, tpot, span = interp(c)
         thr = rate * mean_o
+        a, z, w = mix(c)
         base = a if w < 0.5 else z
         if n is not None and requests is not None:
             sends = (n - 1) / lam
