@@ -31,7 +31,7 @@ def _rows(n: int) -> list[Row]:
     return load_rows(DATA / f"published-measurements-blind{n}.csv")
 
 
-@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 45), (7, 55), (8, 55)])
+@pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 45), (7, 55), (8, 50)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
@@ -69,13 +69,13 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
 
 # xinyuwei-david's MI300X handbook holds 14 of blind set 6's 45 rows (31%), just over the 30% bound: reported, not
 # trimmed; set 6 has no TensorRT-LLM publication. The Qwen team's two speed-benchmark editions hold 18 of blind set 7's 60
-# rows: 30%, at the bound. NVIDIA's two TensorRT-LLM perf-overview editions hold 22 of blind set 8's 57 rows (39%):
-# reported, not trimmed (the coordinator applies the caps)
+# rows: 30%, at the bound. NVIDIA's two TensorRT-LLM perf-overview editions held 22 of blind set 8's 57 audited rows (39%):
+# cut to 15 of 50 (30%) by a rule fixed before any scoring (test_blind8_counts); the 7 others are scored apart (-blind8x.csv)
 @pytest.mark.parametrize(("n", "org_share", "engines"), [(4, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (5, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (6, 0.32, {"vllm", "sglang", "lmdeploy"}),
                                                         (7, 0.3, {"vllm", "sglang", "trtllm", "lmdeploy"}),
-                                                        (8, 0.39, {"vllm", "sglang", "trtllm"})])
+                                                        (8, 0.3, {"vllm", "sglang", "trtllm"})])
 def test_blind_spreads_over_publications_organisations_and_engines(n: int, org_share: float, engines: set[str]) -> None:
     rows = _rows(n)
     per_pub = Counter(publication(r) for r in rows)
@@ -110,19 +110,30 @@ def test_blind7_counts() -> None:
 
 
 def test_blind8_counts() -> None:
+    """Blind set 8 as scored: 50 rows. The audit left 57, NVIDIA's two TensorRT-LLM editions holding 22 (39%, over the
+    30% organisation bound): before any prediction was read, those 22 were ordered by the SHA-1 of their ids and the
+    first 15 kept (15 of 50 = 30%); the other 7 are -blind8x.csv, scored apart and folded with the set."""
+    import hashlib
+
     rows = _rows(8)
     orgs = {r.source_url.split("/")[3] for r in rows}
-    assert (len(rows), len({publication(r) for r in rows}), len(orgs)) == (57, 8, 7)
-    assert Counter(r.engine for r in rows) == {"vllm": 23, "trtllm": 22, "sglang": 12}
-    assert sum(get_model(r.model).is_moe for r in rows) == 31 and sum(not get_model(r.model).is_moe for r in rows) == 26
-    assert {r.hardware for r in rows} == {"a100-80gb", "b200", "h100-sxm", "h200", "l40s", "mi300x"}
-    assert Counter(r.scenario for r in rows) == {"saturated": 30, "fixed_concurrency": 17, "request_rate": 8,
+    assert (len(rows), len({publication(r) for r in rows}), len(orgs)) == (50, 8, 7)
+    assert Counter(r.engine for r in rows) == {"vllm": 23, "trtllm": 15, "sglang": 12}
+    assert sum(get_model(r.model).is_moe for r in rows) == 28 and sum(not get_model(r.model).is_moe for r in rows) == 22
+    assert {r.hardware for r in rows} == {"a100-80gb", "h100-sxm", "h200", "l40s", "mi300x"}
+    assert Counter(r.scenario for r in rows) == {"saturated": 23, "fixed_concurrency": 17, "request_rate": 8,
                                                  "static_batch": 2}
-    assert sum(r.id.startswith("b8a-") for r in rows) == 38 and sum(r.id.startswith("b8b-") for r in rows) == 19
+    assert sum(r.id.startswith("b8a-") for r in rows) == 36 and sum(r.id.startswith("b8b-") for r in rows) == 14
     for r in rows:  # an open loop states its rate and how many requests it sent, its client uncapped ("max": None)
         if r.scenario == "request_rate":
             assert r.setting("rate") and r.setting("requests") and r.concurrency is None, r.id
+    # the cap's rule: of NVIDIA's rows in the set and beside it, the 15 first by SHA-1 of the id are the set's
+    extra = load_rows(DATA / "published-measurements-blind8x.csv")
+    nvidia = [r for r in rows + extra if r.source_url.split("/")[3] == "NVIDIA"]
+    assert len(nvidia) == 22 and all(r.source_url.split("/")[3] == "NVIDIA" for r in extra)
+    first = sorted(nvidia, key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())[:15]
+    assert {r.id for r in first} == {r.id for r in rows if r.source_url.split("/")[3] == "NVIDIA"}
     # the TensorRT-LLM v0.17 edition is one publication that both collectors read: no row twice
-    keys = [(r.model, r.hardware, r.gpus, r.tp, r.pp, r.input_tokens, r.output_tokens, r.metric) for r in rows
+    keys = [(r.model, r.hardware, r.gpus, r.tp, r.pp, r.input_tokens, r.output_tokens, r.metric) for r in rows + extra
             if "258c7540c03517def55d9a5aadfa9288af474e1b" in r.source_url]
     assert len(keys) == len(set(keys)) == 14
