@@ -407,7 +407,8 @@ def saturated_latency(d: Deployment, input_tokens: int, output_tokens: int, leng
     """(mean TTFT, mean TPOT) in seconds of a saturated run of ``requests`` queued at once (the module docstring).
 
     The TPOT is the steady state's and needs no count; a queue's wait grows with its length, so without
-    ``requests`` the TTFT is None."""
+    ``requests`` the TTFT is None. With ``requests`` split unevenly over the replicas the TTFT is the busiest replica's
+    (``ceil(requests / replicas)`` requests) mean, a little above the mean over all of them."""
     eng = engine_of(d)
     steady, b = _gpu_saturation(d, input_tokens, output_tokens, lengths, None)
     reps = d.config.replicas
