@@ -150,3 +150,27 @@ def test_a_leftover_emulator_is_recognised_and_stopped():
         while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not Path(f"/proc/{pid}/cmdline").exists() or not Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_a_ctrl_c_wrapped_by_a_lazy_import_still_stops_the_campaign_cleanly(tmp_path, monkeypatch):
+    """A Ctrl-C between runs raises KeyboardInterrupt from the signal handler; landing inside a lazily imported module's
+    dataclass (its fields' __set_name__), Python 3.11 re-raises it as RuntimeError from it (a clean-clone run exited 1
+    with a traceback instead of 130). The campaign stops as interrupted, with its report; another RuntimeError is not
+    swallowed."""
+    from infermeter.campaign.runner import CampaignRunner
+    from infermeter.campaign.spec import load_campaign
+
+    f = tmp_path / "c.yaml"
+    f.write_text(CAMPAIGN)
+    runner = CampaignRunner(load_campaign(f), tmp_path / "out")
+
+    def wrapped(*_a, **_k):
+        raise RuntimeError("Error calling __set_name__ on 'Field' instance") from KeyboardInterrupt()
+
+    monkeypatch.setattr(runner, "_run_target", wrapped)
+    report = runner.run()
+    assert report.get("interrupted") is True
+    other = CampaignRunner(load_campaign(f), tmp_path / "out2")
+    monkeypatch.setattr(other, "_run_target", lambda *_a, **_k: (_ for _ in ()).throw(RuntimeError("a real bug")))
+    with pytest.raises(RuntimeError, match="a real bug"):
+        other.run()

@@ -78,6 +78,12 @@ class CampaignRunner:
                 self._write_report(state)
         except KeyboardInterrupt:  # between runs (an engine starting): nothing to finish, stop now
             self.stopping = True
+        except RuntimeError as exc:
+            # Python 3.11 wraps what a class body's __set_name__ raises in RuntimeError: a Ctrl-C landing while a module
+            # is imported lazily between runs (a workload's dataclasses) arrives so; it is the same interruption
+            if not isinstance(exc.__cause__, KeyboardInterrupt):
+                raise
+            self.stopping = True
         finally:
             restore()
         report = self._write_report(state)
