@@ -130,7 +130,7 @@ def test_blind8_counts() -> None:
     import hashlib
 
     rows = _rows(8)
-    orgs = {r.source_url.split("/")[3] for r in rows}
+    orgs = {_org(r) for r in rows}
     assert (len(rows), len({publication(r) for r in rows}), len(orgs)) == (50, 8, 7)
     assert Counter(r.engine for r in rows) == {"vllm": 23, "trtllm": 15, "sglang": 12}
     assert sum(get_model(r.model).is_moe for r in rows) == 28 and sum(not get_model(r.model).is_moe for r in rows) == 22
@@ -143,10 +143,10 @@ def test_blind8_counts() -> None:
             assert r.setting("rate") and r.setting("requests") and r.concurrency is None, r.id
     # the cap's rule: of NVIDIA's rows in the set and beside it, the 15 first by SHA-1 of the id are the set's
     extra = load_rows(DATA / "published-measurements-blind8x.csv")
-    nvidia = [r for r in rows + extra if r.source_url.split("/")[3] == "NVIDIA"]
-    assert len(nvidia) == 22 and all(r.source_url.split("/")[3] == "NVIDIA" for r in extra)
+    nvidia = [r for r in rows + extra if _org(r) == "NVIDIA"]
+    assert len(nvidia) == 22 and all(_org(r) == "NVIDIA" for r in extra)
     first = sorted(nvidia, key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())[:15]
-    assert {r.id for r in first} == {r.id for r in rows if r.source_url.split("/")[3] == "NVIDIA"}
+    assert {r.id for r in first} == {r.id for r in rows if _org(r) == "NVIDIA"}
     # the TensorRT-LLM v0.17 edition is one publication that both collectors read: no row twice
     keys = [(r.model, r.hardware, r.gpus, r.tp, r.pp, r.input_tokens, r.output_tokens, r.metric) for r in rows + extra
             if "258c7540c03517def55d9a5aadfa9288af474e1b" in r.source_url]

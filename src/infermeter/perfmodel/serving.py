@@ -204,10 +204,11 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
         lo, hi = min(max(1, math.floor(c)), limit), min(max(1, math.ceil(c)), limit)
         return closed(lo), closed(hi), (min(max(c - lo, 0.0), 1.0) if hi > lo else 0.0)
 
-    def interp(c: float) -> tuple[float, float, float]:  # (TTFT, TPOT, E2E) at c users, between whole numbers
+    def interp(c: float) -> tuple[float, float, float, Estimate]:
+        """(TTFT, TPOT, E2E) at c users, between whole numbers, and the nearer whole number's estimate."""
         a, z, w = mix(c)
         return (a.ttft_s + w * (z.ttft_s - a.ttft_s), a.tpot_s + w * (z.tpot_s - a.tpot_s),
-                a.e2e_s + w * (z.e2e_s - a.e2e_s))
+                a.e2e_s + w * (z.e2e_s - a.e2e_s), a if w < 0.5 else z)
 
     def e2e(c: float) -> float:
         return interp(c)[2]
@@ -229,12 +230,10 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     if n is not None and requests is not None:  # a run of n never holds more than n; all queued at once: the burst it leans to
         c = min(c, float(n))
         burst_s = requests * mean_o / saturation(d, input_tokens, output_tokens, lengths, requests, served)[0]
-        burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, n * replicas)[1]
+        burst_tpot = saturated_latency(d, input_tokens, output_tokens, lengths, requests)[1]
     if c <= limit:
-        ttft, tpot, span = interp(c)
+        ttft, tpot, span, base = interp(c)
         thr = rate * mean_o
-        a, z, w = mix(c)
-        base = a if w < 0.5 else z
         if n is not None and requests is not None:
             sends = (n - 1) / lam
             alone = d.prefill_time(input_tokens, engine_of(d).max_batched_tokens)
