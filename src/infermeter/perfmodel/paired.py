@@ -164,12 +164,16 @@ def main(argv: list[str]) -> int:
                              f"({v['publications']} publications)\n")
         return 0
     path = argv[0] if argv else "tests/data/published-measurements.csv"
-    table = table_from_report(validate(load_rows(path), holdout="source"),
-                              source=f"paired leave-one-publication-out errors of {path}; "
-                                     f"python -m infermeter.perfmodel.paired {path}")
-    sys.stdout.write("# Two hardware of one publication under the same conditions: the spread of the difference of\n"
-                     "# their log errors (infermeter.perfmodel.paired)\n" + yaml.safe_dump(table, sort_keys=False))
+    sys.stdout.write(text(validate(load_rows(path), holdout="source"), path))
     return 0
+
+
+def text(report: Any, path: str) -> str:  # noqa: ANN401 - a validate.Report
+    """``data/paired-errors.yaml`` from a corpus's leave-one-publication-out report."""
+    table = table_from_report(report, source=f"paired leave-one-publication-out errors of {path}; "
+                                             f"python -m infermeter.perfmodel.paired {path}")
+    return ("# Two hardware of one publication under the same conditions: the spread of the difference of\n"
+            "# their log errors (infermeter.perfmodel.paired)\n" + yaml.safe_dump(table, sort_keys=False))
 
 
 if __name__ == "__main__":

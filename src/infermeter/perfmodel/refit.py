@@ -6,9 +6,11 @@ fresh process so that every step loads what the previous one wrote:
 
 1. the ``fitted:`` and ``fitted_engines:`` blocks of ``data/calibration.yaml``
    (``python -m infermeter.perfmodel.fit``), the hand-written parts of the file kept byte for byte;
-2. its ``uncertainty:`` block (``python -m infermeter.perfmodel.uncertainty``: leave-one-publication-out
-   and leave-one-combination-out, the slow step: minutes);
-3. ``data/paired-errors.yaml`` (``python -m infermeter.perfmodel.paired``);
+2. its ``uncertainty:`` block (what ``python -m infermeter.perfmodel.uncertainty`` prints: leave-one-publication-out
+   and leave-one-combination-out, the slow step) and
+3. ``data/paired-errors.yaml`` (what ``python -m infermeter.perfmodel.paired`` prints), both from one
+   leave-one-publication-out pass (``python -m infermeter.perfmodel.refit --derived CSV``, a JSON object on stdout:
+   the two modules' commands would each run that pass, which takes most of a quarter of an hour);
 4. ``data/blind-scores.yaml`` (``python -m infermeter.perfmodel.blindscore``).
 
 Tests compare each of these against a fresh derivation, so a refit that skips one fails them. The
@@ -21,6 +23,7 @@ is the text surgery, on its own so it can be tested::
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -55,17 +58,32 @@ def _run(*args: str) -> str:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=True).stdout
 
 
+def derived(csv: str) -> dict[str, str]:
+    """``{"uncertainty": block, "paired": file text}`` from one leave-one-publication-out pass over ``csv``: the same
+    texts ``python -m infermeter.perfmodel.uncertainty CSV`` and ``python -m infermeter.perfmodel.paired CSV`` print."""
+    from infermeter.perfmodel import paired, uncertainty
+    from infermeter.perfmodel.corpus import load_rows
+    from infermeter.perfmodel.validate import validate
+
+    rows = load_rows(csv)
+    report = validate(rows, holdout="source")
+    return {"uncertainty": uncertainty.block(rows, report, csv), "paired": paired.text(report, csv)}
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--derived"]:
+        sys.stdout.write(json.dumps(derived(argv[1] if len(argv) > 1 else "tests/data/published-measurements.csv")))
+        return 0
     csv = argv[0] if argv else "tests/data/published-measurements.csv"
     if not Path(csv).is_file():
         raise DataError(f"{csv}: no such corpus file (run from the repository's root)")
     fitted = _run("infermeter.perfmodel.fit", csv)
     CALIBRATION.write_text(splice(CALIBRATION.read_text(), fitted, "fitted:", UNCERTAINTY_COMMENT))
     sys.stderr.write(f"refit: fitted blocks -> {CALIBRATION}\n")
-    unc = _run("infermeter.perfmodel.uncertainty", csv)
-    CALIBRATION.write_text(splice(CALIBRATION.read_text(), unc, "uncertainty:", None))
+    out = json.loads(_run("infermeter.perfmodel.refit", "--derived", csv))
+    CALIBRATION.write_text(splice(CALIBRATION.read_text(), out["uncertainty"], "uncertainty:", None))
     sys.stderr.write(f"refit: uncertainty block -> {CALIBRATION}\n")
-    PAIRED.write_text(_run("infermeter.perfmodel.paired", csv))
+    PAIRED.write_text(out["paired"])
     sys.stderr.write(f"refit: {PAIRED}\n")
     _run("infermeter.perfmodel.blindscore")
     sys.stderr.write("refit: blind scores rewritten\n")

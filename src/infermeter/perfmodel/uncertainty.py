@@ -483,21 +483,26 @@ def coverage_by(checks: list[Check]) -> dict[str, dict[str, dict[str, float | in
             for part, d in split.items()}
 
 
+def block(rows: list[Any], report: Any, path: str) -> str:  # noqa: ANN401 - corpus Rows, a validate.Report
+    """The ``uncertainty:`` block of ``calibration.yaml`` from a corpus and its leave-one-publication-out report (the
+    leave-one-combination-out pass runs here)."""
+    from infermeter.perfmodel import freshpub
+
+    loco = loco_records(rows)
+    frac, n, checks = nested_coverage(report, loco)
+    table = table_from_report(report, source=f"leave-one-publication-out and leave-one-combination-out errors of {path}; "
+                                             f"python -m infermeter.perfmodel.uncertainty {path}", loco=loco)
+    table = table.with_fresh(freshpub.spread(freshpub.load()))
+    return table.to_yaml((frac, n), coverage_by(checks)["by_class_basis"])
+
+
 def main(argv: list[str]) -> int:
     from infermeter.perfmodel.corpus import load_rows
     from infermeter.perfmodel.validate import validate
 
     path = argv[0] if argv else "tests/data/published-measurements.csv"
     rows = load_rows(path)
-    report = validate(rows, holdout="source")
-    loco = loco_records(rows)
-    frac, n, checks = nested_coverage(report, loco)
-    from infermeter.perfmodel import freshpub
-
-    table = table_from_report(report, source=f"leave-one-publication-out and leave-one-combination-out errors of {path}; "
-                                             f"python -m infermeter.perfmodel.uncertainty {path}", loco=loco)
-    table = table.with_fresh(freshpub.spread(freshpub.load()))
-    sys.stdout.write(table.to_yaml((frac, n), coverage_by(checks)["by_class_basis"]))
+    sys.stdout.write(block(rows, validate(rows, holdout="source"), path))
     return 0
 
 

@@ -1,0 +1,48 @@
+"""The refit's one leave-one-publication-out pass (``python -m infermeter.perfmodel.refit --derived CSV``) gives
+the same texts as the two modules' own commands, which each run that pass: the refit writes what a fresh
+derivation (the tests of the shipped files) prints. On a small corpus cut from the real one, so it runs in seconds."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+from infermeter.perfmodel import paired, refit, uncertainty
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "published-measurements.csv"
+# three publications' rows: TensorRT-LLM v1.0 on Hopper, LMDeploy 0.1 on A100, the vLLM FP8-KV blog
+KEEP = ("tr8-", "tr70-", "lmd010-", "vblog-")
+
+
+def _small(tmp_path: Path) -> str:
+    lines = CORPUS.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [ln for ln in lines[1:] if ln.startswith(KEEP)]
+    path = tmp_path / "small.csv"
+    path.write_text(lines[0] + "".join(kept), encoding="utf-8")
+    return str(path)
+
+
+def _printed(main: object, path: str) -> str:
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main([path]) == 0  # type: ignore[operator]
+    return buf.getvalue()
+
+
+def test_derived_is_what_the_two_commands_print(tmp_path: Path) -> None:
+    path = _small(tmp_path)
+    out = refit.derived(path)
+    assert out["uncertainty"] == _printed(uncertainty.main, path)
+    assert out["paired"] == _printed(paired.main, path)
+    assert out["uncertainty"].startswith("uncertainty:") and "same_family" in out["paired"]
+
+
+def test_derived_flag_prints_json(tmp_path: Path) -> None:
+    path = _small(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "infermeter.perfmodel.refit", "--derived", path],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout) == refit.derived(path)
