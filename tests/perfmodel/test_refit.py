@@ -46,3 +46,33 @@ def test_derived_flag_prints_json(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "infermeter.perfmodel.refit", "--derived", path],
                           capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout) == refit.derived(path)
+
+
+def test_fit_many_gives_the_serial_fits_in_worker_processes(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A leave-one-out pass's refits, spread over processes (``fit.fit_many``), are the fits one process would make."""
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.corpus import load_rows, publication
+    from infermeter.perfmodel.fit import fit, fit_many, priors_only
+
+    rows = load_rows(_small(tmp_path))
+    base = priors_only(load_calibration())
+    pubs = list(dict.fromkeys(publication(r) for r in rows))
+    subsets = [[r for r in rows if publication(r) != p] for p in pubs] + [rows]
+    assert len(subsets) >= 4
+    monkeypatch.setenv("INFERMETER_FIT_WORKERS", "2")
+    spread = fit_many(subsets, base)
+    serial = [fit(s, base) for s in subsets]
+    assert [c.entries for c in spread] == [c.entries for c in serial]
+    assert [c.engines for c in spread] == [c.engines for c in serial]
+
+
+def test_fit_workers_names_a_bad_setting(monkeypatch) -> None:  # noqa: ANN001
+    import pytest
+
+    from infermeter.perfmodel.fit import fit_workers
+
+    monkeypatch.setenv("INFERMETER_FIT_WORKERS", "many")
+    with pytest.raises(ValueError, match="INFERMETER_FIT_WORKERS='many'"):
+        fit_workers()
+    monkeypatch.setenv("INFERMETER_FIT_WORKERS", "1")
+    assert fit_workers() == 1

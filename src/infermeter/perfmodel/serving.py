@@ -215,11 +215,27 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
 
     # the replica's rate: the most c / E2E(c) over whole numbers of users (geometric steps and the limit itself)
     grid = sorted({max(1, min(limit, round(1.08 ** i))) for i in range(200)} | {limit})
-    rates = [(u / closed(u).e2e_s, u) for u in grid]
-    mu, peak = max(rates)
+    o = max(output_tokens, 1)
+    ctx = float(input_tokens) + output_tokens / 2 if dist is None else dist.running_context
+
+    def ceiling(u: int) -> float:
+        """An upper bound on ``u / E2E(u)`` for one step time: a closed loop's E2E is at least ``O - 1`` of its plain
+        decode steps (:func:`at_concurrency`: TPOT is that step over ``1 - stall``, TTFT is not negative), so a grid point
+        whose ceiling cannot beat what is known needs no closed loop of its own (the result is the same, at a few
+        dozen closed loops fewer)."""
+        if o <= 1:
+            return math.inf
+        n_u = max(1, math.ceil(min(u, limit) / d.pipeline_depth))
+        return u / ((o - 1) * d.step_time(n_u, int(n_u * ctx), n_u))
+
+    best = (-math.inf, 0)
+    for u in reversed(grid):  # from the top, where the peak usually is
+        if ceiling(u) >= best[0]:
+            best = max(best, (u / closed(u).e2e_s, u))
+    mu, peak = best
     c = math.inf
     if lam < mu:  # below the replica's rate: the smallest c on the rising branch with c = lam E2E(c)
-        hi_u = next(u for r, u in rates if r > lam)
+        hi_u = next(u for u in grid if ceiling(u) > lam and u / closed(u).e2e_s > lam)
         lo_u = max([u for u in grid if u < hi_u], default=0)
         lo_c, hi_c = float(lo_u), float(hi_u)
         for _ in range(60):

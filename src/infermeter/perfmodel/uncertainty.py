@@ -401,12 +401,13 @@ def loco_records(rows: list[Any], cal: Any = None) -> list[Record]:  # noqa: ANN
     """Every row predicted by a fit (from the priors) without any row of its :func:`combination`, in its regime there."""
     from infermeter.perfmodel.calibration import load_calibration
     from infermeter.perfmodel.corpus import publication
-    from infermeter.perfmodel.fit import fit, priors_only
+    from infermeter.perfmodel.fit import fit_many, priors_only
 
     base = priors_only(cal or load_calibration())
+    combos = list(dict.fromkeys(combination(r) for r in rows))
+    refits = fit_many([[r for r in rows if combination(r) != combo] for combo in combos], base)
     out: list[Record] = []
-    for combo in dict.fromkeys(combination(r) for r in rows):
-        refit = fit([r for r in rows if combination(r) != combo], base)
+    for combo, refit in zip(combos, refits, strict=True):
         out += [_record(r, refit, publication(r)) for r in rows if combination(r) == combo]
     return out
 

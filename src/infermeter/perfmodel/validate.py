@@ -214,7 +214,7 @@ class Report:
 
 def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = "row") -> Report:
     """In-sample predictions under ``cal`` (default: shipped table) and out-of-sample refits from the priors."""
-    from infermeter.perfmodel.fit import fit, priors_only
+    from infermeter.perfmodel.fit import fit, fit_many, priors_only
 
     if holdout not in HOLDOUTS:
         raise DataError(f"--holdout {holdout!r} unknown; use {', '.join(HOLDOUTS)}")
@@ -227,8 +227,8 @@ def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = 
         for row in rows:
             loo[row.id] = predict(row, fit([r for r in rows if r.id != row.id], base))
     if holdout in ("source", "all"):
-        for pub in dict.fromkeys(publication(r) for r in rows):
-            refits[pub] = fit([r for r in rows if publication(r) != pub], base)
+        pubs = list(dict.fromkeys(publication(r) for r in rows))
+        refits = dict(zip(pubs, fit_many([[r for r in rows if publication(r) != pub] for pub in pubs], base), strict=True))
         for row in rows:
             lopo[row.id] = predict(row, refits[publication(row)])
     results = tuple(RowResult(row=r, predicted=predict(r, cal), predicted_loo=loo.get(r.id), predicted_lopo=lopo.get(r.id)) for r in rows)
