@@ -14,7 +14,7 @@ from pathlib import Path
 from infermeter.perfmodel import paired, refit, uncertainty
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "published-measurements.csv"
-# three publications' rows: TensorRT-LLM v1.0 on Hopper, LMDeploy 0.1 on A100, the vLLM FP8-KV blog
+# three publications' rows (tr8- and tr70- are one edition): TensorRT-LLM v1.0 on Hopper, LMDeploy 0.1 on A100, the vLLM FP8-KV blog
 KEEP = ("tr8-", "tr70-", "lmd010-", "vblog-")
 
 
@@ -71,8 +71,11 @@ def test_fit_workers_names_a_bad_setting(monkeypatch) -> None:  # noqa: ANN001
 
     from infermeter.perfmodel.fit import fit_workers
 
-    monkeypatch.setenv("INFERMETER_FIT_WORKERS", "many")
-    with pytest.raises(ValueError, match="INFERMETER_FIT_WORKERS='many'"):
-        fit_workers()
+    from infermeter.errors import ConfigError
+
+    for bad in ("many", "0", "-2"):
+        monkeypatch.setenv("INFERMETER_FIT_WORKERS", bad)
+        with pytest.raises(ConfigError, match=f"INFERMETER_FIT_WORKERS='{bad}'"):
+            fit_workers()
     monkeypatch.setenv("INFERMETER_FIT_WORKERS", "1")
     assert fit_workers() == 1

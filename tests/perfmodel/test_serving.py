@@ -246,3 +246,27 @@ def test_an_open_loop_takes_the_configuration_s_best_rate_and_splits_runs_over_r
     two = build_deployment("llama-3.1-8b", "2xh100-sxm:tp1")
     assert at_rate(two, 1000, 200, 0.1, requests=1).output_tokens_per_s == pytest.approx(
         at_rate(d8, 1000, 200, 0.1, requests=1).output_tokens_per_s, rel=0.01)
+
+
+@pytest.mark.parametrize(("model", "config", "engine", "kind", "inp", "out"), [
+    ("llama-3.1-8b", "h100-sxm", "vllm", "fixed", 1000, 200),
+    ("llama-3.1-8b", "a100-80gb", "sglang", "sharegpt", 300, 200),
+    ("llama-3.1-70b", "4xh100-sxm:tp4", "trtllm", "uniform", 2048, 128),
+    ("llama-3.1-70b", "8xa10g:tp4,pp2", "vllm", "fixed", 512, 256),  # two pipeline stages
+    ("qwen3-30b-a3b", "h100-sxm", "vllm", "sharegpt", 30000, 2),  # long prompts, two output tokens
+    ("llama-3.1-8b", "2xl4", "lmdeploy", "fixed", 128, 2048),  # two replicas
+])
+def test_the_open_loops_ceiling_bounds_every_closed_loop(model, config, engine, kind, inp, out):
+    """``at_rate`` skips the closed loop of any user count whose ceiling (``closed_loop_ceiling``: the users over
+    ``O - 1`` plain decode steps) cannot beat the best rate it knows: that is only the same answer if the ceiling is
+    never below the closed loop's own rate, at any user count up to and past the replica's limit."""
+    from infermeter.perfmodel.lengths import Lengths
+    from infermeter.perfmodel.serving import closed_loop_ceiling
+
+    d = build_deployment(model, config, engine=engine)
+    dist = Lengths.of(kind, inp, out)
+    limit = max_concurrency(d, inp, out)
+    for users in sorted({1, 2, 3, 7, 16, 63, 200, limit, limit + 5}):
+        rate = users / at_concurrency(d, inp, out, users * d.config.replicas, dist).e2e_s
+        assert rate <= closed_loop_ceiling(d, inp, out, users, dist, limit) * (1 + 1e-12), (users, limit)
+    assert closed_loop_ceiling(d, inp, 1, 4, dist) == float("inf")  # no decode step to bound a one-token output by

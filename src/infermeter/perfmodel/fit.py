@@ -57,6 +57,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Literal
 
+from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment, moe_kernel_dtype
 from infermeter.perfmodel.calibration import PHASE_BOUNDS, Calibration, Entry, dtype_class, load_calibration
 from infermeter.perfmodel.corpus import Row, publication
@@ -354,12 +355,15 @@ def to_yaml(cal: Calibration) -> str:
 
 
 def fit_workers() -> int:
-    """Processes :func:`fit_many` may use: ``INFERMETER_FIT_WORKERS`` if set (1: fit in this process), else the CPUs."""
+    """Processes :func:`fit_many` may use: ``INFERMETER_FIT_WORKERS`` if set (a whole number >= 1; 1 fits in this
+    process), else the CPUs this process may run on (its affinity, not the host's count)."""
     text = os.environ.get("INFERMETER_FIT_WORKERS", "")
-    try:
-        return max(1, int(text)) if text else os.cpu_count() or 1
-    except ValueError:
-        raise ValueError(f"INFERMETER_FIT_WORKERS={text!r}: give a whole number of processes (1 fits in this process)") from None
+    if not text:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ConfigError(f"INFERMETER_FIT_WORKERS={text!r}: give a whole number of processes, 1 or more "
+                          "(1 fits in this process)")
+    return int(text)
 
 
 def fit_many(subsets: list[list[Row]], base: Calibration) -> list[Calibration]:

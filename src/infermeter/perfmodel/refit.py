@@ -71,12 +71,14 @@ def derived(csv: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--derived"]:
-        sys.stdout.write(json.dumps(derived(argv[1] if len(argv) > 1 else "tests/data/published-measurements.csv")))
-        return 0
-    csv = argv[0] if argv else "tests/data/published-measurements.csv"
+    derive = argv[:1] == ["--derived"]
+    args = argv[1:] if derive else argv
+    csv = args[0] if args else "tests/data/published-measurements.csv"
     if not Path(csv).is_file():
         raise DataError(f"{csv}: no such corpus file (run from the repository's root)")
+    if derive:
+        sys.stdout.write(json.dumps(derived(csv)))
+        return 0
     fitted = _run("infermeter.perfmodel.fit", csv)
     CALIBRATION.write_text(splice(CALIBRATION.read_text(), fitted, "fitted:", UNCERTAINTY_COMMENT))
     sys.stderr.write(f"refit: fitted blocks -> {CALIBRATION}\n")

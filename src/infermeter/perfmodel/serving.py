@@ -215,18 +215,9 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
 
     # the replica's rate: the most c / E2E(c) over whole numbers of users (geometric steps and the limit itself)
     grid = sorted({max(1, min(limit, round(1.08 ** i))) for i in range(200)} | {limit})
-    o = max(output_tokens, 1)
-    ctx = float(input_tokens) + output_tokens / 2 if dist is None else dist.running_context
 
-    def ceiling(u: int) -> float:
-        """An upper bound on ``u / E2E(u)`` for one step time: a closed loop's E2E is at least ``O - 1`` of its plain
-        decode steps (:func:`at_concurrency`: TPOT is that step over ``1 - stall``, TTFT is not negative), so a grid point
-        whose ceiling cannot beat what is known needs no closed loop of its own (the result is the same, at a few
-        dozen closed loops fewer)."""
-        if o <= 1:
-            return math.inf
-        n_u = max(1, math.ceil(min(u, limit) / d.pipeline_depth))
-        return u / ((o - 1) * d.step_time(n_u, int(n_u * ctx), n_u))
+    def ceiling(u: int) -> float:  # a grid point whose ceiling cannot beat what is known needs no closed loop of its own
+        return closed_loop_ceiling(d, input_tokens, output_tokens, u, lengths, limit)
 
     best = (-math.inf, 0)
     for u in reversed(grid):  # from the top, where the peak usually is
@@ -281,6 +272,24 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
     return Estimate(concurrency=peak * replicas, running_per_replica=peak, max_concurrency=limit, ttft_s=first + wait,
                     tpot_s=tpot, e2e_s=first + wait + (max(output_tokens, 1) - 1) * tpot, output_tokens_per_s=thr,
                     per_user_tokens_per_s=1.0 / tpot, bound=top.bound, shares=top.shares, overloaded=True)
+
+
+def closed_loop_ceiling(d: Deployment, input_tokens: int, output_tokens: int, users: int, lengths: Lengths | None = None,
+                        limit: int | None = None) -> float:
+    """An upper bound on the requests a second one replica completes with ``users`` in its closed loop
+    (``users / at_concurrency(...).e2e_s`` at ``users x replicas``), for one step time: a closed loop's E2E is at least
+    ``O - 1`` of its plain decode steps (:func:`at_concurrency`: TPOT is that step over ``1 - stall``, the stall and TTFT
+    are not negative), so :func:`at_rate` skips the closed loop of a user count whose ceiling cannot beat the best rate
+    found or the arrival rate, with the same result. ``inf`` for one-token outputs (no decode step to bound by);
+    ``limit`` is :func:`max_concurrency`'s, given when known."""
+    o = max(output_tokens, 1)
+    if o <= 1:
+        return math.inf
+    dist = lengths if lengths is not None and not lengths.fixed else None
+    cap = limit if limit is not None else max(1, max_concurrency(d, input_tokens, output_tokens))
+    ctx = input_tokens + output_tokens / 2 if dist is None else dist.running_context
+    n = max(1, math.ceil(min(users, cap) / d.pipeline_depth))
+    return users / ((o - 1) * d.step_time(n, int(n * ctx), n))
 
 
 def _plain_decode(d: Deployment, input_tokens: int, output_tokens: int, c: float) -> float:
