@@ -215,18 +215,16 @@ def at_rate(d: Deployment, input_tokens: int, output_tokens: int, rate: float, l
 
     # the replica's rate: the most c / E2E(c) over whole numbers of users (geometric steps and the limit itself)
     grid = sorted({max(1, min(limit, round(1.08 ** i))) for i in range(200)} | {limit})
-
-    def ceiling(u: int) -> float:  # a grid point whose ceiling cannot beat what is known needs no closed loop of its own
-        return closed_loop_ceiling(d, input_tokens, output_tokens, u, lengths, limit)
-
+    # a grid point whose ceiling cannot beat what is known needs no closed loop of its own (closed_loop_ceiling)
+    ceiling = {u: closed_loop_ceiling(d, input_tokens, output_tokens, u, lengths, limit) for u in grid}
     best = (-math.inf, 0)
     for u in reversed(grid):  # from the top, where the peak usually is
-        if ceiling(u) >= best[0]:
+        if ceiling[u] >= best[0]:
             best = max(best, (u / closed(u).e2e_s, u))
     mu, peak = best
     c = math.inf
     if lam < mu:  # below the replica's rate: the smallest c on the rising branch with c = lam E2E(c)
-        hi_u = next(u for u in grid if ceiling(u) > lam and u / closed(u).e2e_s > lam)
+        hi_u = next(u for u in grid if ceiling[u] > lam and u / closed(u).e2e_s > lam)
         lo_u = max([u for u in grid if u < hi_u], default=0)
         lo_c, hi_c = float(lo_u), float(hi_u)
         for _ in range(60):

@@ -214,7 +214,7 @@ class Report:
 
 def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = "row") -> Report:
     """In-sample predictions under ``cal`` (default: shipped table) and out-of-sample refits from the priors."""
-    from infermeter.perfmodel.fit import fit, fit_many, priors_only
+    from infermeter.perfmodel.fit import fit_many, priors_only
 
     if holdout not in HOLDOUTS:
         raise DataError(f"--holdout {holdout!r} unknown; use {', '.join(HOLDOUTS)}")
@@ -224,8 +224,8 @@ def validate(rows: list[Row], cal: Calibration | None = None, *, holdout: str = 
     lopo: dict[str, float] = {}
     refits: dict[str, Calibration] = {}
     if holdout in ("row", "all"):
-        for row in rows:
-            loo[row.id] = predict(row, fit([r for r in rows if r.id != row.id], base))
+        fits = fit_many([[r for r in rows if r.id != row.id] for row in rows], base)
+        loo = {row.id: predict(row, f) for row, f in zip(rows, fits, strict=True)}
     if holdout in ("source", "all"):
         pubs = list(dict.fromkeys(publication(r) for r in rows))
         refits = dict(zip(pubs, fit_many([[r for r in rows if publication(r) != pub] for pub in pubs], base), strict=True))
