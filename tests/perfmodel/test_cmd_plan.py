@@ -160,6 +160,10 @@ def test_table_shows_each_prediction_with_its_interval(app):
      "--rate with --speculative is not modelled yet"),
     (["--validate", "rows.csv", "--rate", "2"], "--validate takes the rates from its file"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "--requests", "20000000"], "is more than 10,000,000"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm", "--enforce-eager"],
+     "engine 'trtllm' has no graph capture"),
+    (["--validate", "rows.csv", "--enforce-eager"], "--validate does not take it (a row of the file states it"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "tpot_ms=5", "--enforce-eager"], "--check does not take it"),
 ])
 def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
@@ -282,3 +286,20 @@ def test_rate_plans_an_open_loop_and_says_when_it_queues(app):
     for p in (calm, busy):
         lo, hi = p["intervals"]["ttft_ms"]
         assert lo < p["ttft_ms"] < hi
+
+
+def test_enforce_eager_plans_a_slower_step_and_says_why(app):
+    """--enforce-eager adds each layer's launch cost to every step: at one user the TPOT grows by layers x that cost
+    (the JSON's note names it), and the header says the run is eager."""
+    args = ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--concurrency", "1", "--input-tokens", "512", "--output-tokens", "128")
+    graphs = json.loads(run(app, *args, "--json").output)
+    eager_res = run(app, *args, "--json", "--enforce-eager")
+    assert eager_res.exit_code == 0, eager_res.output
+    eager = json.loads(eager_res.output)
+    note = next(n for n in eager["notes"] if n.startswith("eager execution"))
+    per_layer_us = float(note.split(" x ")[1].split(" us")[0])
+    assert eager["tpot_ms"] - graphs["tpot_ms"] == pytest.approx(32 * per_layer_us * 1e-3, abs=0.02)
+    assert not any(n.startswith("eager execution") for n in graphs["notes"])
+    assert eager["enforce_eager"] is True and "enforce_eager" not in graphs
+    assert "fitted on" in note or "the engine's prior" in note  # says where the per-layer cost comes from
+    assert ", eager)" in run(app, *args, "--enforce-eager").output

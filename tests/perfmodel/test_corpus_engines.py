@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from infermeter.errors import ConfigError, DataError
+from infermeter.perfmodel.api import build_deployment
 from infermeter.perfmodel.calibration import load_calibration
 from infermeter.perfmodel.corpus import load_rows, publication
 from infermeter.perfmodel.hardware import get_hardware
@@ -66,7 +68,8 @@ def test_a_vllm_row_that_states_vllm_use_v1_0_runs_the_v0_engine_whatever_its_ve
     300 users): the row's setting selects V0's generation, so its scheduler limits are V0's 256 sequences, not V1's
     1024 on a large GPU, and users beyond them queue for a whole request."""
     v0 = [r for r in corpus if r.setting("vllm_use_v1") == 0]
-    assert v0 and all(r.engine == "vllm" and "VLLM_USE_V1=0" in r.conditions for r in v0)
+    # each says why: the run set VLLM_USE_V1=0, or its server log shows V0 starting ("Initializing a V0 LLM engine")
+    assert v0 and all(r.engine == "vllm" and ("VLLM_USE_V1=0" in r.conditions or "a V0 LLM engine" in r.conditions) for r in v0)
     row = next(r for r in v0 if r.metric == "ttft_ms" and (r.concurrency or 0) > 256)
     cal = load_calibration()
     d = deployment_for(row, cal)
@@ -81,9 +84,6 @@ def test_a_vllm_row_that_states_vllm_use_v1_0_runs_the_v0_engine_whatever_its_ve
 def test_plan_names_the_v0_engine_by_label_and_refuses_a_label_it_cannot_apply(tmp_path):
     """``--engine vllm@0.8.5+v0`` plans V0 (256 sequences on an MI300X, where V1 takes 1024); ``+v1`` on a 0.7 version
     is V1's alpha, not V0; a ``v0`` label on another engine, or ``vllm_use_v1`` on a non-vLLM row, is an error naming it."""
-    from infermeter.errors import ConfigError, DataError
-    from infermeter.perfmodel.api import build_deployment
-
     assert build_deployment("llama-3.1-8b", "mi300x", engine="vllm@0.8.5+v0").engine_defaults.max_num_seqs == 256
     assert build_deployment("llama-3.1-8b", "mi300x", engine="vllm@0.8.5").engine_defaults.max_num_seqs == 1024
     assert build_deployment("llama-3.1-8b", "h100-sxm", engine="vllm@0.7.3+v1").engine_defaults.generation == ""
@@ -95,3 +95,42 @@ def test_plan_names_the_v0_engine_by_label_and_refuses_a_label_it_cannot_apply(t
     f.write_text(head + "\nx,llama-3.1-8b,h100-sxm,1,1,1,bf16,sglang,saturated,max,128,128,ttft_ms,5,src,,,,,,vllm_use_v1=0\n")
     with pytest.raises(DataError, match="m.csv:2: column 'settings' item vllm_use_v1=0: 0 or 1, on a vllm row only"):
         load_rows(f)
+
+
+def test_eager_rows_say_so_and_pay_a_launch_cost_per_decode_step(corpus):
+    """A row with ``enforce_eager=1`` states a run without graphs in its conditions, and every vLLM or SGLang row whose
+    conditions say the run turned them off carries the setting. Its prediction charges each layer's launches to every
+    step a captured graph would have replayed in one launch (up to 512 new tokens: decode, verification, small prompt
+    chunks) and nothing more to a larger step, which runs without graphs either way; other engines, CPUs and vLLM
+    before graphs existed refuse the setting."""
+    eager = [r for r in corpus if r.setting("enforce_eager") == 1]
+    assert len({publication(r) for r in eager}) >= 3 and {r.engine for r in eager} == {"vllm", "sglang"}
+    said = ("--enforce-eager", "--disable-cuda-graph", "eager mode")
+    assert all(any(w in r.conditions for w in said) for r in eager), [r.id for r in eager if not any(w in r.conditions for w in said)]
+    unmarked = [r.id for r in corpus if r.engine in ("vllm", "sglang") and any(w in r.conditions for w in said)
+                and r.setting("enforce_eager") != 1]
+    assert not unmarked, unmarked
+    cal = load_calibration()
+    for r in eager[:2] + [r for r in eager if r.engine == "sglang"][:1]:
+        d = deployment_for(r, cal)
+        graphs = deployment_for(replace(r, settings=tuple(kv for kv in r.settings if kv[0] != "enforce_eager")), cal)
+        assert d.enforce_eager and not graphs.enforce_eager and d.layer_overhead_us > 0 and graphs.layer_overhead_us == 0
+        launches = d.spec.layers * d.layer_overhead_us * 1e-6
+        assert d.step_time(1, 1000, 1) - graphs.step_time(1, 1000, 1) == pytest.approx(launches)
+        assert d.step_time(8, 8000, 8) - graphs.step_time(8, 8000, 8) == pytest.approx(launches)
+        assert d.step_time(512, 512, 1) - graphs.step_time(512, 512, 1) == pytest.approx(launches)
+        assert d.step_time(513, 513, 1) == pytest.approx(graphs.step_time(513, 513, 1))  # past the capture size: no more
+        assert d.prefill_time(2048) == pytest.approx(graphs.prefill_time(2048))
+        assert any("eager execution" in n for n in d.notes)
+    for engine, gpu, match in (("trtllm", "a100-80gb", "trtllm.*no graph capture"), ("vllm", "cpu-epyc-9654", "not a GPU"),
+                               ("vllm@0.2.0", "a100-80gb", "predates graph capture")):
+        with pytest.raises(ConfigError, match=match):
+            build_deployment("llama-2-7b", gpu, engine=engine, enforce_eager=True)
+
+
+def test_an_enforce_eager_setting_on_an_engine_without_graphs_names_the_row(tmp_path):
+    head = (DATA / "published-measurements.csv").read_text().splitlines()[0]
+    row = "x1,llama-2-7b,a100-80gb,1,1,1,fp16,trtllm,static_batch,1,128,128,output_tokens_per_s,50,,,,,,,enforce_eager=1"
+    (tmp_path / "m.csv").write_text(head + "\n" + row + "\n")
+    with pytest.raises(DataError, match=r"m\.csv:2: column .settings. item enforce_eager=1: 0 or 1, on a vllm or sglang row only"):
+        load_rows(tmp_path / "m.csv")

@@ -76,6 +76,20 @@ def test_bad_engine_physics_is_refused(tmp_path):
         parse_calibration(data, "t.yaml")
 
 
+@pytest.mark.parametrize("field, value", [("request_overhead_ms", -1), ("overhead_ms", -0.5), ("per_seq_us", float("nan")),
+                                          ("eager_layer_us", -47), ("layer_overhead_us", float("inf"))])
+def test_an_engine_cost_below_zero_or_not_finite_is_refused_by_name(field, value):
+    """A cost is time spent: a negative one would finish a step before it began (and break serving's closed-loop
+    ceiling, which assumes none is), so a calibration file with one is refused, naming the engine and field."""
+    from infermeter.errors import ConfigError
+    from infermeter.perfmodel.calibration import parse_calibration
+
+    raw = {"overhead_ms": 1, "per_seq_us": 1, "request_overhead_ms": 1, "max_num_seqs": 1, "max_batched_tokens": 1, "source": "s"}
+    assert parse_calibration({"engines": {"x": raw}}, "t.yaml").engine("x").overhead_ms == 1
+    with pytest.raises(ConfigError, match=f"t.yaml: engine 'x': {field} must be a finite number >= 0"):
+        parse_calibration({"engines": {"x": {**raw, field: value}}}, "t.yaml")
+
+
 def _nvlink_twin(tmp_path, gpu: str) -> str:
     """A hardware file: ``gpu`` with its PCIe link (same bandwidth and latency) but every device in one P2P domain."""
     from infermeter.perfmodel.hardware import get_hardware

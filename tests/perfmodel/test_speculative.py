@@ -118,6 +118,20 @@ def test_draft_costs_order_ngram_head_model():
     assert fixed.t_draft == pytest.approx(4 * 0.25 * fixed.t_base)
 
 
+@pytest.mark.parametrize("method", ["draft:llama-3.1-8b", "eagle"])
+def test_an_eager_engine_drafts_eagerly_too(method):
+    """``--enforce-eager`` is the whole engine's: the draft model (or EAGLE head) launches its layers at each of its k
+    draft steps as the target does at its verification step. (Whether speculation then gains more or less than with
+    graphs depends on the draft: a one-layer head adds little and amortises the target's launches over more tokens.)"""
+    spec = parse_spec(f"{method},k=4,acceptance=0.7")
+    graphs, eager = build_deployment(*TARGET), build_deployment(*TARGET, enforce_eager=True)
+    g, e = spec_step(graphs, spec, 1, 1100), spec_step(eager, spec, 1, 1100)
+    draft_layers = build_deployment("llama-3.1-8b", TARGET[1]).spec.layers if method.startswith("draft") else 1
+    per_layer = eager.layer_overhead_us * 1e-6  # one family, one engine: the draft's per-layer cost is the target's
+    assert e.t_draft - g.t_draft == pytest.approx(4 * draft_layers * per_layer)
+    assert e.t_base - g.t_base == pytest.approx(eager.spec.layers * per_layer) == pytest.approx(e.t_verify - g.t_verify)
+
+
 def _app() -> typer.Typer:
     a = typer.Typer()
 

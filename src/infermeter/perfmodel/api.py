@@ -19,6 +19,8 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
+        (an eager run of an engine with graphs pays its L * layer_overhead on steps of T <= 512 only: larger
+        steps run without graphs either way, steptime.GRAPH_MAX_TOKENS)
       + L_moe * moe_layer_overhead                                                MoE routing/permutation/launches
       + L_moe * E (1 - (1 - k/E)^T) * moe_expert                                  per touched expert: its padded tile
       + [T > 32] (B_w + B_16) / (BW * MBU)                                        llama.cpp GGUF dequantisation
@@ -65,13 +67,13 @@ from typing import Any
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
-from infermeter.perfmodel.engines import EngineDefaults, hardware_limits
+from infermeter.perfmodel.engines import EngineDefaults, hardware_limits, version_key
 from infermeter.perfmodel.hardware import Hardware, get_hardware
 from infermeter.perfmodel.memory import (MemoryPlan, attention_dp_extra_bytes, embed_bytes_per_param, kv_elements_per_token_gpu,
                                          layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu)
 from infermeter.perfmodel.models import ModelSpec, get_model
 from infermeter.perfmodel.precision import GGUF_TYPES, Precision, resolve_precision
-from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, StepCost
+from infermeter.perfmodel.steptime import DEQUANT_MIN_TOKENS, GRAPH_MAX_TOKENS, StepCost
 
 LINK_EFFICIENCY = 0.8  # achieved fraction of per-direction link bandwidth in collectives (NCCL bus bandwidth)
 ACT_BYTES = 2  # activations exchanged in 16-bit
@@ -107,6 +109,7 @@ class Deployment:
     kv_reread_factor: float = field(repr=False, default=1.0)  # decode K/V reads per unique byte (old non-GQA-aware kernels)
     step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
     layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
+    enforce_eager: bool = field(repr=False, default=False)  # run without graphs: layer_overhead on steps a graph would cover
     kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
     gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
     seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
@@ -132,6 +135,7 @@ class Deployment:
     _comm_tok: float = field(repr=False, default=0.0)
     _oh_step: float = field(repr=False, default=0.0)
     _oh_seq: float = field(repr=False, default=0.0)
+    _oh_launch: float = field(repr=False, default=0.0)  # an eager run's launches: layers x layer_overhead, steps a graph would cover
     _dequant: float = field(repr=False, default=0.0)  # seconds of a dequantisation pass (steps of > DEQUANT_MIN_TOKENS tokens)
     _k: float = field(repr=False, default=2.0)
     _score: float = field(repr=False, default=0.0)  # seconds per attention score element in DRAM (engines without flash attention)
@@ -149,7 +153,7 @@ class Deployment:
                         moe_miss=self._moe_miss, kv_write=self._kv_write, att_pair=self._att_pair, kv_read=self._kv_read,
                         comm_step=self._comm_step, comm_tok=self._comm_tok, oh_step=self._oh_step, oh_seq=self._oh_seq,
                         dequant=self._dequant, k=self._k, score=self._score, ubatch=self._ubatch,
-                        expert_lat=self._expert_lat, att_dec=self._att_dec)
+                        expert_lat=self._expert_lat, att_dec=self._att_dec, oh_launch=self._oh_launch)
 
     @property
     def step_cost(self) -> StepCost:
@@ -163,7 +167,8 @@ class Deployment:
 
     @property
     def step_overhead_s(self) -> float:
-        """The engine's fixed per-step cost (seconds): the step overhead plus layers x the layer overhead."""
+        """The engine's fixed cost of every step (seconds): the step overhead plus layers x the layer overhead of an engine
+        without graphs (an eager run's launches are paid on top by the steps a graph would have covered: ``step_time``)."""
         return self._oh_step
 
     def with_values(self, *, mfu: float, mbu: float, step_overhead_ms: float, layer_overhead_us: float, kv_reread: float,
@@ -192,7 +197,9 @@ class Deployment:
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
-            _oh_step=step_overhead_ms * 1e-3 + self.spec.layers * layer_overhead_us * 1e-6 + self.spec.moe_layers * moe_us * 1e-6,
+            _oh_step=step_overhead_ms * 1e-3 + (0.0 if self.enforce_eager else self.spec.layers * layer_overhead_us * 1e-6)
+            + self.spec.moe_layers * moe_us * 1e-6,
+            _oh_launch=self.spec.layers * layer_overhead_us * 1e-6 if self.enforce_eager else 0.0,
             request_overhead_s=request_overhead_ms * 1e-3, frontend_ms=fe)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
@@ -268,14 +275,17 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
                      calibration: Calibration | str | None = None, max_num_seqs: int | None = None,
-                     max_batched_tokens: int | None = None, attention_dp: bool = False) -> Deployment:
+                     max_batched_tokens: int | None = None, attention_dp: bool = False, enforce_eager: bool = False) -> Deployment:
     """Resolve everything about one replica; ConfigError names the bad input.
 
     ``engine`` may carry a version (``trtllm@0.6.1``); ``calibration`` is a table or the path of a
     per-deployment calibration file (overlaid on the shipped table); ``max_num_seqs`` and
     ``max_batched_tokens`` override the engine's scheduler limits; ``attention_dp``: attention data parallelism over
     the ``tp`` GPUs (:mod:`perfmodel.memory`: attention weights whole on every GPU, each token's K/V cached and read
-    once, on its sequence's GPU; the MLP/expert layers stay tensor-parallel).
+    once, on its sequence's GPU; the MLP/expert layers stay tensor-parallel); ``enforce_eager``: the engine runs without
+    CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``), so every step launches each layer's
+    kernels from Python: a ``layer_overhead`` per layer and step (:meth:`EngineDefaults.eager`). An engine with no
+    graph mode to turn off is a ConfigError.
     """
     cfg = parse_config(config) if isinstance(config, str) else config
     spec = model if isinstance(model, ModelSpec) else get_model(model)
@@ -329,8 +339,22 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     # vLLM V0 sends the scheduler's output to every TP worker each step (V1 keeps request state in the workers)
     tso = cal.lookup(fam, eng.generation, "*", "tp_seq_overhead", "*", cls) if eng.tp_seq_us > 0 else None
     tp_seq_us = (tso[0] if tso else eng.tp_seq_us) if eng.tp_seq_us > 0 else 0.0
-    lo = cal.lookup(fam, eng.name, "*", "layer_overhead", "*", cls)
-    layer_oh_us = lo[0] if lo else eng.layer_overhead_us
+    # per-layer kernel launches: always for an engine without graphs (llama.cpp), else only when a run is eager, where each
+    # decode step launches every layer's kernels from Python instead of replaying one captured graph
+    if enforce_eager and eng.eager_layer_us <= 0:
+        raise ConfigError(f"enforce_eager (--enforce-eager): engine {eng.spec!r} has no graph capture the model knows to turn "
+                          "off (vllm and sglang have)")
+    if enforce_eager and hw.type != "gpu":
+        raise ConfigError(f"enforce_eager (--enforce-eager): {hw.id} is not a GPU; there are no CUDA/HIP graphs to turn off")
+    if enforce_eager and eng.name == "vllm" and (version_key(eng.version) or (1,)) < (0, 2, 6):
+        raise ConfigError(f"enforce_eager (--enforce-eager): vLLM {eng.version} predates graph capture and the switch "
+                          "(vllm-project/vllm PR #1926, in 0.2.6)")
+    eager = eng.eager(enforce_eager)
+    # an eager run's launches are fitted per hardware family (CUDA and HIP launch costs differ), llama.cpp's per memory class
+    lo = cal.lookup(fam, eng.name, "*", "layer_overhead", "*", cls) if eng.layer_overhead_us > 0 or eager else None
+    if eager and lo is not None and lo[1].family != fam:
+        lo = None  # another family's eager launches: the engine's prior, not a value fitted on other GPUs
+    layer_oh_us = lo[0] if lo else (eng.eager_layer_us if eager else eng.layer_overhead_us)
     group = spec.heads / spec.kv_heads if eng.gqa_kv_reads == "per_query_head" else 1.0
     rr = cal.lookup(fam, eng.generation, "*", "kv_reread", "*", cls) if group > 1 else None
     rr_value = rr[0] if rr else eng.kv_reread
@@ -376,7 +400,10 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=eng.spec,
         fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
-        notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ()),
+        notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ())
+        + ((f"eager execution (no CUDA/HIP graphs): {L} layers x {layer_oh_us:.0f} us of kernel launches a step of up to {GRAPH_MAX_TOKENS} tokens ("
+            + (f"fitted on {lo[1].source.count(',') + 1} eager {fam} rows" if lo and lo[1].fitted else
+               f"the engine's prior: no eager {eng.name} row on {fam} GPUs") + ")",) if eager else ()),
         spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
@@ -399,7 +426,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _att_dec=L * (spec.attn_pair_flops - spec.prefill_pair_flops) / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
-        _oh_step=step_oh_ms * 1e-3 + L * layer_oh_us * 1e-6 + spec.moe_layers * moe_us * 1e-6, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
+        _oh_step=step_oh_ms * 1e-3 + (0.0 if eager else L * layer_oh_us * 1e-6) + spec.moe_layers * moe_us * 1e-6,
+        _oh_launch=L * layer_oh_us * 1e-6 if eager else 0.0, enforce_eager=eager, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
         frontend_ms=fe_ms, harmony_chat=harmony,

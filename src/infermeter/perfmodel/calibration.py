@@ -214,14 +214,20 @@ def _engines(data: dict[str, Any], origin: str) -> list[EngineDefaults]:
                 layer_overhead_us=float(v.get("layer_overhead_us", 0.0)), group=str(v.get("group", "serving")),
                 ubatch_tokens=int(v.get("ubatch_tokens", 0)), score_bytes=float(v.get("score_bytes", 0.0)),
                 moe_layer_us=float(v.get("moe_layer_us", 40.0)), moe_gemm=float(v.get("moe_gemm", 0.7)),
-                moe_expert_us=float(v.get("moe_expert_us", 4.0)), frontend_ms=float(v.get("frontend_ms", 0.0)), source=source))
+                moe_expert_us=float(v.get("moe_expert_us", 4.0)), frontend_ms=float(v.get("frontend_ms", 0.0)),
+                eager_layer_us=float(v.get("eager_layer_us", 0.0)), source=source))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{origin}: bad engine entry ({exc})") from None
     for e in engines:
         if e.ubatch_tokens < 0 or e.score_bytes < 0:
             raise ConfigError(f"{origin}: engine {e.name!r}: ubatch_tokens and score_bytes must be >= 0")
-        if not math.isfinite(e.frontend_ms) or e.frontend_ms < 0:
-            raise ConfigError(f"{origin}: engine {e.name!r}: frontend_ms must be >= 0")
+        # every cost is a time an engine spends: a negative one would make a step or a request finish before it began
+        # (and break bounds that assume none is, serving.closed_loop_ceiling)
+        bad = [k for k in ("overhead_ms", "request_overhead_ms", "per_seq_us", "layer_overhead_us", "frontend_ms", "eager_layer_us",
+                           "moe_layer_us", "moe_expert_us", "request_overhead_prior_ms")
+               if getattr(e, k) is not None and not (math.isfinite(getattr(e, k)) and getattr(e, k) >= 0)]
+        if bad:
+            raise ConfigError(f"{origin}: engine {e.name!r}: {', '.join(bad)} must be a finite number >= 0")
     return engines
 
 

@@ -10,7 +10,8 @@ engine_version, source_url, conditions (free text for people) and settings (for 
 ``sharegpt`` unless it says otherwise), ``requests`` the number of requests a saturated run sent at once, ``ep`` the expert-parallel degree a run states
 (TensorRT-LLM's ``--ep_size``: whole experts per GPU, not the tensor-parallel shards the model costs; such rows are
 predicted as TP but fit no MoE term, :mod:`perfmodel.fit`), ``attention_dp=1`` a run with attention data
-parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``; :mod:`perfmodel.memory`))::
+parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``; :mod:`perfmodel.memory`),
+``enforce_eager=1`` a run without CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``))::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> r = next(r for r in rows if r.id == "trt061-h100-7b-bs768-128-128")
@@ -42,10 +43,11 @@ SCENARIOS = ("saturated", "fixed_concurrency", "static_batch", "request_rate")
 REQUIRED = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engine", "scenario", "concurrency",
             "input_tokens", "output_tokens", "metric", "value")
 PROVENANCE = ("date", "engine_version", "source_url", "conditions")
+EAGER_ENGINES = ("vllm", "sglang")  # engines that capture CUDA/HIP graphs and can be told not to (`enforce_eager`)
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
-                             "attention_dp": int, "vllm_use_v1": int, "rate": float}
+                             "attention_dp": int, "vllm_use_v1": int, "rate": float, "enforce_eager": int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,9 @@ def _row(r: dict[str, str], where: str) -> Row:
         raise DataError(f"{where}: column 'scenario' {row.scenario!r} unknown; use one of {', '.join(SCENARIOS)}")
     if row.setting("vllm_use_v1") is not None and (row.engine != "vllm" or row.setting("vllm_use_v1") not in (0, 1)):
         raise DataError(f"{where}: column 'settings' item vllm_use_v1={row.setting('vllm_use_v1')}: 0 or 1, on a vllm row only")
+    if row.setting("enforce_eager") is not None and (row.engine not in EAGER_ENGINES or row.setting("enforce_eager") not in (0, 1)):
+        raise DataError(f"{where}: column 'settings' item enforce_eager={row.setting('enforce_eager')}: 0 or 1, on a "
+                        f"{' or '.join(EAGER_ENGINES)} row only (the engines whose graphs a run can turn off)")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "

@@ -59,10 +59,29 @@ class EngineDefaults:
     moe_gemm: float = 0.7  # share of the dense GEMM efficiency the routed experts' grouped GEMMs reach (prior)
     moe_expert_us: float = 4.0  # per touched expert (shard) per MoE layer and step: its padded token tile's fixed cost (prior)
     frontend_ms: float = 0.0  # per request, serial: the OpenAI server's one process (parse, chat template, tokenise, stream; prior)
+    eager_layer_us: float = 0.0  # per layer and step when an engine that captures CUDA/HIP graphs runs without them (prior; 0: none to turn off)
 
     @property
     def spec(self) -> str:
         return f"{self.name}@{self.version}" if self.version else self.name
+
+    def eager(self, enforce_eager: bool = False) -> bool:
+        """Whether a replica of this engine, asked to run without graphs (``--enforce-eager``), launches its decode steps
+        kernel by kernel where it would replay a captured graph. An engine with no graph mode to turn off
+        (``eager_layer_us`` 0: llama.cpp, whose per-layer launches are its ``layer_overhead_us``) never does::
+
+            >>> e = EngineDefaults(name="vllm", overhead_ms=0.5, request_overhead_ms=4.0, per_seq_us=15.0, max_num_seqs=256,
+            ...                    max_batched_tokens=8192, kv_reserve="current", kv_fraction_of="total", source="",
+            ...                    eager_layer_us=47.0)
+            >>> e.eager(), e.eager(True), replace(e, eager_layer_us=0.0).eager(True)
+            (False, True, False)
+
+        vLLM before 0.2.6 had no graphs at all (they came with PR #1926, December 2023), yet its versions are not
+        treated as eager: the one publication of them (mlc-ai's 0.2.0 runs, blind set 10) costs about 45 ms a token
+        whatever the TP degree, several times any ``--enforce-eager`` row's launch cost, a per-step regime of its own
+        that this term does not describe (docs/performance-model.md section 8).
+        """
+        return self.eager_layer_us > 0 and enforce_eager
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ _GOLD = (math.sqrt(5) - 1) / 2
 _REQ_BOUNDS = (0.05, 50.0)
 _REQ_TAG = "; request overhead "
 EffParam = tuple[Literal["eff"], str, str, str, str, int | str]  # ("eff", family, engine, dtype, phase, tp)
-PairParam = tuple[Literal["oh", "ohl", "ohm"], str, str]  # ("oh"|"ohm", engine, family) | ("ohl", engine, class)
+PairParam = tuple[Literal["oh", "ohl", "ohm"], str, str]  # ("oh"|"ohm", engine, family) | ("ohl", engine, class or family)
 KernelParam = tuple[Literal["mg", "me"], str, str, str]  # ("mg"|"me", engine, family, MoE kernel dtype: "mxfp4" or "*")
 OneParam = tuple[Literal["rr", "ps", "req", "tps", "fe"], str]  # ("rr"|"tps", generation) | ("ps"|"req"|"fe", engine)
 Param = EffParam | PairParam | KernelParam | OneParam
@@ -156,7 +156,8 @@ def _prior(base: Calibration, p: Param) -> float:
     if found is not None:
         return found[0]
     e = _generation_defaults(base, eng) if "<" in eng else base.engine(eng)
-    return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us, "seq_overhead": e.per_seq_us,
+    # an engine with graphs fits layer_overhead on its eager rows only: their prior is its eager launch cost
+    return {"step_overhead": e.overhead_ms, "layer_overhead": e.layer_overhead_us or e.eager_layer_us, "seq_overhead": e.per_seq_us,
             "kv_reread": e.kv_reread, "tp_seq_overhead": e.tp_seq_us, "moe_layer_overhead": e.moe_layer_us,
             "moe_gemm": e.moe_gemm, "moe_expert": e.moe_expert_us, "frontend": e.frontend_ms}[phase]
 
@@ -301,6 +302,11 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
         moe: list[Param] = [("fe", eng.name)] if _frontend_bound(row, d) else []  # whatever the model: the server's work
+        # an eager run's launches, whatever the model, per hardware family (CUDA and HIP launch costs differ); llama.cpp's
+        # launches per memory class
+        launches: list[Param] = [("ohl", eng.name, d.hw.family if d.enforce_eager else d.hw.memory_class)] \
+            if d.layer_overhead_us > 0 and d.hw.memory_class else []
+        moe += launches if d.enforce_eager else []
         if d.spec.is_moe and row.setting("ep", 1) > 1:  # expert parallelism: whole experts per GPU, not the TP shards the
             return []                                   # MoE terms cost (and an all-to-all or reduce-scatter the model lacks)
         if d.spec.is_moe:  # the per-MoE-layer cost where a step is short, the grouped GEMMs where prefill counts
@@ -316,8 +322,8 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
             out.append(("oh", eng.generation or eng.name, d.hw.family))
         if d.hw.memory_class:
             out += [("eff", d.hw.memory_class, eng.group, dtype_class(_dtype(d, ph)), ph, "*") for ph in _phases(row)]
-        if eng.layer_overhead_us > 0 and d.hw.memory_class:
-            out.append(("ohl", eng.name, d.hw.memory_class))
+        if not d.enforce_eager:  # an engine without graphs (an eager run's are among `moe`, which dense rows share)
+            out += launches
         if d.gqa_group > 1 and eng.generation:
             out.append(("rr", eng.generation))
         if eng.tp_seq_us > 0 and d.config.tp > 1:

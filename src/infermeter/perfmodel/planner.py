@@ -62,6 +62,7 @@ class Plan:
             "model": d.model_name,
             "hardware": d.hardware,
             "engine": d.engine,
+            **({"enforce_eager": True} if d.enforce_eager else {}),
             "dtype": d.dtype,
             "kv_dtype": d.kv_dtype,
             "replicas": replicas,
@@ -127,7 +128,7 @@ def _r(v: float, metric: str) -> float:
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
          hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
-         lengths: str = "fixed", rate: float | None = None, requests: int | None = None) -> Plan:
+         lengths: str = "fixed", rate: float | None = None, requests: int | None = None, enforce_eager: bool = False) -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
 
     ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
@@ -135,7 +136,8 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     (:mod:`perfmodel.lengths`: ``fixed``, ``uniform`` or ``sharegpt``) plans a length distribution whose means are
     ``input_tokens`` and ``output_tokens`` (the running batch's context is output-length biased). ``rate``: an open loop
     of that many requests a second instead of ``concurrency`` users (:func:`serving.at_rate`; ``requests``: a finite run
-    of that many, needed past the configuration's rate, where the queue has no steady mean).
+    of that many, needed past the configuration's rate, where the queue has no steady mean). ``enforce_eager``: the
+    engine runs without CUDA/HIP graphs (:func:`api.build_deployment`).
     """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
@@ -149,7 +151,8 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     dist = Lengths.of(lengths, input_tokens, output_tokens)
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
-                         max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal)
+                         max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal,
+                         enforce_eager=enforce_eager)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
     if rate is not None:

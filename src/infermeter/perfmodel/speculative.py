@@ -197,14 +197,14 @@ def sample_accepted(rng: random.Random, k: int, conditional: float) -> int:
     return n
 
 
-_DRAFTS: dict[tuple[str, str, str, str, int, str, str], Deployment] = {}
+_DRAFTS: dict[tuple[str, str, str, str, int, str, str, bool], Deployment] = {}
 
 
 def _draft_deployment(d: Deployment, spec: SpecConfig) -> Deployment | None:
     """The deployment whose decode step is one draft step (None for ngram); cached per target and spec."""
     if spec.method == "ngram":
         return None
-    key = (d.model_name, d.config.label, d.dtype, d.engine, d.max_model_len, spec.method, spec.draft_model)
+    key = (d.model_name, d.config.label, d.dtype, d.engine, d.max_model_len, spec.method, spec.draft_model, d.enforce_eager)
     got = _DRAFTS.get(key)
     if got is None:
         got = _DRAFTS[key] = _build_draft(d, spec)
@@ -213,13 +213,15 @@ def _draft_deployment(d: Deployment, spec: SpecConfig) -> Deployment | None:
 
 def _build_draft(d: Deployment, spec: SpecConfig) -> Deployment:
     cal = None  # the shipped table, as the target's (per-deployment overlays do not transfer to another model)
+    # an eager engine runs its draft eagerly too (vLLM's --enforce-eager is the whole engine's)
     if spec.method == "draft":
         return build_deployment(spec.draft_model, d.config, dtype=d.dtype, engine=d.engine, calibration=cal,
-                                max_model_len=d.max_model_len, gpu_memory_utilization=0.9)
+                                max_model_len=d.max_model_len, gpu_memory_utilization=0.9, enforce_eager=d.enforce_eager)
     # eagle / mtp: one decoder layer shaped like the target's, sharing its lm_head
     head = dataclasses.replace(d.spec, name=f"{d.spec.name}-{spec.method}-head", layers=1,
                                dense_layers=0)
-    return build_deployment(head, d.config, dtype=d.dtype, engine=d.engine, calibration=cal, max_model_len=d.max_model_len)
+    return build_deployment(head, d.config, dtype=d.dtype, engine=d.engine, calibration=cal, max_model_len=d.max_model_len,
+                            enforce_eager=d.enforce_eager)
 
 
 def draft_deployment(d: Deployment, spec: SpecConfig) -> Deployment | None:

@@ -26,6 +26,10 @@ import math
 from typing import Any
 
 DEQUANT_MIN_TOKENS = 32  # ggml-cuda MMQ_MAX_BATCH_SIZE: larger batches dequantise GGUF weights to FP16 for cuBLAS
+# the largest step (new tokens) an engine replays as a captured CUDA/HIP graph: vLLM V1's default capture sizes end at
+# 512 (vllm/config compilation max_capture_size); larger steps run eagerly even with graphs, so an eager run's launch
+# cost (oh_launch) is extra only up to here
+GRAPH_MAX_TOKENS = 512
 
 
 class StepCost:
@@ -34,7 +38,7 @@ class StepCost:
     def __init__(self, *, lin_tok: float, lin_seq: float, w_dense: float, w_expert: float, moe_miss: float,
                  kv_write: float, att_pair: float, kv_read: float, comm_step: float, comm_tok: float,
                  oh_step: float, oh_seq: float, dequant: float, k: float, score: float = 0.0, ubatch: int = 0,
-                 expert_lat: float = 0.0, att_dec: float = 0.0) -> None:
+                 expert_lat: float = 0.0, att_dec: float = 0.0, oh_launch: float = 0.0) -> None:
         self.lin_tok = lin_tok
         self.lin_seq = lin_seq
         self.w_dense = w_dense
@@ -55,6 +59,9 @@ class StepCost:
         # seconds per pair on top of att_pair for at most one query per cached token (a decode's pairs): MLA decodes in
         # the absorbed form, costlier per pair than the form its prompts are prefilled in (0: one form)
         self.att_dec = att_dec
+        # seconds a step of at most GRAPH_MAX_TOKENS new tokens pays on top of oh_step: the kernel launches of an eager run,
+        # which a captured graph would replay in one launch (decode and verification steps, small prompt chunks)
+        self.oh_launch = oh_launch
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     def _args(self) -> dict[str, float]:  # ubatch travels as a float (a whole number) and is restored by _rebuild
@@ -62,7 +69,8 @@ class StepCost:
                 "moe_miss": self.moe_miss, "kv_write": self.kv_write, "att_pair": self.att_pair,
                 "kv_read": self.kv_read, "comm_step": self.comm_step, "comm_tok": self.comm_tok,
                 "oh_step": self.oh_step, "oh_seq": self.oh_seq, "dequant": self.dequant, "k": self.k, "score": self.score,
-                "ubatch": float(self.ubatch), "expert_lat": self.expert_lat, "att_dec": self.att_dec}
+                "ubatch": float(self.ubatch), "expert_lat": self.expert_lat, "att_dec": self.att_dec,
+                "oh_launch": self.oh_launch}
 
     def __reduce__(self) -> tuple[Any, ...]:  # both builds (a compiled class has no __dict__): the coefficients
         return (_rebuild, (self._args(),))
@@ -97,8 +105,9 @@ class StepCost:
         else:
             pairs = attn_pairs
         ub = self.ubatch
+        launch = self.oh_launch if new_tokens <= GRAPH_MAX_TOKENS else 0.0
         if ub > 0 and new_tokens > ub:
-            return self._micro_batched(new_tokens, kv_tokens, pairs, num_seqs) + self.oh_seq * num_seqs
+            return self._micro_batched(new_tokens, kv_tokens, pairs, num_seqs) + self.oh_seq * num_seqs + launch
         # smax(compute, weights + KV writes) + smax(attention, KV reads); smax and weight_time inlined (every step)
         x = self.lin_tok * new_tokens + self.lin_seq * num_seqs
         moe = self.moe_miss
@@ -116,7 +125,7 @@ class StepCost:
         else:
             lin = self.smax(x, y)
             att = self.smax(a, b)
-        t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs
+        t = lin + att + self.comm_step + self.comm_tok * new_tokens + self.oh_step + self.oh_seq * num_seqs + launch
         if self.expert_lat:
             t += self.expert_lat * (1.0 - moe**new_tokens) if moe else self.expert_lat
         return t + self.dequant if new_tokens > DEQUANT_MIN_TOKENS else t

@@ -56,7 +56,8 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
     try:
         d = build_deployment(row.model, row.config, dtype=row.weight_dtype, kv_dtype=row.setting("kv_dtype"), engine=row.engine_spec,
                              gpu_memory_utilization=util, calibration=cal, max_num_seqs=row.setting("max_num_seqs"),
-                             max_batched_tokens=row.setting("max_batched_tokens"), attention_dp=bool(row.setting("attention_dp", 0)))
+                             max_batched_tokens=row.setting("max_batched_tokens"), attention_dp=bool(row.setting("attention_dp", 0)),
+                             enforce_eager=bool(row.setting("enforce_eager", 0)))
     except UserError as exc:
         raise DataError(f"measurement row {row.id!r}: {exc}") from None
     if not d.fits:
