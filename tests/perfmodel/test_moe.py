@@ -241,12 +241,9 @@ def test_moe_rows_fit_only_the_moe_terms():
         # engine term, not MoE rows fitting a dense entry (the source check below still holds); noted to be fitted apart.
         # 3.5% and 25% since blind set 8 joined (762 rows): its MoE ShareGPT bursts moved vLLM's frontend term, which
         # short served runs of either class fit, 8.7% (23.6 -> 21.5 ms with the MoE rows), and the dense entries fitted
-        # beside it follow: A100 vLLM BF16 decode 0.677 -> 0.698 (3.1%), Ampere V0's step overhead 2.19 -> 2.66 ms (21%).
-        # 30% since blind sets 9 and 10 joined (825 rows): mlc-ai's vLLM 0.2.0 Llama-2-70B AWQ rows at batch one are Ampere
-        # V0 rows whose 4-bit decode shares the int4 class with gpt-oss's MXFP4 experts (above), so the MoE rows move the
-        # class and the step overhead those rows also fit trades against it: 3.09 -> 3.91 ms (27%)
+        # beside it follow: A100 vLLM BF16 decode 0.677 -> 0.698 (3.1%), Ampere V0's step overhead 2.19 -> 2.66 ms (21%)
         shared = e.key == ("ampere", "vllm<0.8", "*", "step_overhead", "*")
-        assert got[e.key].value == pytest.approx(e.value, rel=0.30 if shared else 0.035), e.key
+        assert got[e.key].value == pytest.approx(e.value, rel=0.25 if shared else 0.035), e.key
         assert got[e.key].source == e.source, e.key  # fitted on the same (dense) rows
     added = [e for k, e in got.items() if k not in {x.key for x in without.entries if x.fitted}]
     assert added and all(set(e.source.removeprefix("fit: rows ").split(", ")) <= moe_ids for e in added)

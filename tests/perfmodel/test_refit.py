@@ -12,6 +12,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from infermeter.perfmodel import paired, refit, uncertainty
+from infermeter.perfmodel.corpus import load_rows
+from infermeter.perfmodel.validate import validate
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "published-measurements.csv"
 # three publications' rows (tr8- and tr70- are one edition): TensorRT-LLM v1.0 on Hopper, LMDeploy 0.1 on A100, the vLLM FP8-KV blog
@@ -39,6 +41,12 @@ def test_derived_is_what_the_two_commands_print(tmp_path: Path) -> None:
     assert out["uncertainty"] == _printed(uncertainty.main, path)
     assert out["paired"] == _printed(paired.main, path)
     assert out["uncertainty"].startswith("uncertainty:") and "same_family" in out["paired"]
+    # the pass's medians, as validate reports them: the in-sample figure of a publication's rows never beats its own fit
+    report = validate(load_rows(path), holdout="source")
+    assert out["summary"]["all"] == {"rows": len(report.results), "in": round(report.median_abs("in"), 4),
+                                     "lopo": round(report.median_abs("lopo"), 4)}
+    assert sum(out["summary"][k]["rows"] for k in ("dense", "moe") if k in out["summary"]) == len(report.results)
+    assert sum(v["rows"] for k, v in out["summary"].items() if k.startswith("engine:")) == len(report.results)
 
 
 def test_derived_flag_prints_json(tmp_path: Path) -> None:

@@ -24,9 +24,11 @@ is the text surgery, on its own so it can be tested::
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from infermeter.errors import DataError
 from infermeter.perfmodel.hardware import DATA_DIR
@@ -58,16 +60,33 @@ def _run(*args: str) -> str:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, check=True).stdout
 
 
-def derived(csv: str) -> dict[str, str]:
-    """``{"uncertainty": block, "paired": file text}`` from one leave-one-publication-out pass over ``csv``: the same
-    texts ``python -m infermeter.perfmodel.uncertainty CSV`` and ``python -m infermeter.perfmodel.paired CSV`` print."""
+def derived(csv: str) -> dict[str, Any]:
+    """``{"uncertainty": block, "paired": file text, "summary": figures}`` from one leave-one-publication-out pass over
+    ``csv``: the same texts ``python -m infermeter.perfmodel.uncertainty CSV`` and ``python -m
+    infermeter.perfmodel.paired CSV`` print, and the pass's median |error| in sample and out of it, overall and by model
+    class and engine (what ``plan --validate CSV --holdout source`` would report, without a second pass)."""
     from infermeter.perfmodel import paired, uncertainty
     from infermeter.perfmodel.corpus import load_rows
     from infermeter.perfmodel.validate import validate
 
     rows = load_rows(csv)
     report = validate(rows, holdout="source")
-    return {"uncertainty": uncertainty.block(rows, report, csv), "paired": paired.text(report, csv)}
+    return {"uncertainty": uncertainty.block(rows, report, csv), "paired": paired.text(report, csv),
+            "summary": summary(report)}
+
+
+def summary(report: Any) -> dict[str, Any]:
+    """Median |error| of a leave-one-publication-out report: ``in`` sample and ``lopo``, overall, ``dense``, ``moe``
+    and per engine (4 decimals), with each group's rows."""
+    from infermeter.perfmodel.models import get_model
+
+    groups: dict[str, list[Any]] = {"all": list(report.results)}
+    for r in report.results:
+        groups.setdefault("moe" if get_model(r.row.model).is_moe else "dense", []).append(r)
+        groups.setdefault(f"engine:{r.row.engine}", []).append(r)
+    return {name: {"rows": len(rs), "in": round(statistics.median(abs(r.error) for r in rs), 4),
+                   "lopo": round(statistics.median(abs(r.error_lopo) for r in rs), 4)}
+            for name, rs in sorted(groups.items())}
 
 
 def main(argv: list[str]) -> int:
@@ -83,6 +102,9 @@ def main(argv: list[str]) -> int:
     CALIBRATION.write_text(splice(CALIBRATION.read_text(), fitted, "fitted:", UNCERTAINTY_COMMENT))
     sys.stderr.write(f"refit: fitted blocks -> {CALIBRATION}\n")
     out = json.loads(_run("infermeter.perfmodel.refit", "--derived", csv))
+    for name, fig in out["summary"].items():
+        sys.stderr.write(f"refit: {name}: {fig['rows']} rows, median |error| in sample {fig['in']:.1%}, "
+                         f"leave-one-publication-out {fig['lopo']:.1%}\n")
     CALIBRATION.write_text(splice(CALIBRATION.read_text(), out["uncertainty"], "uncertainty:", None))
     sys.stderr.write(f"refit: uncertainty block -> {CALIBRATION}\n")
     PAIRED.write_text(out["paired"])
