@@ -301,5 +301,7 @@ def test_enforce_eager_plans_a_slower_step_and_says_why(app):
     assert eager["tpot_ms"] - graphs["tpot_ms"] == pytest.approx(32 * per_layer_us * 1e-3, abs=0.02)
     assert not any(n.startswith("eager execution") for n in graphs["notes"])
     assert eager["enforce_eager"] is True and "enforce_eager" not in graphs
-    assert "fitted on" in note or "the engine's prior" in note  # says where the per-layer cost comes from
+    assert "(fitted on 4 eager ampere rows)" in note  # where the per-layer cost comes from: the A100 rows that state it
+    hopper = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--enforce-eager").output)
+    assert any("x 47 us" in n and "the engine's prior: no eager vllm row on hopper GPUs" in n for n in hopper["notes"])
     assert ", eager)" in run(app, *args, "--enforce-eager").output

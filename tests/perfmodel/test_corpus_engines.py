@@ -106,7 +106,7 @@ def test_eager_rows_say_so_and_pay_a_launch_cost_per_decode_step(corpus):
     before graphs existed refuse the setting."""
     eager = [r for r in corpus if r.setting("enforce_eager") == 1]
     assert len({publication(r) for r in eager}) >= 3 and {r.engine for r in eager} == {"vllm", "sglang"}
-    said = re.compile(r"(?<!no )(--enforce-eager|--disable-cuda-graph|eager mode)")  # not "no --enforce-eager stated"
+    said = EAGER_SAID
     assert all(said.search(r.conditions) for r in eager), [r.id for r in eager if not said.search(r.conditions)]
     unmarked = [r.id for r in corpus if r.engine in ("vllm", "sglang") and said.search(r.conditions)
                 and r.setting("enforce_eager") != 1]
@@ -122,11 +122,33 @@ def test_eager_rows_say_so_and_pay_a_launch_cost_per_decode_step(corpus):
         assert d.step_time(512, 512, 1) - graphs.step_time(512, 512, 1) == pytest.approx(launches)
         assert d.step_time(513, 513, 1) == pytest.approx(graphs.step_time(513, 513, 1))  # past the capture size: no more
         assert d.prefill_time(2048) == pytest.approx(graphs.prefill_time(2048))
+        # the plan's bound and shares (Deployment.breakdown) count the launches where the step time does
+        over = {t: d.breakdown(t, t, 1)["overhead"] - graphs.breakdown(t, t, 1)["overhead"] for t in (512, 513)}
+        assert over[512] == pytest.approx(launches) and over[513] == pytest.approx(0.0)
         assert any("eager execution" in n for n in d.notes)
     for engine, gpu, match in (("trtllm", "a100-80gb", "trtllm.*no graph capture"), ("vllm", "cpu-epyc-9654", "not a GPU"),
                                ("vllm@0.2.0", "a100-80gb", "predates graph capture")):
         with pytest.raises(ConfigError, match=match):
             build_deployment("llama-2-7b", gpu, engine=engine, enforce_eager=True)
+
+
+# what a run without graphs is called in conditions (vLLM's flag or config key set true, SGLang's flag, prose), not where
+# it is negated ("no --enforce-eager stated", "enforce_eager=False")
+EAGER_SAID = re.compile(r"(?<!no )(--enforce-eager(?!=False)|enforce[_-]eager[=: ]+(True|true|1)\b|--disable-cuda-graphs?\b|"
+                        r"cuda ?graphs? (off|disabled)|eager mode)")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("published-measurements-blind*.csv")))
+def test_blind_rows_run_without_graphs_say_so_in_their_settings(name):
+    """The check above, on every blind file that `plan --validate` scores: a vLLM or SGLang row whose conditions say
+    the run turned graphs off carries ``enforce_eager=1`` (or it would be predicted as a graph-mode run). A blind file
+    stays as it was scored, before the setting existed: its rows that joined the corpus carry the setting there."""
+    folded = {r.id for r in load_rows(DATA / "published-measurements.csv")}
+    rows = [r for r in load_rows(DATA / name) if r.id not in folded]
+    assert not [r.id for r in rows if r.engine in ("vllm", "sglang") and EAGER_SAID.search(r.conditions)
+                and r.setting("enforce_eager") != 1]
+    assert EAGER_SAID.search("run with --enforce-eager") and EAGER_SAID.search("enforce_eager=True")
+    assert not EAGER_SAID.search("no --enforce-eager stated") and not EAGER_SAID.search("enforce_eager=False (graphs)")
 
 
 def test_an_enforce_eager_setting_on_an_engine_without_graphs_names_the_row(tmp_path):

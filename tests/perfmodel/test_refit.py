@@ -41,7 +41,7 @@ def test_derived_is_what_the_two_commands_print(tmp_path: Path) -> None:
     assert out["uncertainty"] == _printed(uncertainty.main, path)
     assert out["paired"] == _printed(paired.main, path)
     assert out["uncertainty"].startswith("uncertainty:") and "same_family" in out["paired"]
-    # the pass's medians, as validate reports them: the in-sample figure of a publication's rows never beats its own fit
+    # the pass's medians, as validate reports them, overall and split into classes and engines that cover every row
     report = validate(load_rows(path), holdout="source")
     assert out["summary"]["all"] == {"rows": len(report.results), "in": round(report.median_abs("in"), 4),
                                      "lopo": round(report.median_abs("lopo"), 4)}

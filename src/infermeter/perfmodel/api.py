@@ -232,7 +232,8 @@ class Deployment:
             + self._score * new_tokens * kv_tokens
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
-            "overhead": self._oh_step + self._oh_seq * num_seqs + self._cost.expert_time(new_tokens),
+            "overhead": self._oh_step + self._oh_seq * num_seqs + self._cost.expert_time(new_tokens)
+            + (self._oh_launch if new_tokens <= GRAPH_MAX_TOKENS else 0.0),
         }
 
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:
@@ -402,7 +403,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         kv_bytes_per_token=mem.kv_bytes_per_token, max_model_len=mml, pipeline_depth=pp, mfu=mfu, mbu=mbu, why_not=why,
         notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ())
         + ((f"eager execution (no CUDA/HIP graphs): {L} layers x {layer_oh_us:.0f} us of kernel launches a step of up to {GRAPH_MAX_TOKENS} tokens ("
-            + (f"fitted on {lo[1].source.count(',') + 1} eager {fam} rows" if lo and lo[1].fitted else
+            + (_fitted_on(lo[1], f"eager {fam}") if lo and lo[1].fitted else
                f"the engine's prior: no eager {eng.name} row on {fam} GPUs") + ")",) if eager else ()),
         spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
@@ -432,6 +433,12 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         request_overhead_s=eng.request_overhead_ms * 1e-3,
         frontend_ms=fe_ms, harmony_chat=harmony,
     )
+
+
+def _fitted_on(entry: Entry, what: str) -> str:
+    """``fitted on N {what} rows`` for a value the corpus fit produced (its source lists the rows), else ``fitted``."""
+    src = entry.source
+    return f"fitted on {len(src.removeprefix('fit: rows ').split(', '))} {what} rows" if src.startswith("fit: rows ") else "fitted"
 
 
 OWN_FORMAT_EXPERTS = ("mxfp4",)  # expert formats whose MoE kernels are their own (not fused_moe's FP8/BF16 paths)

@@ -302,8 +302,8 @@ def fit(rows: list[Row], base: Calibration | None = None) -> Calibration:
     def by_class(row: Row, d: Deployment) -> list[Param]:
         eng = _engine(d)
         moe: list[Param] = [("fe", eng.name)] if _frontend_bound(row, d) else []  # whatever the model: the server's work
-        # an eager run's launches, whatever the model, per hardware family (CUDA and HIP launch costs differ); llama.cpp's
-        # launches per memory class
+        # an eager run's launches, dense or MoE (not an expert-parallel MoE row, which fits nothing), per hardware family
+        # (CUDA and HIP launch costs differ); llama.cpp's launches per memory class
         launches: list[Param] = [("ohl", eng.name, d.hw.family if d.enforce_eager else d.hw.memory_class)] \
             if d.layer_overhead_us > 0 and d.hw.memory_class else []
         moe += launches if d.enforce_eager else []

@@ -28,7 +28,8 @@ from typing import Any
 DEQUANT_MIN_TOKENS = 32  # ggml-cuda MMQ_MAX_BATCH_SIZE: larger batches dequantise GGUF weights to FP16 for cuBLAS
 # the largest step (new tokens) an engine replays as a captured CUDA/HIP graph: vLLM V1's default capture sizes end at
 # 512 (vllm/config compilation max_capture_size); larger steps run eagerly even with graphs, so an eager run's launch
-# cost (oh_launch) is extra only up to here
+# cost (oh_launch) is extra only up to here. One cut-off for every engine: vLLM V0 and SGLang capture pure-decode
+# batches only (V0 up to 256 sequences), so their small prompt steps are charged launches they pay with graphs too
 GRAPH_MAX_TOKENS = 512
 
 
