@@ -12,7 +12,7 @@ decision); the list comes back heaviest first::
     'value'
     >>> print(fs[0].text)
     chat: best value is h200 at $374 per 1M requests (SLO capacity, simulated; price $4.04/h, ...), 32.5% cheaper
-    than h100-sxm ($554); clear: the cost ratio's 80% interval is 1.07–2.04; ...
+    than h100-sxm ($554); clear: the cost ratio's 80% interval is 1.35–1.62; ...
     >>> fs[0].refs[0].table, fs[0].refs[0].row, fs[0].refs[0].column
     ('m_usd_1m_req', 'h200', 'chat')
 
