@@ -181,6 +181,21 @@ def test_blind9_counts() -> None:
     assert not any(r.metric == "ttft_ms" and _org(r) == "LambdaLabsML" for r in rows)
 
 
+def _pinned(rows: list[Row], *, engines: dict[str, int], moe_dense: tuple[int, int], hardware: set[str],
+            scenarios: dict[str, int], metrics: dict[str, int], halves: tuple[str, int, int]) -> None:
+    """An audited set's pinned counts: engines, MoE and dense rows, hardware, scenarios, metrics, rows per collector
+    (``halves``: the id prefix and the two collectors' counts); every open loop states its rate and request count."""
+    assert Counter(r.engine for r in rows) == engines
+    assert (sum(get_model(r.model).is_moe for r in rows), sum(not get_model(r.model).is_moe for r in rows)) == moe_dense
+    assert {r.hardware for r in rows} == hardware
+    assert Counter(r.scenario for r in rows) == scenarios and Counter(r.metric for r in rows) == metrics
+    prefix, a, b = halves
+    assert (sum(r.id.startswith(f"{prefix}a-") for r in rows), sum(r.id.startswith(f"{prefix}b-") for r in rows)) == (a, b)
+    for r in rows:  # an open loop states its rate and how many requests it sent, its client uncapped ("max": None)
+        if r.scenario == "request_rate":
+            assert r.setting("rate") and r.setting("requests") and r.concurrency is None, r.id
+
+
 def test_blind10_counts() -> None:
     """Blind set 10 as audited: 47 rows (collectors 10a, engine-project threads: 23, less one set aside; 10b,
     third-party benchmark repositories: 25). The audit moved sglang PR #2643's row to -blind10-aside.csv (its GPU is
@@ -193,16 +208,10 @@ def test_blind10_counts() -> None:
     assert (len(rows), len(per_pub), max(per_pub.values())) == (47, 15, 7)
     assert per_org == {"mlc-ai": 7, "datacrunch-research": 7, "vllm-project": 6, "NVIDIA": 6, "tenstorrent": 6,
                        "cmontemuino": 6, "gpustack": 5, "sgl-project": 4}
-    assert Counter(r.engine for r in rows) == {"vllm": 30, "sglang": 11, "trtllm": 6}
-    assert sum(get_model(r.model).is_moe for r in rows) == 19 and sum(not get_model(r.model).is_moe for r in rows) == 28
-    assert {r.hardware for r in rows} == {"a100-80gb", "a100-80gb-pcie", "a10g", "b200", "h200", "mi300x", "rtx-4090"}
-    assert Counter(r.scenario for r in rows) == {"request_rate": 14, "static_batch": 13, "saturated": 10,
-                                                 "fixed_concurrency": 10}
-    assert Counter(r.metric for r in rows) == {"output_tokens_per_s": 31, "ttft_ms": 9, "tpot_ms": 7}
-    assert sum(r.id.startswith("b10a-") for r in rows) == 22 and sum(r.id.startswith("b10b-") for r in rows) == 25
-    for r in rows:  # an open loop states its rate and how many requests it sent, its client uncapped ("max": None)
-        if r.scenario == "request_rate":
-            assert r.setting("rate") and r.setting("requests") and r.concurrency is None, r.id
+    _pinned(rows, engines={"vllm": 30, "sglang": 11, "trtllm": 6}, moe_dense=(19, 28),
+            hardware={"a100-80gb", "a100-80gb-pcie", "a10g", "b200", "h200", "mi300x", "rtx-4090"},
+            scenarios={"request_rate": 14, "static_batch": 13, "saturated": 10, "fixed_concurrency": 10},
+            metrics={"output_tokens_per_s": 31, "ttft_ms": 9, "tpot_ms": 7}, halves=("b10", 22, 25))
     aside = load_rows(DATA / "published-measurements-blind10-aside.csv")
     assert [r.id for r in aside] == ["b10a-sg2643-dsv3-h200-sharegpt5000"]
     assert not {r.id for r in aside} & {r.id for r in rows}
@@ -240,16 +249,9 @@ def test_blind11_counts() -> None:
     assert (len(rows), len({publication(r) for r in rows}), len(per_study), max(per_study.values())) == (47, 17, 6, 12)
     assert per_org == {"crusoecloud": 12, "dennislee22": 12, "anyscale": 11, "vllm-project": 9, "sgl-project": 3}
     assert max(per_org.values()) / len(rows) <= 0.3
-    assert Counter(r.engine for r in rows) == {"vllm": 44, "sglang": 3}
-    assert sum(get_model(r.model).is_moe for r in rows) == 23 and sum(not get_model(r.model).is_moe for r in rows) == 24
-    assert {r.hardware for r in rows} == {"a100-80gb", "h100-sxm", "l40s", "mi300x"}
-    assert Counter(r.scenario for r in rows) == {"saturated": 15, "fixed_concurrency": 14, "request_rate": 12,
-                                                 "static_batch": 6}
-    assert Counter(r.metric for r in rows) == {"output_tokens_per_s": 29, "tpot_ms": 12, "ttft_ms": 6}
-    assert sum(r.id.startswith("b11a-") for r in rows) == 12 and sum(r.id.startswith("b11b-") for r in rows) == 35
-    for r in rows:  # an open loop states its rate and how many requests it sent, its client uncapped ("max": None)
-        if r.scenario == "request_rate":
-            assert r.setting("rate") and r.setting("requests") and r.concurrency is None, r.id
+    _pinned(rows, engines={"vllm": 44, "sglang": 3}, moe_dense=(23, 24), hardware={"a100-80gb", "h100-sxm", "l40s", "mi300x"},
+            scenarios={"saturated": 15, "fixed_concurrency": 14, "request_rate": 12, "static_batch": 6},
+            metrics={"output_tokens_per_s": 29, "tpot_ms": 12, "ttft_ms": 6}, halves=("b11", 12, 35))
     aside = load_rows(DATA / "published-measurements-blind11-aside.csv")
     extra: list[Row] = []
     assert not (DATA / "published-measurements-blind11x.csv").exists()
