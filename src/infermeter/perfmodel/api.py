@@ -233,7 +233,7 @@ class Deployment:
             + (self._dequant if new_tokens > DEQUANT_MIN_TOKENS else 0.0),
             "communication": self._comm_step + self._comm_tok * new_tokens,
             "overhead": self._oh_step + self._oh_seq * num_seqs + self._cost.expert_time(new_tokens)
-            + (self._oh_launch if new_tokens <= GRAPH_MAX_TOKENS else 0.0),
+            + self._cost.launch_time(new_tokens),
         }
 
     def decode_span(self, num_seqs: int, kv_tokens: int, steps: int) -> float:

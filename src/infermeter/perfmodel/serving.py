@@ -63,7 +63,6 @@ from infermeter.perfmodel.api import Deployment
 from infermeter.perfmodel.calibration import load_calibration
 from infermeter.perfmodel.engines import EngineDefaults
 from infermeter.perfmodel.lengths import Lengths
-from infermeter.perfmodel.steptime import GRAPH_MAX_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +364,7 @@ def _gpu_saturation(d: Deployment, input_tokens: int, output_tokens: int, length
     extra_steps = tokens / eng.max_batched_tokens - 1
     if extra_steps > 0:  # prompts overflow the token budget: more steps, each re-reading weights
         t += extra_steps * (d.weight_time(eng.max_batched_tokens) + d.step_overhead_s
-                            + (d.step_cost.oh_launch if eng.max_batched_tokens <= GRAPH_MAX_TOKENS else 0.0))
+                            + d.step_cost.launch_time(eng.max_batched_tokens))
     else:  # under one admission a step: whole prompts in some steps, pure decodes in the others (_lumpy_step)
         per_token = _prompt_pairs(input_tokens, dist)
         mean_i = dist.mean_i if dist is not None else float(input_tokens)

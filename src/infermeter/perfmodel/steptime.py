@@ -97,6 +97,10 @@ class StepCost:
             return self.expert_lat * (1.0 - self.moe_miss**new_tokens)
         return self.expert_lat
 
+    def launch_time(self, new_tokens: int) -> float:
+        """Seconds of an eager run's launches a step of ``new_tokens`` pays (``oh_launch`` up to GRAPH_MAX_TOKENS, else 0)."""
+        return self.oh_launch if new_tokens <= GRAPH_MAX_TOKENS else 0.0
+
     def step_time(self, new_tokens: int, kv_tokens: int, num_seqs: int, attn_pairs: float | None = None) -> float:
         """Seconds for one engine iteration (``Deployment.step_time`` says what the arguments are)."""
         if new_tokens <= 0 or num_seqs <= 0:
@@ -106,7 +110,7 @@ class StepCost:
         else:
             pairs = attn_pairs
         ub = self.ubatch
-        launch = self.oh_launch if new_tokens <= GRAPH_MAX_TOKENS else 0.0
+        launch = self.launch_time(new_tokens)
         if ub > 0 and new_tokens > ub:
             return self._micro_batched(new_tokens, kv_tokens, pairs, num_seqs) + self.oh_seq * num_seqs + launch
         # smax(compute, weights + KV writes) + smax(attention, KV reads); smax and weight_time inlined (every step)
