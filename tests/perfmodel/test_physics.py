@@ -113,6 +113,29 @@ def test_pcie_all_reduce_beyond_four_gpus_crosses_the_sockets(tmp_path):
     assert tp4.step_time(64, 64 * 1000, 64) == tp4_flat.step_time(64, 64 * 1000, 64)  # four GPUs: one socket, no crossing
 
 
+def test_more_than_two_pcie_gpus_all_reduce_through_nccl():
+    """vLLM and SGLang run their one-shot all-reduce kernel on at most two PCIe GPUs; a larger PCIe group pays NCCL's
+    start-up latency on each of the 2 L all-reduces of a step, an NVLink group keeps the kernel's."""
+    ic = build_deployment("llama-3.1-8b", "l40s").hw.interconnect
+    assert ic.custom_allreduce_max == 2 and ic.nccl_latency_us > ic.latency_us
+    assert ic.allreduce_latency_us(2) == ic.latency_us
+    assert ic.allreduce_latency_us(4) == pytest.approx(ic.nccl_latency_us * 1.3)
+    assert ic.allreduce_latency_us(8) == pytest.approx(ic.nccl_latency_us * 1.6)
+    tp4 = build_deployment("llama-3.1-70b", "4xl40s:tp4", dtype="fp8")
+    assert tp4._comm_step == pytest.approx(2 * tp4.spec.layers * ic.nccl_latency_us * 1.3e-6)
+    nv = build_deployment("llama-3.1-70b", "8xh100-sxm:tp8", dtype="fp8").hw.interconnect
+    assert nv.custom_allreduce_max == 0 and nv.allreduce_latency_us(8) == pytest.approx(nv.latency_us * 1.6)
+
+
+def test_a_custom_all_reduce_limit_needs_the_nccl_latency(tmp_path):
+    from infermeter.errors import ConfigError
+
+    f = tmp_path / "bad.yaml"
+    f.write_text("l40s: {interconnect: {nccl_latency_us: 0}}\n")
+    with pytest.raises(ConfigError, match="custom_allreduce_max' needs 'interconnect.nccl_latency_us'"):
+        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
+
+
 def test_nvlink_tp8_keeps_its_bandwidth():
     d = build_deployment("llama-3.1-70b", "8xh100-sxm:tp8", dtype="fp8", engine="trtllm")
     assert d.hw.interconnect.allreduce_factor(8) == 1.0

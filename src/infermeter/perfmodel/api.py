@@ -17,6 +17,7 @@ Step time (per engine iteration, latency through all pipeline stages)::
     t = smax(F_lin / (P_c * MFU), B_w / (BW * MBU) + T * kvb / (BW * MBU))      linear layers + lm_head
       + smax(L (f_p A + (f_d - f_p) min(A, K)) / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
+        (alpha_tp: the link's all-reduce latency, NCCL's on more than two PCIe GPUs: Interconnect.allreduce_latency_us)
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
         (an eager run of an engine with graphs pays its L * layer_overhead on steps of T <= 512 only: larger
@@ -197,9 +198,7 @@ class Deployment:
             _w_dense=self._w_dense * b, _w_expert=self._w_expert * b, _kv_write=self._kv_write * b, _dequant=self._dequant * b,
             _score=self._score * b,
             _kv_read=self._kv_read * b * f_new / f_old,
-            _oh_step=step_overhead_ms * 1e-3 + (0.0 if self.enforce_eager else self.spec.layers * layer_overhead_us * 1e-6)
-            + self.spec.moe_layers * moe_us * 1e-6,
-            _oh_launch=self.spec.layers * layer_overhead_us * 1e-6 if self.enforce_eager else 0.0,
+            **_overheads(self.spec, step_overhead_ms, layer_overhead_us, moe_us, self.enforce_eager),
             request_overhead_s=request_overhead_ms * 1e-3, frontend_ms=fe)
         new = object.__new__(Deployment)  # a field-by-field copy: dataclasses.replace re-validates ~50 fields and dominates a fit
         for name in _FIELD_NAMES:
@@ -258,9 +257,13 @@ class Deployment:
 _FIELD_NAMES = tuple(Deployment.__dataclass_fields__)
 
 
-def _allreduce_latency(hw: Hardware, tp: int) -> float:
-    """Seconds of start-up latency for one small all-reduce over ``tp`` devices."""
-    return hw.interconnect.latency_us * 1e-6 * (1.0 + 0.3 * (math.log2(tp) - 1.0))
+def _overheads(spec: ModelSpec, step_ms: float, layer_us: float, moe_us: float, eager: bool) -> dict[str, float]:
+    """The engine's fixed step costs (seconds): ``_oh_step`` on every step (the step overhead, the MoE layers' and,
+    unless the run is eager, the per-layer launches a graph-less engine pays on every step) and ``_oh_launch``, an eager
+    run's launches, paid only by the steps a graph would have covered (``StepCost.launch_time``)."""
+    launches = spec.layers * layer_us * 1e-6
+    return {"_oh_step": step_ms * 1e-3 + (0.0 if eager else launches) + spec.moe_layers * moe_us * 1e-6,
+            "_oh_launch": launches if eager else 0.0}
 
 
 def engine_on(hardware: str | Hardware, engine: str = "vllm", calibration: Calibration | None = None) -> EngineDefaults:
@@ -392,7 +395,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
     if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
-        comm_step += 2 * L * _allreduce_latency(hw, tp)
+        comm_step += 2 * L * hw.interconnect.allreduce_latency_us(tp) * 1e-6
         comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * hw.interconnect.allreduce_factor(tp))
     if pp > 1:
         comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
@@ -427,8 +430,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _att_dec=L * (spec.attn_pair_flops - spec.prefill_pair_flops) / tp / p_16,
         _kv_read=kvb_path * reread / bw,
         _comm_step=comm_step, _comm_tok=comm_tok,
-        _oh_step=step_oh_ms * 1e-3 + (0.0 if eager else L * layer_oh_us * 1e-6) + spec.moe_layers * moe_us * 1e-6,
-        _oh_launch=L * layer_oh_us * 1e-6 if eager else 0.0, enforce_eager=eager, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
+        **_overheads(spec, step_oh_ms, layer_oh_us, moe_us, eager), enforce_eager=eager, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,
         frontend_ms=fe_ms, harmony_chat=harmony,

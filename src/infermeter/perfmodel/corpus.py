@@ -43,7 +43,6 @@ SCENARIOS = ("saturated", "fixed_concurrency", "static_batch", "request_rate")
 REQUIRED = ("id", "model", "hardware", "gpus", "tp", "pp", "weight_dtype", "engine", "scenario", "concurrency",
             "input_tokens", "output_tokens", "metric", "value")
 PROVENANCE = ("date", "engine_version", "source_url", "conditions")
-EAGER_ENGINES = ("vllm", "sglang")  # engines that capture CUDA/HIP graphs and can be told not to (`enforce_eager`)
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
@@ -107,6 +106,14 @@ def publication(row: Row) -> str:
     return row.source_url or row.id.split("-", 1)[0]
 
 
+def eager_engines() -> tuple[str, ...]:
+    """The engines of the shipped table that capture CUDA/HIP graphs and can be told not to (a prior ``eager_layer_us``):
+    the ones a row may mark ``enforce_eager``."""
+    from infermeter.perfmodel.calibration import load_calibration
+
+    return tuple(e.name for e in load_calibration().engines if e.eager_layer_us > 0)
+
+
 def _settings(text: str, where: str) -> tuple[tuple[str, Any], ...]:
     out = []
     for part in (p.strip() for p in (text or "").split(";")):
@@ -144,9 +151,10 @@ def _row(r: dict[str, str], where: str) -> Row:
         raise DataError(f"{where}: column 'scenario' {row.scenario!r} unknown; use one of {', '.join(SCENARIOS)}")
     if row.setting("vllm_use_v1") is not None and (row.engine != "vllm" or row.setting("vllm_use_v1") not in (0, 1)):
         raise DataError(f"{where}: column 'settings' item vllm_use_v1={row.setting('vllm_use_v1')}: 0 or 1, on a vllm row only")
-    if row.setting("enforce_eager") is not None and (row.engine not in EAGER_ENGINES or row.setting("enforce_eager") not in (0, 1)):
+    if row.setting("enforce_eager") is not None and (row.engine not in (eager := eager_engines())
+                                                     or row.setting("enforce_eager") not in (0, 1)):
         raise DataError(f"{where}: column 'settings' item enforce_eager={row.setting('enforce_eager')}: 0 or 1, on a "
-                        f"{' or '.join(EAGER_ENGINES)} row only (the engines whose graphs a run can turn off)")
+                        f"{' or '.join(eager)} row only (the engines whose graphs a run can turn off)")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "

@@ -18,6 +18,7 @@ ddr5, ...) gives :attr:`Hardware.memory_class`, by which calibration entries may
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ class Interconnect:
     latency_us: float  # start-up latency of one small all-reduce
     p2p_domain: int = 0  # devices that reach each other peer-to-peer (0: all); a larger group crosses the CPU sockets
     cross_domain_factor: float = 1.0  # fraction of the all-reduce bandwidth a ring keeps beyond p2p_domain devices
+    custom_allreduce_max: int = 0  # most devices the engines' own all-reduce kernel serves (0: any); beyond them NCCL's
+    nccl_latency_us: float = 0.0  # start-up latency of NCCL's small all-reduce on this link (used beyond custom_allreduce_max)
+
+    def allreduce_latency_us(self, devices: int) -> float:
+        """Start-up latency (µs) of one small all-reduce over ``devices`` devices: ``latency_us`` (``nccl_latency_us``
+        beyond ``custom_allreduce_max`` devices: vLLM and SGLang run their one-shot P2P kernel on NVLink meshes and on
+        at most two PCIe GPUs, and hand larger PCIe groups to NCCL), times ``1 + 0.3 (log2 devices - 1)``."""
+        base = self.nccl_latency_us if 0 < self.custom_allreduce_max < devices else self.latency_us
+        return base * (1.0 + 0.3 * (math.log2(devices) - 1.0))
 
     def allreduce_factor(self, devices: int) -> float:
         """The fraction of the link's all-reduce bandwidth a ring over ``devices`` devices keeps (1 within the P2P domain)."""
@@ -148,7 +158,12 @@ def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
         latency_us=_num(where, "interconnect.latency_us", ic.get("latency_us", 0), allow_zero=True),
         p2p_domain=int(_num(where, "interconnect.p2p_domain", ic.get("p2p_domain", 0), allow_zero=True)),
         cross_domain_factor=_num(where, "interconnect.cross_domain_factor", ic.get("cross_domain_factor", 1.0)),
+        custom_allreduce_max=int(_num(where, "interconnect.custom_allreduce_max", ic.get("custom_allreduce_max", 0), allow_zero=True)),
+        nccl_latency_us=_num(where, "interconnect.nccl_latency_us", ic.get("nccl_latency_us", 0), allow_zero=True),
     )
+    if interconnect.custom_allreduce_max and not interconnect.nccl_latency_us:
+        raise ConfigError(f"{where}: field 'interconnect.custom_allreduce_max' needs 'interconnect.nccl_latency_us' "
+                          "(the latency of the NCCL all-reduce beyond that many devices)")
     if interconnect.cross_domain_factor > 1:
         raise ConfigError(f"{where}: field 'interconnect.cross_domain_factor' must be within 0..1, got {interconnect.cross_domain_factor!r}")
     return Hardware(
