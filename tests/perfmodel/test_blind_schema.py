@@ -303,3 +303,16 @@ def test_blind_sets_9_and_10_are_folded_unchanged_but_for_three_threads_and_two_
     assert {k for v in added.values() for k in v} == {("vllm_use_v1", 1), ("enforce_eager", 1)}
     assert all("12568" in corpus[i].source_url for i, v in added.items() if ("vllm_use_v1", 1) in v)
     assert all("eager mode" in corpus[i].conditions for i, v in added.items() if ("enforce_eager", 1) in v)
+
+
+def test_blind_set_11_is_folded_unchanged() -> None:
+    """Every scored row of set 11 joined the corpus as scored (same figures, conditions and settings: its collectors
+    already wrote the stated settings); its aside rows did not."""
+    corpus = {r.id: r for r in load_rows(DATA / "published-measurements.csv")}
+    scored = load_rows(DATA / "published-measurements-blind11.csv")
+    assert all(r.id in corpus for r in scored)
+    for r in scored:
+        c = corpus[r.id]
+        assert (c.model, c.hardware, c.config, c.metric, c.value, c.conditions, c.source_url, c.settings) == \
+               (r.model, r.hardware, r.config, r.metric, r.value, r.conditions, r.source_url, r.settings), r.id
+    assert not {r.id for r in load_rows(DATA / "published-measurements-blind11-aside.csv")} & set(corpus)
