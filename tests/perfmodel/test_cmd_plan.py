@@ -86,6 +86,19 @@ def test_check_reports_the_verdict(app):
     assert hi_u / lo_u > hi / lo  # an unseen combination gets the wider band
 
 
+def test_the_plan_says_how_seldom_first_token_intervals_held_on_fresh_publications(app):
+    from infermeter.perfmodel import freshpub
+
+    held = freshpub.shipped_held_out_by_group()
+    out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").stdout)
+    assert out["interval_basis"]["ttft_ms"]["fresh_held_out"] == held["ttft"]
+    assert out["interval_basis"]["tpot_ms"]["fresh_held_out"] == held["tpot"]
+    text = " ".join(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm").output.split())
+    assert f"{held['ttft']['inside']} of {held['ttft']['rows']} first-token measurements" in text
+    rest = sum(v["rows"] for g, v in held.items() if g != "ttft")
+    assert f"of {rest}," in text
+
+
 def _small_corpus(tmp_path):
     small = tmp_path / "few.csv"
     lines = CSV.read_text().splitlines()

@@ -147,3 +147,19 @@ def test_the_spread_holds_set_by_set_on_sets_it_was_not_taken_from():
     got = held_out(load())
     assert 0.7 <= got["all"]["inside"] / got["all"]["rows"] <= 0.9
     assert got["all"]["inside"] > got["all"]["stated"]  # and more than the intervals as they were stated
+
+
+def test_the_held_out_check_by_metric_group_splits_the_same_checks():
+    """Per metric group, the same held-out checks as per set: the counts add up, and the shipped history says what the
+    plan prints: first tokens held far less often than the other figures."""
+    recs = load()
+    by_group, by_set = freshpub.held_out_by_group(recs), held_out(recs)["all"]
+    assert sum(v["rows"] for v in by_group.values()) == by_set["rows"]
+    assert sum(v["inside"] for v in by_group.values()) == by_set["inside"]
+    ttft, rest = by_group["ttft"], [v for g, v in by_group.items() if g != "ttft"]
+    assert ttft["inside"] / ttft["rows"] < 0.6 < sum(v["inside"] for v in rest) / sum(v["rows"] for v in rest)
+    assert freshpub.shipped_held_out_by_group() == by_group
+    near = [_rec(10.0 + 0.5 * i, s="near") for i in range(10)]
+    far = [Record("far", "c" * 40, f"f{i}", "pub", "dense", "ttft_ms", 30.0, 10.0, 9.0, 11.0) for i in range(10)]
+    got = freshpub.held_out_by_group(near + far)
+    assert got["tpot"]["rows"] == 10 and got["ttft"]["rows"] == 10
