@@ -7,6 +7,7 @@ is scored."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from pathlib import Path
@@ -312,7 +313,5 @@ def test_blind_set_11_is_folded_unchanged() -> None:
     scored = load_rows(DATA / "published-measurements-blind11.csv")
     assert all(r.id in corpus for r in scored)
     for r in scored:
-        c = corpus[r.id]
-        assert (c.model, c.hardware, c.config, c.metric, c.value, c.conditions, c.source_url, c.settings) == \
-               (r.model, r.hardware, r.config, r.metric, r.value, r.conditions, r.source_url, r.settings), r.id
+        assert dataclasses.asdict(corpus[r.id]) == dataclasses.asdict(r), r.id
     assert not {r.id for r in load_rows(DATA / "published-measurements-blind11-aside.csv")} & set(corpus)

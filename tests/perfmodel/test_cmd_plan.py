@@ -87,9 +87,9 @@ def test_check_reports_the_verdict(app):
 
 
 def test_the_plan_says_how_seldom_first_token_intervals_held_on_fresh_publications(app):
-    from infermeter.perfmodel import freshpub
+    from infermeter.perfmodel.uncertainty import fresh_held_out
 
-    held = freshpub.shipped_held_out_by_group()
+    held = fresh_held_out()
     out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").stdout)
     assert out["interval_basis"]["ttft_ms"]["fresh_held_out"] == held["ttft"]
     assert out["interval_basis"]["tpot_ms"]["fresh_held_out"] == held["tpot"]
@@ -97,6 +97,8 @@ def test_the_plan_says_how_seldom_first_token_intervals_held_on_fresh_publicatio
     assert f"{held['ttft']['inside']} of {held['ttft']['rows']} first-token measurements" in text
     rest = sum(v["rows"] for g, v in held.items() if g != "ttft")
     assert f"of {rest}," in text
+    check = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "ttft=500", "--json").stdout)
+    assert check[0]["interval_basis"]["fresh_held_out"] == held["ttft"]  # plan --check states the same record
 
 
 def _small_corpus(tmp_path):

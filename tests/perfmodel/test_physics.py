@@ -96,7 +96,8 @@ def _nvlink_twin(tmp_path, gpu: str) -> str:
 
     ic = get_hardware(gpu).interconnect
     f = tmp_path / "flat.yaml"
-    f.write_text(f"{gpu}: {{interconnect: {{kind: flat, bandwidth_gbs: {ic.bandwidth_gbs}, latency_us: {ic.latency_us}, p2p_domain: 0}}}}\n")
+    f.write_text(f"{gpu}: {{interconnect: {{kind: flat, bandwidth_gbs: {ic.bandwidth_gbs}, latency_us: {ic.latency_us}, p2p_domain: 0, "
+                 f"custom_allreduce_max: {ic.custom_allreduce_max}, nccl_latency_us: {ic.nccl_latency_us}}}}}\n")
     return str(f)
 
 
@@ -133,6 +134,42 @@ def test_a_custom_all_reduce_limit_needs_the_nccl_latency(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("l40s: {interconnect: {nccl_latency_us: 0}}\n")
     with pytest.raises(ConfigError, match="custom_allreduce_max' needs 'interconnect.nccl_latency_us'"):
+        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
+
+
+def test_two_pcie_gpus_and_pipeline_hops_keep_the_kernel_latency():
+    """At TP2 a PCIe card keeps its own kernel's latency (vLLM's one-shot all-reduce over P2P), as do pipeline hops;
+    a GeForce card without P2P and bridged H100 NVL pairs beyond two hand their groups to NCCL."""
+    tp2 = build_deployment("llama-3.1-8b", "2xl40s:tp2")
+    ic = tp2.hw.interconnect
+    assert tp2._comm_step == pytest.approx(2 * tp2.spec.layers * ic.latency_us * 1e-6)
+    pp2 = build_deployment("llama-3.1-8b", "2xl40s:pp2")
+    assert pp2._comm_step == pytest.approx(ic.latency_us * 1e-6)
+    g = build_deployment("llama-3.1-8b", "rtx-4090").hw.interconnect
+    assert g.custom_allreduce_max == 1 and g.allreduce_latency_us(2) == g.nccl_latency_us
+    nvl = build_deployment("llama-3.1-8b", "h100-nvl").hw.interconnect
+    assert nvl.allreduce_latency_us(2) == nvl.latency_us and nvl.allreduce_latency_us(4) == pytest.approx(nvl.nccl_latency_us * 1.3)
+
+
+def test_a_hardware_file_that_changes_the_link_kind_replaces_the_link(tmp_path):
+    """An L40S given NVLink keeps none of the PCIe card's socket domain or NCCL start-up; the same kind merges."""
+    f = tmp_path / "nv.yaml"
+    f.write_text("l40s: {interconnect: {kind: nvlink4, bandwidth_gbs: 900, latency_us: 6}}\n")
+    ic = build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f)).hw.interconnect
+    assert (ic.p2p_domain, ic.cross_domain_factor, ic.custom_allreduce_max) == (0, 1.0, 0)
+    assert ic.allreduce_latency_us(8) == pytest.approx(6 * 1.6)
+    same = tmp_path / "same.yaml"
+    same.write_text("l40s: {interconnect: {latency_us: 10}}\n")
+    ic = build_deployment("llama-3.1-8b", "l40s", hardware_file=str(same)).hw.interconnect
+    assert ic.latency_us == 10 and ic.custom_allreduce_max == 2 and ic.p2p_domain == 4
+
+
+def test_a_custom_all_reduce_limit_must_be_a_whole_number(tmp_path):
+    from infermeter.errors import ConfigError
+
+    f = tmp_path / "bad.yaml"
+    f.write_text("l40s: {interconnect: {custom_allreduce_max: 2.5}}\n")
+    with pytest.raises(ConfigError, match="custom_allreduce_max' must be a whole number >= 0, got 2.5"):
         build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
 
 

@@ -150,9 +150,9 @@ def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
                  if (p.get("interval_basis") or {}).get("ttft_ms", {}).get("fresh_held_out")), None)
     if not held:
         return None
-    from infermeter.perfmodel import freshpub
+    from infermeter.perfmodel.uncertainty import fresh_held_out
 
-    rest = [v for g, v in freshpub.shipped_held_out_by_group().items() if g != "ttft"]
+    rest = [v for g, v in fresh_held_out().items() if g != "ttft"]
     inside, rows = sum(v["inside"] for v in rest), sum(v["rows"] for v in rest)
     return (f"[yellow]TTFT is the least certain figure[/]: on blind sets of publications no fit had seen, each held out "
             f"in turn, {held['inside']} of {held['rows']} first-token measurements fell inside intervals built this way "

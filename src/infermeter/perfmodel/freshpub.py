@@ -36,16 +36,15 @@ from ``infermeter plan --validate BLIND.csv --holdout none --json`` run with tha
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from infermeter.errors import DataError
 from infermeter.perfmodel.hardware import DATA_DIR
-from infermeter.perfmodel.uncertainty import METRIC_GROUPS
 
 HISTORY = DATA_DIR / "blind-history.csv"
 COVERAGE = 0.8
@@ -175,21 +174,16 @@ def held_out(records: list[Record]) -> dict[str, dict[str, float | int]]:
     return out
 
 
-def held_out_by_group(records: list[Record]) -> dict[str, dict[str, int]]:
-    """The held-out check of :func:`held_out` per metric group (``ttft``, ``tpot``, ``throughput``: ``{rows, inside}``):
-    first tokens, where a new publication's queue, client and network land whole, hold far fewer than the rest."""
+def held_out_by_group(records: list[Record], group_of: Callable[[str], str]) -> dict[str, dict[str, int]]:
+    """The held-out check of :func:`held_out` per metric group (``group_of(metric)``; ``{group: {rows, inside}}``):
+    first tokens, where a new publication's queue, client and network land whole, hold far fewer than the rest
+    (:func:`~infermeter.perfmodel.uncertainty.fresh_held_out` applies it to the shipped history)."""
     out: dict[str, dict[str, int]] = {}
     for r, ok in _held_out_checks(records):
-        v = out.setdefault(METRIC_GROUPS[r.metric][0] if r.metric in METRIC_GROUPS else r.metric, {"rows": 0, "inside": 0})
+        v = out.setdefault(group_of(r.metric), {"rows": 0, "inside": 0})
         v["rows"] += 1
         v["inside"] += ok
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def shipped_held_out_by_group() -> dict[str, dict[str, int]]:
-    """:func:`held_out_by_group` of the shipped history (``{}`` without one)."""
-    return held_out_by_group(load()) if HISTORY.exists() else {}
 
 
 def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_json: Path | str) -> list[Record]:

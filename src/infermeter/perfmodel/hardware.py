@@ -158,12 +158,13 @@ def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
         latency_us=_num(where, "interconnect.latency_us", ic.get("latency_us", 0), allow_zero=True),
         p2p_domain=int(_num(where, "interconnect.p2p_domain", ic.get("p2p_domain", 0), allow_zero=True)),
         cross_domain_factor=_num(where, "interconnect.cross_domain_factor", ic.get("cross_domain_factor", 1.0)),
-        custom_allreduce_max=int(_num(where, "interconnect.custom_allreduce_max", ic.get("custom_allreduce_max", 0), allow_zero=True)),
+        custom_allreduce_max=_whole(where, "interconnect.custom_allreduce_max", ic.get("custom_allreduce_max", 0)),
         nccl_latency_us=_num(where, "interconnect.nccl_latency_us", ic.get("nccl_latency_us", 0), allow_zero=True),
     )
-    if interconnect.custom_allreduce_max and not interconnect.nccl_latency_us:
+    if bool(interconnect.custom_allreduce_max) != bool(interconnect.nccl_latency_us):
         raise ConfigError(f"{where}: field 'interconnect.custom_allreduce_max' needs 'interconnect.nccl_latency_us' "
-                          "(the latency of the NCCL all-reduce beyond that many devices)")
+                          "and the other way round (the most devices the engines' own all-reduce serves, and the latency "
+                          "of the NCCL all-reduce beyond them)")
     if interconnect.cross_domain_factor > 1:
         raise ConfigError(f"{where}: field 'interconnect.cross_domain_factor' must be within 0..1, got {interconnect.cross_domain_factor!r}")
     return Hardware(
@@ -221,12 +222,22 @@ def load_catalog(hardware_file: str | None = None) -> dict[str, Hardware]:
             if not isinstance(fields, dict):
                 raise ConfigError(f"{path}: hardware {hid!r}: expected a mapping of fields")
             merged = dict(raw.get(hid, {}))
-            if "interconnect" in fields and isinstance(merged.get("interconnect"), dict) and isinstance(fields["interconnect"], dict):
-                fields = {**fields, "interconnect": {**merged["interconnect"], **fields["interconnect"]}}
+            base_ic, user_ic = merged.get("interconnect"), fields.get("interconnect")
+            # a link of the same kind is merged field by field; another kind replaces the whole link (an NVLink'd L40S
+            # keeps none of the PCIe card's socket domain or NCCL start-up)
+            if isinstance(base_ic, dict) and isinstance(user_ic, dict) and user_ic.get("kind", base_ic.get("kind")) == base_ic.get("kind"):
+                fields = {**fields, "interconnect": {**base_ic, **user_ic}}
             merged.update(fields)
             raw[hid] = merged
             origin[hid] = str(path)
     return {hid: _build(hid, entry, origin[hid]) for hid, entry in raw.items()}
+
+
+def _whole(where: str, name: str, v: Any) -> int:
+    """A whole number >= 0 (ConfigError naming the field otherwise)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{where}: field {name!r} must be a whole number >= 0, got {v!r}")
+    return v
 
 
 def get_hardware(hardware_id: str, hardware_file: str | None = None) -> Hardware:

@@ -126,16 +126,6 @@ def _r(v: float, metric: str) -> float:
     return round(v, 3) if metric.endswith("_ms") else round(v, 2)
 
 
-def _with_fresh_record(basis: dict[str, Any], group: str) -> dict[str, Any]:
-    """``basis`` plus ``fresh_held_out`` (``{rows, inside}``): how many rows of the figure's metric group, over every blind
-    set held out in turn, fell inside intervals built like this one (:func:`freshpub.held_out_by_group`); none for a
-    deployment's own residuals, which carry no fresh-publication spread."""
-    from infermeter.perfmodel import freshpub
-
-    held = freshpub.shipped_held_out_by_group().get(group) if basis.get("basis") != "deployment" else None
-    return {**basis, "fresh_held_out": dict(held)} if held else basis
-
-
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
          hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
@@ -183,7 +173,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
         running = batch if metric == "saturation_output_tokens_per_s" else est.running_per_replica * d.config.replicas
         reg = regime_of(d, metric, input_tokens, output_tokens, running)
         lo, hi, _ = interval(metric, values[metric], reg, table)
-        intervals[metric], regimes[metric], bases[metric] = (lo, hi), reg.label, _with_fresh_record(basis_of(reg, table), reg.group)
+        intervals[metric], regimes[metric], bases[metric] = (lo, hi), reg.label, basis_of(reg, table)
         cells.append(f"{metric} in {reg.label} (cell {table.multipliers(reg)[2]})")
     block = None
     if spec is not None:

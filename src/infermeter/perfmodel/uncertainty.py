@@ -61,6 +61,7 @@ checks the stated coverage with each row's interval built from errors without it
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import sys
@@ -354,9 +355,27 @@ def interval(metric: str, value: float, regime: Regime, table: IntervalTable | N
 
 
 def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, Any]:
-    """``{basis, n, cell}``: how the interval of a figure in ``regime`` is calibrated and how many rows stand behind it."""
-    cell, _ = (table or table_of()).cell_of(regime)
-    return {"basis": regime.calibration, "n": cell.n, "cell": cell.name}
+    """``{basis, n, cell}``: how the interval of a figure in ``regime`` is calibrated and how many rows stand behind it;
+    plus ``fresh_held_out`` (``{rows, inside}``) where the interval carries the fresh-publication spread: how many rows
+    of the figure's metric group, over the blind sets each held out in turn, fell inside intervals so built
+    (:func:`fresh_held_out`)."""
+    table = table or table_of()
+    cell, _ = table.cell_of(regime)
+    out: dict[str, Any] = {"basis": regime.calibration, "n": cell.n, "cell": cell.name}
+    if cell.key[2] != "deployment" and table.fresh_tau(regime.model_class) > 0 and (held := fresh_held_out().get(regime.group)):
+        out["fresh_held_out"] = dict(held)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def fresh_held_out() -> dict[str, dict[str, int]]:
+    """The shipped blind history's held-out check per metric group (:func:`freshpub.held_out_by_group`): ``{group:
+    {rows, inside}}``; ``{}`` without a history."""
+    from infermeter.perfmodel import freshpub
+
+    if not freshpub.HISTORY.exists():
+        return {}
+    return freshpub.held_out_by_group(freshpub.load(), lambda m: METRIC_GROUPS[m][0] if m in METRIC_GROUPS else m)
 
 
 def combination(row: Any) -> tuple[str, str, str, str]:  # noqa: ANN401 - a corpus Row
