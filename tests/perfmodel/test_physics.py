@@ -128,15 +128,6 @@ def test_more_than_two_pcie_gpus_all_reduce_through_nccl():
     assert nv.custom_allreduce_max == 0 and nv.allreduce_latency_us(8) == pytest.approx(nv.latency_us * 1.6)
 
 
-def test_a_custom_all_reduce_limit_needs_the_nccl_latency(tmp_path):
-    from infermeter.errors import ConfigError
-
-    f = tmp_path / "bad.yaml"
-    f.write_text("l40s: {interconnect: {nccl_latency_us: 0}}\n")
-    with pytest.raises(ConfigError, match="custom_allreduce_max' needs 'interconnect.nccl_latency_us'"):
-        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
-
-
 def test_two_pcie_gpus_and_pipeline_hops_keep_the_kernel_latency():
     """At TP2 a PCIe card keeps its own kernel's latency (vLLM's one-shot all-reduce over P2P), as do pipeline hops;
     a GeForce card without P2P and bridged H100 NVL pairs beyond two hand their groups to NCCL."""
@@ -164,26 +155,22 @@ def test_a_hardware_file_that_changes_the_link_kind_replaces_the_link(tmp_path):
     assert ic.latency_us == 10 and ic.custom_allreduce_max == 2 and ic.p2p_domain == 4
 
 
-def test_a_custom_all_reduce_limit_must_be_a_whole_number(tmp_path):
-    from infermeter.errors import ConfigError
-
-    f = tmp_path / "bad.yaml"
-    f.write_text("l40s: {interconnect: {custom_allreduce_max: 2.5}}\n")
-    with pytest.raises(ConfigError, match="custom_allreduce_max' must be a whole number >= 0, got 2.5"):
-        build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
-
-
 def test_nvlink_tp8_keeps_its_bandwidth():
     d = build_deployment("llama-3.1-70b", "8xh100-sxm:tp8", dtype="fp8", engine="trtllm")
     assert d.hw.interconnect.allreduce_factor(8) == 1.0
 
 
-def test_bad_cross_domain_factor_is_refused(tmp_path):
+@pytest.mark.parametrize(("link", "message"), [
+    ("cross_domain_factor: 1.5", "interconnect.cross_domain_factor' must be within 0..1"),
+    ("nccl_latency_us: 0", "custom_allreduce_max' needs 'interconnect.nccl_latency_us'"),
+    ("custom_allreduce_max: 2.5", "custom_allreduce_max' must be a whole number >= 0, got 2.5"),
+])
+def test_a_bad_interconnect_field_is_refused(tmp_path, link, message):
     from infermeter.errors import ConfigError
 
     f = tmp_path / "bad.yaml"
-    f.write_text("l40s: {interconnect: {cross_domain_factor: 1.5}}\n")
-    with pytest.raises(ConfigError, match="interconnect.cross_domain_factor' must be within 0..1"):
+    f.write_text(f"l40s: {{interconnect: {{{link}}}}}\n")
+    with pytest.raises(ConfigError, match=message):
         build_deployment("llama-3.1-8b", "l40s", hardware_file=str(f))
 
 
