@@ -156,8 +156,9 @@ def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
     inside, rows = sum(v["inside"] for v in rest), sum(v["rows"] for v in rest)
     return (f"[yellow]TTFT is the least certain figure[/]: on blind sets of publications no fit had seen, each held out "
             f"in turn, {held['inside']} of {held['rows']} first-token measurements fell inside intervals built this way "
-            f"({held['inside'] / held['rows']:.0%}; the other figures {inside} of {rows}, {inside / rows:.0%}): queues, "
-            "clients and networks the publication does not describe land on the first token whole.")
+            f"({held['inside'] / held['rows']:.0%}; the other figures {inside} of {rows}, {inside / rows:.0%}): a first "
+            "token takes whatever a run adds before it (a queue, a client, a network), and the largest misses were "
+            "overloaded runs.")
 
 
 def _unseen_note(plan: dict[str, Any]) -> tuple[str, str] | None:
