@@ -101,6 +101,22 @@ def test_the_plan_says_how_seldom_first_token_intervals_held_on_fresh_publicatio
     assert check[0]["interval_basis"]["fresh_held_out"] == held["ttft"]  # plan --check states the same record
 
 
+def test_the_first_token_caveat_follows_the_history(monkeypatch):
+    """The label is computed: first tokens are called the least certain figure only while they held less often."""
+    from infermeter.cli import cmd_plan
+    from infermeter.perfmodel import uncertainty
+
+    plans = [{"interval_basis": {"ttft_ms": {"fresh_held_out": {"rows": 10, "inside": 9}}}}]
+    monkeypatch.setattr(uncertainty, "fresh_held_out", lambda: {"ttft": {"rows": 10, "inside": 9},
+                                                                 "tpot": {"rows": 10, "inside": 5}})
+    better = cmd_plan._first_token_caveat(plans)
+    assert better is not None and "least certain" not in better and "9 of 10" in better and "5 of 10, 50%" in better
+    monkeypatch.setattr(uncertainty, "fresh_held_out", lambda: {"ttft": {"rows": 10, "inside": 9},
+                                                                 "tpot": {"rows": 10, "inside": 10}})
+    assert "least certain" in (cmd_plan._first_token_caveat(plans) or "")
+    assert cmd_plan._first_token_caveat([{"interval_basis": {"ttft_ms": {"basis": "deployment"}}}]) is None
+
+
 def _small_corpus(tmp_path):
     small = tmp_path / "few.csv"
     lines = CSV.read_text().splitlines()
