@@ -157,3 +157,15 @@ def test_an_enforce_eager_setting_on_an_engine_without_graphs_names_the_row(tmp_
     (tmp_path / "m.csv").write_text(head + "\n" + row + "\n")
     with pytest.raises(DataError, match=r"m\.csv:2: column .settings. item enforce_eager=1: 0 or 1, on a vllm or sglang row only"):
         load_rows(tmp_path / "m.csv")
+
+
+def test_an_output_cap_below_the_rows_mean_output_names_the_row(tmp_path):
+    head = (DATA / "published-measurements.csv").read_text().splitlines()[0]
+    ok = "x1,llama-2-7b,a100-80gb,1,1,1,fp16,vllm,fixed_concurrency,8,200,500,output_tokens_per_s,50,,,,,,,lengths=sharegpt; max_output=500"
+    bad = ok.replace("x1,", "x2,").replace("max_output=500", "max_output=499")
+    (tmp_path / "m.csv").write_text(head + "\n" + ok + "\n" + bad + "\n")
+    with pytest.raises(DataError, match=r"m\.csv:3: column .settings. item max_output=499: the output cap must be >= the row's "
+                                        r"mean output_tokens 500"):
+        load_rows(tmp_path / "m.csv")
+    (tmp_path / "m.csv").write_text(head + "\n" + ok + "\n")
+    assert load_rows(tmp_path / "m.csv")[0].setting("max_output") == 500

@@ -11,7 +11,9 @@ engine_version, source_url, conditions (free text for people) and settings (for 
 (TensorRT-LLM's ``--ep_size``: whole experts per GPU, not the tensor-parallel shards the model costs; such rows are
 predicted as TP but fit no MoE term, :mod:`perfmodel.fit`), ``attention_dp=1`` a run with attention data
 parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``; :mod:`perfmodel.memory`),
-``enforce_eager=1`` a run without CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``))::
+``enforce_eager=1`` a run without CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``),
+``max_output`` the output cap every request carried (``max_tokens``) when the lengths are a distribution: outputs
+that would run longer stop there (:meth:`perfmodel.lengths.Lengths.of`; ``output_tokens`` is the measured mean, at most the cap))::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> r = next(r for r in rows if r.id == "trt061-h100-7b-bs768-128-128")
@@ -46,7 +48,8 @@ PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 # what a row's `settings` may set: the conditions a publication states that change the prediction
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
-                             "attention_dp": int, "vllm_use_v1": int, "rate": float, "enforce_eager": int}
+                             "attention_dp": int, "vllm_use_v1": int, "rate": float, "enforce_eager": int,
+                             "max_output": int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,9 @@ def _row(r: dict[str, str], where: str) -> Row:
                                                      or row.setting("enforce_eager") not in (0, 1)):
         raise DataError(f"{where}: column 'settings' item enforce_eager={row.setting('enforce_eager')}: 0 or 1, on a "
                         f"{' or '.join(eager)} row only (the engines whose graphs a run can turn off)")
+    if row.setting("max_output") is not None and not row.setting("max_output") >= row.output_tokens:
+        raise DataError(f"{where}: column 'settings' item max_output={row.setting('max_output')}: the output cap must be >= "
+                        f"the row's mean output_tokens {row.output_tokens}")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "
