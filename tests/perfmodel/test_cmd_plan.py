@@ -195,6 +195,11 @@ def test_table_shows_each_prediction_with_its_interval(app):
      "engine 'trtllm' has no graph capture"),
     (["--validate", "rows.csv", "--enforce-eager"], "--validate does not take it (a row of the file states it"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "tpot_ms=5", "--enforce-eager"], "--check does not take it"),
+    (["--validate", "rows.csv", "--max-output", "1024"], "--max-output sets how one planned deployment runs; --validate does not "
+                                                          "take it (a row of the file states it: settings max_output=N)"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-output", "1024"], "--max-output 1024: equal lengths have no tail"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--lengths", "sharegpt", "--output-tokens", "600", "--max-output", "512"],
+     "--max-output 512: below --output-tokens 600, the mean of the capped outputs"),
 ])
 def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
@@ -336,3 +341,11 @@ def test_enforce_eager_plans_a_slower_step_and_says_why(app):
     hopper = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--enforce-eager").output)
     assert any("x 47 us" in n and "the engine's prior: no eager vllm row on hopper GPUs" in n for n in hopper["notes"])
     assert ", eager)" in run(app, *args, "--enforce-eager").output
+
+
+def test_a_capped_chat_run_is_planned_and_said(app):
+    out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--lengths", "sharegpt", "--input-tokens", "198",
+                         "--output-tokens", "551", "--max-output", "1024", "--rate", "2", "--requests", "100", "--json").stdout)
+    free = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--lengths", "sharegpt", "--input-tokens", "198",
+                          "--output-tokens", "551", "--rate", "2", "--requests", "100", "--json").stdout)
+    assert out["max_output"] == 1024 and "max_output" not in free

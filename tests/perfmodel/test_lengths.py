@@ -95,3 +95,60 @@ def test_plan_takes_a_length_distribution():
     assert chat.to_json()["lengths"] == "sharegpt" and "lengths" not in fixed.to_json()
     with pytest.raises(ConfigError, match="zipf"):
         plan("llama-3.1-8b", "h100-sxm", lengths="zipf")
+
+
+@pytest.mark.parametrize("kind", ["uniform", "sharegpt"])
+def test_an_output_cap_cuts_the_tail_and_keeps_the_measured_mean(kind):
+    """``max_tokens`` stops every output at the cap: the law is the kind's, cut there, with the stated (measured) mean;
+    the tail's integrals still agree, nothing runs past the cap, and the uncapped law behind it has a larger mean."""
+    capped, free = Lengths.of(kind, 198, 551, max_output=1024), Lengths.of(kind, 198, 551)
+    assert capped.cap_o == 1024 and capped.free_o > 551 and free.cap_o is None and free.free_o == 551
+    h = capped.horizon()
+    assert h == 1024 and capped.survival(1024) == 0 and capped.residual(1024) == 0 and capped.survival(1023) > 0
+    steps = 20000
+    mean_o = sum(capped.survival((k + 0.5) * h / steps) for k in range(steps)) * h / steps
+    assert mean_o == pytest.approx(551, rel=0.01)
+    mean_r = sum(capped.residual((k + 0.5) * h / steps) for k in range(steps)) * h / steps
+    assert mean_r == pytest.approx(capped.o2 / (2 * capped.mean_o), rel=0.01)
+    assert capped.o2 < free.o2 and capped.running_context < free.running_context  # a shorter tail, a shorter context
+    far = Lengths.of(kind, 198, 551, max_output=10**7)  # a cap no output reaches changes nothing
+    assert far.o2 == pytest.approx(free.o2, rel=1e-6) and far.residual(700) == pytest.approx(free.residual(700), rel=1e-6)
+
+
+def test_a_mean_at_the_cap_is_every_output_at_the_cap():
+    lg = Lengths.of("sharegpt", 198, 1024, max_output=1024)
+    assert lg.o2 == pytest.approx(1024 ** 2, rel=1e-3)
+    assert lg.residual(512) == pytest.approx(0.5, abs=0.01)  # as equal lengths: half the way, half the tokens left
+    assert Lengths.of("fixed", 198, 500, max_output=1024) == Lengths.of("fixed", 198, 500)  # equal lengths: nothing to cut
+    with pytest.raises(ConfigError, match="output cap 400: below the mean output of 500 tokens"):
+        Lengths.of("sharegpt", 198, 500, max_output=400)
+
+
+def test_a_capped_run_drains_faster():
+    """100 chat requests queued at once on one A100 with ``max_tokens`` 1024: the run ends when its longest output
+    does, and the cap bounds that output, so the run is faster than the uncapped law of the same mean (whose longest
+    of 100 outputs is near 2,700 tokens); a closed loop's steady state changes only through the running context."""
+    d = build_deployment("llama-3.1-8b", "a100-80gb", engine="vllm")
+    capped, free = Lengths.of("sharegpt", 198, 551, max_output=1024), Lengths.of("sharegpt", 198, 551)
+    assert saturation(d, 198, 551, capped, 100)[0] > 1.5 * saturation(d, 198, 551, free, 100)[0]
+    steady_capped, steady_free = at_concurrency(d, 198, 551, 20, capped), at_concurrency(d, 198, 551, 20, free)
+    assert steady_capped.tpot_s <= steady_free.tpot_s and steady_capped.tpot_s == pytest.approx(steady_free.tpot_s, rel=0.05)
+
+
+def test_rows_and_plans_take_an_output_cap(tmp_path):
+    from infermeter.perfmodel.planner import plan
+    from infermeter.perfmodel.validate import predict
+
+    head = "id,model,hardware,gpus,tp,pp,weight_dtype,engine,scenario,concurrency,input_tokens,output_tokens,metric,value,conditions,settings\n"
+    p = tmp_path / "m.csv"
+    p.write_text(head + "a,llama-3.1-8b,a100-80gb,1,1,1,fp16,vllm,saturated,max,198,551,output_tokens_per_s,100,,"
+                        "lengths=sharegpt; requests=100\n"
+                      + "b,llama-3.1-8b,a100-80gb,1,1,1,fp16,vllm,saturated,max,198,551,output_tokens_per_s,100,,"
+                        "lengths=sharegpt; requests=100; max_output=1024\n")
+    free, capped = load_rows(p)
+    assert predict(capped) > 1.5 * predict(free)
+    chat = plan("llama-3.1-8b", "a100-80gb", input_tokens=198, output_tokens=551, rate=2.0, requests=100, lengths="sharegpt",
+                max_output=1024)
+    assert chat.to_json()["max_output"] == 1024 and "max_output" not in plan("llama-3.1-8b", "a100-80gb").to_json()
+    with pytest.raises(ConfigError, match="--max-output 1024: equal lengths have no tail to cap"):
+        plan("llama-3.1-8b", "a100-80gb", max_output=1024)

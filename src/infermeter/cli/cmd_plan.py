@@ -442,6 +442,7 @@ def register(app: typer.Typer) -> None:
         slo_percentile: Annotated[float, typer.Option("--slo-percentile", help="With --disaggregate: the percentile the SLO bounds (50, 90, 95, 99, 99.9).")] = 99.0,
         seeds: Annotated[int, typer.Option("--seeds", help="With --disaggregate: seeds each layout is simulated on (figures: mean and range).")] = 3,
         enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Plan a vLLM or SGLang server run without CUDA/HIP graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph): every decode step launches each layer's kernels: a cost per layer, fitted per GPU family where rows state it, else a prior (the note says which).")] = False,
+        max_output: Annotated[Optional[int], typer.Option("--max-output", help="With --lengths uniform or sharegpt: the output cap every request carries (max_tokens); --output-tokens is then the mean of the capped outputs. It shortens a finite run's drain.")] = None,
         requests: Annotated[Optional[int], typer.Option("--requests", help="With --rate: a finite run of that many requests (needed past the configuration's rate, where the queue has no steady mean wait); with --disaggregate: requests per simulated run (300).")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
@@ -450,11 +451,13 @@ def register(app: typer.Typer) -> None:
         if (fleet or validate) and (rate is not None or requests is not None):
             raise ConfigError(f"--rate and --requests plan one deployment's open loop; {'--fleet' if fleet else '--validate'} "
                               "takes the rates from its file")
-        if enforce_eager and (fleet or validate or calibration or disaggregate or check):
+        own = next((f for f, on in (("--enforce-eager", enforce_eager), ("--max-output", max_output is not None)) if on), None)
+        if own and (fleet or validate or calibration or disaggregate or check):
             which = next(f for f, on in (("--fleet", fleet), ("--validate", validate), ("--calibration", calibration),
                                          ("--disaggregate", disaggregate), ("--check", check)) if on)
-            raise ConfigError(f"--enforce-eager sets how one planned deployment runs; {which} does not take it"
-                              + (" (a row of the file states it: settings enforce_eager=1)" if validate else ""))
+            setting = "enforce_eager=1" if own == "--enforce-eager" else "max_output=N"
+            raise ConfigError(f"{own} sets how one planned deployment runs; {which} does not take it"
+                              + (f" (a row of the file states it: settings {setting})" if validate else ""))
         if fleet:
             from infermeter.cli.fleetview import plan_fleet_cmd
 
@@ -549,7 +552,8 @@ def register(app: typer.Typer) -> None:
 
         plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
                       concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file,
-                      speculative=speculative, lengths=lengths, rate=rate, requests=requests, enforce_eager=enforce_eager).to_json()
+                      speculative=speculative, lengths=lengths, rate=rate, requests=requests, enforce_eager=enforce_eager,
+                      max_output=max_output).to_json()
                  for c in configs]
         if cost:
             _add_costs(plans, input_tokens, output_tokens, price_options, overhead)

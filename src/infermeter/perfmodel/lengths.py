@@ -27,6 +27,13 @@ Kinds (a corpus row's ``lengths`` setting, ``infermeter plan --lengths``):
   <= 1,024 tokens, prompt + output <= 2,048 in vLLM's and SGLang's samplers) cut the tail at ~5-10
   means, where a CV-1 log-normal has less than 0.1% of its mass, so the cut is ignored.
 
+An output cap is not ignored: a client that sends every request with ``max_tokens`` C (a corpus row's
+``max_output`` setting, ``plan --max-output``) stops the outputs there, and when C is within a few means
+it cuts the tail that sets a finite run's drain (100 chat requests of mean 551 tokens: the longest
+uncapped one near 2,700 tokens, capped at 1,024). The capped law is the kind's law cut at C, all the mass
+beyond it sitting at C; its mean is the stated (measured) one, so the uncapped law behind it (``free_o``)
+has a larger mean, solved for. Equal lengths have no tail and ignore the cap.
+
 Why it matters (the convexity the mean hides): a running batch holds sequences in proportion to
 their output length, so its mean context is ``E[I] + E[O^2] / (2 E[O])``, not ``E[I] + E[O]/2``; a
 finite run ends in a drain whose length is set by its longest requests; prefill attention grows
@@ -54,13 +61,31 @@ class Lengths:
     kind: str
     mean_i: float
     mean_o: float
+    cap_o: float | None = None  # every output stops at this many tokens (a request's max_tokens); None: no cap
+    free_o: float = 0.0  # the mean the outputs would have without the cap (mean_o when there is none)
 
     @classmethod
-    def of(cls, kind: str | None, input_tokens: float, output_tokens: float) -> Lengths:
+    def of(cls, kind: str | None, input_tokens: float, output_tokens: float, max_output: float | None = None) -> Lengths:
+        """``max_output``: the cap every request carried (``max_tokens``), ``output_tokens`` being the mean of the capped
+        outputs as measured; the uncapped distribution of the kind is the one whose capped mean that is. Equal lengths
+        ignore it."""
         k = (kind or "fixed").strip().lower()
         if k not in KINDS:
             raise ConfigError(f"length distribution {kind!r} unknown; use one of {', '.join(KINDS)}")
-        return cls(k, float(max(input_tokens, 1)), float(max(output_tokens, 1)))
+        mean_i, mean_o = float(max(input_tokens, 1)), float(max(output_tokens, 1))
+        if max_output is None or k == "fixed":
+            return cls(k, mean_i, mean_o, None, mean_o)
+        if not max_output >= mean_o:
+            raise ConfigError(f"output cap {max_output:g}: below the mean output of {mean_o:g} tokens")
+        cap = float(max_output)
+        target = min(mean_o, cap * (1 - 1e-4))  # a mean at the cap: (practically) every output reaches it
+        lo, hi = target, target
+        while _capped_mean(k, hi, cap) < target:
+            hi *= 2
+        for _ in range(80):  # the capped mean grows with the uncapped one: bisect
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _capped_mean(k, mid, cap) < target else (lo, mid)
+        return cls(k, mean_i, mean_o, cap, (lo + hi) / 2)
 
     @property
     def fixed(self) -> bool:
@@ -76,8 +101,11 @@ class Lengths:
 
     @property
     def o2(self) -> float:
-        """E[O^2]."""
-        return self.mean_o ** 2 * (1 + self._cv2())
+        """E[O^2] (of the capped outputs: ``E[min(O, cap)^2]``)."""
+        if self.cap_o is None:
+            return self.mean_o ** 2 * (1 + self._cv2())
+        c = self.cap_o
+        return _below_square(self.kind, self.free_o, c) + c * c * _tail(self.kind, self.free_o, c)
 
     @property
     def running_context(self) -> float:
@@ -109,39 +137,78 @@ class Lengths:
 
     def survival(self, s: float) -> float:
         """P(O > s)."""
-        m = self.mean_o
         if self.kind == "fixed":
-            return 1.0 if s < m else 0.0
-        if self.kind == "uniform":
-            return max(0.0, 1 - s / (2 * m))
-        if s <= 0:
-            return 1.0
-        sig = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
-        mu = math.log(m) - sig * sig / 2
-        return 1 - _phi((math.log(s) - mu) / sig)
+            return 1.0 if s < self.mean_o else 0.0
+        if self.cap_o is not None and s >= self.cap_o:
+            return 0.0
+        return _tail(self.kind, self.free_o, s)
 
     def residual(self, s: float) -> float:
         """P(R > s) = E[(O - s)+] / E[O]: the share of a steady-state batch still running ``s`` steps later."""
-        m = self.mean_o
         if s <= 0:
             return 1.0
         if self.kind == "fixed":
-            return max(0.0, 1 - s / m)
-        if self.kind == "uniform":
-            return max(0.0, (2 * m - s)) ** 2 / (4 * m * m)
-        sig = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
-        mu = math.log(m) - sig * sig / 2
-        d2 = (mu - math.log(s)) / sig
-        return max(0.0, _phi(d2 + sig) - s / m * _phi(d2))
+            return max(0.0, 1 - s / self.mean_o)
+        if self.cap_o is None:
+            m = self.mean_o
+            if self.kind == "uniform":
+                return max(0.0, (2 * m - s)) ** 2 / (4 * m * m)
+            mu, sig = _lognormal(m)
+            d2 = (mu - math.log(s)) / sig
+            return max(0.0, _phi(d2 + sig) - s / m * _phi(d2))
+        if s >= self.cap_o:
+            return 0.0
+        return max(0.0, _excess(self.kind, self.free_o, s) - _excess(self.kind, self.free_o, self.cap_o)) / self.mean_o
 
     def horizon(self) -> float:
         """An output length beyond which (practically) no request runs: the end of the drain's integral."""
         if self.kind == "fixed":
             return self.mean_o
-        if self.kind == "uniform":
-            return 2 * self.mean_o
-        sig = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
-        return self.mean_o * math.exp(sig * 4.3)  # P(O > s) ~ 1e-5 (z = 4.3 above the median's scale)
+        m = self.free_o
+        free = 2 * m if self.kind == "uniform" else m * math.exp(math.sqrt(math.log(1 + SHAREGPT_CV ** 2)) * 4.3)
+        # P(O > s) ~ 1e-5 for the log-normal (z = 4.3 above the median's scale)
+        return free if self.cap_o is None else min(free, self.cap_o)
+
+
+# The uncapped output law of a kind, by its mean m (uniform on [0, 2m], a log-normal of CV SHAREGPT_CV):
+def _lognormal(m: float) -> tuple[float, float]:
+    sig = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
+    return math.log(m) - sig * sig / 2, sig
+
+
+def _tail(kind: str, m: float, s: float) -> float:
+    """P(O > s)."""
+    if s <= 0:
+        return 1.0
+    if kind == "uniform":
+        return max(0.0, 1 - s / (2 * m))
+    mu, sig = _lognormal(m)
+    return 1 - _phi((math.log(s) - mu) / sig)
+
+
+def _excess(kind: str, m: float, s: float) -> float:
+    """E[(O - s)+]."""
+    if s <= 0:
+        return m - s
+    if kind == "uniform":
+        return max(0.0, 2 * m - s) ** 2 / (4 * m)
+    mu, sig = _lognormal(m)
+    d2 = (mu - math.log(s)) / sig
+    return max(0.0, m * _phi(d2 + sig) - s * _phi(d2))
+
+
+def _below_square(kind: str, m: float, c: float) -> float:
+    """E[O^2; O < c]."""
+    if kind == "uniform":
+        x = min(c, 2 * m)
+        return x ** 3 / (6 * m)
+    mu, sig = _lognormal(m)
+    return math.exp(2 * mu + 2 * sig * sig) * _phi((math.log(c) - mu - 2 * sig * sig) / sig)
+
+
+def _capped_mean(kind: str, m: float, c: float) -> float:
+    """E[min(O, c)] = E[O] - E[(O - c)+]."""
+    return m - _excess(kind, m, c)
 
 
 def _probit(q: float) -> float:

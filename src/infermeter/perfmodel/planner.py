@@ -50,6 +50,7 @@ class Plan:
     lengths: str = "fixed"  # the length distribution planned (perfmodel.lengths); the token counts are its means
     rate: float | None = None  # requests a second of an open loop (serving.at_rate); None: a closed loop of `concurrency`
     requests: int | None = None  # with `rate`: a finite run of that many requests
+    max_output: int | None = None  # the output cap (max_tokens) of a length distribution; None: uncapped
 
     @property
     def fits(self) -> bool:
@@ -96,6 +97,8 @@ class Plan:
         }
         if self.lengths != "fixed":
             out["lengths"] = self.lengths
+        if self.max_output is not None:
+            out["max_output"] = self.max_output
         if self.rate is not None:
             out["rate"] = self.rate
             out["requests"] = self.requests
@@ -129,7 +132,8 @@ def _r(v: float, metric: str) -> float:
 def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dtype: str | None = None, engine: str = "vllm",
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
          hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
-         lengths: str = "fixed", rate: float | None = None, requests: int | None = None, enforce_eager: bool = False) -> Plan:
+         lengths: str = "fixed", rate: float | None = None, requests: int | None = None, enforce_eager: bool = False,
+         max_output: int | None = None) -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
 
     ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
@@ -138,7 +142,9 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     ``input_tokens`` and ``output_tokens`` (the running batch's context is output-length biased). ``rate``: an open loop
     of that many requests a second instead of ``concurrency`` users (:func:`serving.at_rate`; ``requests``: a finite run
     of that many, needed past the configuration's rate, where the queue has no steady mean). ``enforce_eager``: the
-    engine runs without CUDA/HIP graphs (:func:`api.build_deployment`).
+    engine runs without CUDA/HIP graphs (:func:`api.build_deployment`). ``max_output``: with a length distribution, the
+    cap every request carries (``max_tokens``): the outputs are the kind's law cut there, ``output_tokens`` their mean
+    under the cap (:meth:`Lengths.of`); it shortens a finite run's drain and the running batch's context.
     """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
@@ -149,7 +155,11 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     from infermeter.perfmodel.speculative import parse_spec
 
     spec = parse_spec(speculative) if speculative else None  # a bad spec fails before any modelling
-    dist = Lengths.of(lengths, input_tokens, output_tokens)
+    if max_output is not None and lengths.strip().lower() == "fixed":
+        raise ConfigError(f"--max-output {max_output}: equal lengths have no tail to cap; give --lengths uniform or sharegpt")
+    if max_output is not None and max_output < output_tokens:
+        raise ConfigError(f"--max-output {max_output}: below --output-tokens {output_tokens}, the mean of the capped outputs")
+    dist = Lengths.of(lengths, input_tokens, output_tokens, max_output)
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
                          max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal,
@@ -185,4 +195,4 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
              f"without its (hardware family, engine, precision) combination), in the figure's regime: "
              + "; ".join(cells))
     return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind,
-                rate, requests if rate is not None else None)
+                rate, requests if rate is not None else None, None if dist.cap_o is None else max_output)

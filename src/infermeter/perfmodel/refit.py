@@ -103,8 +103,8 @@ def main(argv: list[str]) -> int:
     sys.stderr.write(f"refit: fitted blocks -> {CALIBRATION}\n")
     out = json.loads(_run("infermeter.perfmodel.refit", "--derived", csv))
     for name, fig in out["summary"].items():
-        sys.stderr.write(f"refit: {name}: {fig['rows']} rows, median |error| in sample {fig['in']:.1%}, "
-                         f"leave-one-publication-out {fig['lopo']:.1%}\n")
+        sys.stderr.write(f"refit: {name}: {fig['rows']} rows, median |error| in sample {fig['in']:.2%}, "
+                         f"leave-one-publication-out {fig['lopo']:.2%}\n")
     CALIBRATION.write_text(splice(CALIBRATION.read_text(), out["uncertainty"], "uncertainty:", None))
     sys.stderr.write(f"refit: uncertainty block -> {CALIBRATION}\n")
     PAIRED.write_text(out["paired"])

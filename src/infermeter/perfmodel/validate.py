@@ -82,7 +82,7 @@ def validation_regime(row: Row, d: Deployment) -> Regime:
 
 def _dist(row: Row) -> tuple[Lengths, int | None]:
     """The row's length distribution and, for a saturated run, the requests it sent (None: steady state)."""
-    return Lengths.of(row.lengths, row.input_tokens, row.output_tokens), row.setting("requests")
+    return Lengths.of(row.lengths, row.input_tokens, row.output_tokens, row.setting("max_output")), row.setting("requests")
 
 
 def value_of(row: Row, d: Deployment) -> float:
