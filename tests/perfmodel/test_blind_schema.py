@@ -1,8 +1,8 @@
 """Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv, -blind5.csv, -blind6.csv,
--blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv and -blind12.csv).
+-blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv, -blind12.csv and -blind13.csv).
 
 Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
-publications (blind sets 4 to 12: organisations and engines too) only: it never predicts, so a set stays blind until it
+publications (blind sets 4 to 13: organisations and engines too) only: it never predicts, so a set stays blind until it
 is scored."""
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def _org(r: Row) -> str:
 
 
 @pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 45), (7, 55), (8, 50), (9, 26),
-                                             (10, 45), (11, 45), (12, 40)])
+                                             (10, 45), (11, 45), (12, 40), (13, 30)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
     catalog = set(catalog_names())
     for r in rows:
-        # sets 6 to 12 keep their two collectors' prefixes (b6a-/b6b-, ..., b12a-/b12b-)
-        assert re.match(rf"b{n}[ab]?-", r.id), r.id
+        # sets 6 to 12 keep their two collectors' prefixes (b6a-/b6b-, ..., b12a-/b12b-), set 13 its three (b13a-/b13b-/b13c-)
+        assert re.match(rf"b{n}[abc]?-", r.id), r.id
         assert r.model in catalog, f"{r.id}: model {r.model!r} is not a catalog id"
         assert get_model(r.model) is not None
         assert get_hardware(r.hardware).name, r.id
@@ -69,7 +69,8 @@ def test_blind3_spreads_over_publications() -> None:
 @pytest.mark.parametrize(("n", "pinned"), [(4, PINNED), (5, PINNED_OR_THREAD), (6, PINNED_OR_THREAD),
                                           (7, PINNED_OR_THREAD), (8, PINNED_THREAD_OR_CARD),
                                           (9, PINNED_THREAD_OR_PAGE), (10, PINNED_THREAD_OR_PAGE),
-                                          (11, PINNED_THREAD_OR_PAGE), (12, PINNED_THREAD_OR_PAGE)])
+                                          (11, PINNED_THREAD_OR_PAGE), (12, PINNED_THREAD_OR_PAGE),
+                                          (13, PINNED_THREAD_OR_PAGE)])
 def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pattern[str]) -> None:
     for r in _rows(n):
         assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (sets 5-7: or issue) thread"
@@ -90,6 +91,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
 # 10's largest organisations (mlc-ai, datacrunch-research) hold 7 of its 47 rows each (15%): no cap applied
 # Blind set 11's largest organisations (crusoecloud, dennislee22) hold 12 of its 47 rows each (26%): no cap applied.
 # Blind set 12's largest organisations (staru09, France-Travail) hold 12 of its 41 rows each (29%): no cap applied
+# Blind set 13: sgl-project held 17 of the 42 audited rows (40%): cut by the SHA-1 rule to 10 of 35 (29%); cloudrift-ai
+# and FreedomIntelligence then hold 12 of 35 each (34%): reported, not cut further (a cascade would leave about 10 rows)
 @pytest.mark.parametrize(("n", "org_share", "engines"), [(4, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (5, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (6, 0.32, {"vllm", "sglang", "lmdeploy"}),
@@ -98,7 +101,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
                                                         (9, 10 / 26, {"vllm", "sglang", "trtllm"}),
                                                         (10, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (11, 0.3, {"vllm", "sglang"}),
-                                                        (12, 0.3, {"vllm", "sglang", "trtllm"})])
+                                                        (12, 0.3, {"vllm", "sglang", "trtllm"}),
+                                                        (13, 12 / 35, {"vllm", "sglang"})])
 def test_blind_spreads_over_publications_organisations_and_engines(n: int, org_share: float, engines: set[str]) -> None:
     rows = _rows(n)
     per_pub = Counter(publication(r) for r in rows)
@@ -382,3 +386,58 @@ def test_blind_set_12_is_folded_with_its_stated_output_cap() -> None:
             c = dataclasses.replace(c, settings=tuple(kv for kv in c.settings if kv != ("max_output", 1024)))
         assert dataclasses.asdict(c) == dataclasses.asdict(r), r.id
     assert not {r.id for r in load_rows(DATA / "published-measurements-blind12-aside.csv")} & set(corpus)
+
+
+def test_blind13_counts() -> None:
+    """Blind set 13 as audited: 35 rows (collectors 13a, engine PR threads: 7; 13b, CloudRift's raw result files: 12;
+    13c, the SGLang cookbook's GLM-4.6 page, TensorRT-LLM's GPT-OSS blog and AccelMark's result files: 26). The audit set
+    aside (-blind13-aside.csv, 3 rows) SGLang PR #12343's row, whose throughput assumed 1024 generated tokens per request
+    that the cut stored copy does not show, and the blog's two prose figures (420 tps/user, '19.5k tps/gpu'). CloudRift's
+    four result files are runs that the README blind set 8 cited (f8e34f1) does not present: kept. sgl-project then held
+    17 of 42 rows (40%): before any prediction was read, its rows were ordered by the SHA-1 of their ids and the first 10
+    kept (10 of 35, the largest k with k <= 30% of the set); the other 7 are -blind13x.csv, scored apart. cloudrift-ai and
+    FreedomIntelligence hold 12 of 35 each (34%), over 30% after the cut: reported, not cut further."""
+    import hashlib
+
+    rows = _rows(13)
+    per_org = Counter(_org(r) for r in rows)
+    per_study = Counter(_study(r) for r in rows)
+    assert (len(rows), len({publication(r) for r in rows}), len(per_study), max(per_study.values())) == (35, 14, 6, 12)
+    assert per_org == {"sgl-project": 10, "cloudrift-ai": 12, "FreedomIntelligence": 12, "vllm-project": 1}
+    _pinned(rows, engines={"vllm": 25, "sglang": 10}, moe_dense=(20, 15),
+            hardware={"a100-40gb", "a100-80gb", "b200", "h100-sxm", "h200", "l4", "rtx-4090"},
+            scenarios={"fixed_concurrency": 23, "saturated": 6, "request_rate": 6},
+            metrics={"output_tokens_per_s": 17, "tpot_ms": 13, "ttft_ms": 5}, halves=("b13", 5, 12))
+    assert sum(r.id.startswith("b13c-") for r in rows) == 18
+    aside = load_rows(DATA / "published-measurements-blind13-aside.csv")
+    extra = load_rows(DATA / "published-measurements-blind13x.csv")
+    assert len(aside) == 3 and all("AUDIT 13: set aside" in r.notes for r in aside)
+    assert Counter(_org(r) for r in aside) == {"sgl-project": 1, "NVIDIA": 2}
+    # the cap's rule: of sgl-project's rows in the set and beside it, the 10 first by SHA-1 of the id are the set's
+    sgl = [r for r in rows + extra if _org(r) == "sgl-project"]
+    assert len(sgl) == 17 and len(extra) == 7 and all(_org(r) == "sgl-project" for r in extra)
+    first = sorted(sgl, key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())[:10]
+    assert {r.id for r in first} == {r.id for r in rows if _org(r) == "sgl-project"}
+    assert 10 <= 0.3 * len(rows) < 11
+    # no row repeats a measurement of any other data file (same model, hardware and value)
+    seen = {(r.model, r.hardware, r.value) for p in DATA.glob("published-measurements*.csv") if "blind13" not in p.name
+            for r in load_rows(p)}
+    assert not [r.id for r in rows + extra + aside if (r.model, r.hardware, r.value) in seen]
+    # CloudRift's result files are not the README blind set 8 cited
+    assert all("/results/" in r.source_url for r in rows if _org(r) == "cloudrift-ai")
+    # an output cap stated for a length distribution is carried; fixed lengths carry none
+    for r in rows + extra:
+        if r.setting("lengths") in ("sharegpt", "uniform"):
+            assert r.setting("max_output") and r.setting("max_output") >= r.output_tokens, r.id
+        else:
+            assert r.setting("max_output") is None, r.id
+    # a run stated without CUDA graphs carries enforce_eager=1; none of set 13's is (CloudRift's say 'no --enforce-eager')
+    eager = re.compile(r"(?<!no )(--enforce-eager|--disable-cuda-graph|eager mode)")
+    assert {r.id for r in rows + extra if eager.search(r.conditions)} == {r.id for r in rows + extra
+                                                                        if r.setting("enforce_eager") == 1} == set()
+    # the three collectors' files, kept for the record, hold the set, the aside rows and the capped rows, nothing else
+    collected = [r for c in "abc" for r in load_rows(DATA / f"published-measurements-blind13{c}.csv")]
+    assert sorted(r.id for r in collected) == sorted(r.id for r in rows + aside + extra)
+    keys = [(r.model, r.hardware, r.gpus, r.tp, r.weight_dtype, r.engine, r.scenario, r.concurrency, r.input_tokens,
+             r.output_tokens, r.metric, r.value) for r in collected]
+    assert len(keys) == len(set(keys))
