@@ -167,5 +167,8 @@ def test_an_output_cap_below_the_rows_mean_output_names_the_row(tmp_path):
     with pytest.raises(DataError, match=r"m\.csv:3: column .settings. item max_output=499: the output cap must be >= the row's "
                                         r"mean output_tokens 500"):
         load_rows(tmp_path / "m.csv")
+    (tmp_path / "m.csv").write_text(head + "\n" + ok.replace("lengths=sharegpt", "lengths=fixed") + "\n")
+    with pytest.raises(DataError, match=r"m\.csv:2: column .settings. item max_output=500: equal lengths have no tail to cap"):
+        load_rows(tmp_path / "m.csv")
     (tmp_path / "m.csv").write_text(head + "\n" + ok + "\n")
     assert load_rows(tmp_path / "m.csv")[0].setting("max_output") == 500

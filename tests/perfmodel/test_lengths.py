@@ -122,12 +122,16 @@ def test_a_mean_at_the_cap_is_every_output_at_the_cap():
     assert Lengths.of("fixed", 198, 500, max_output=1024) == Lengths.of("fixed", 198, 500)  # equal lengths: nothing to cut
     with pytest.raises(ConfigError, match="output cap 400: below the mean output of 500 tokens"):
         Lengths.of("sharegpt", 198, 500, max_output=400)
+    # built directly, a law without a cap has one mean; a capped one must come from of(), which solves the uncapped mean
+    assert Lengths("sharegpt", 198, 500) == Lengths.of("sharegpt", 198, 500)
+    with pytest.raises(ConfigError, match="build a capped length law with Lengths.of"):
+        Lengths("sharegpt", 198, 500, 1024)
 
 
 def test_a_capped_run_drains_faster():
     """100 chat requests queued at once on one A100 with ``max_tokens`` 1024: the run ends when its longest output
     does, and the cap bounds that output, so the run is faster than the uncapped law of the same mean (whose longest
-    of 100 outputs is near 2,700 tokens); a closed loop's steady state changes only through the running context."""
+    of 100 outputs is about 3,000 tokens); a closed loop's steady state changes only through the running context."""
     d = build_deployment("llama-3.1-8b", "a100-80gb", engine="vllm")
     capped, free = Lengths.of("sharegpt", 198, 551, max_output=1024), Lengths.of("sharegpt", 198, 551)
     assert saturation(d, 198, 551, capped, 100)[0] > 1.5 * saturation(d, 198, 551, free, 100)[0]
@@ -152,3 +156,13 @@ def test_rows_and_plans_take_an_output_cap(tmp_path):
     assert chat.to_json()["max_output"] == 1024 and "max_output" not in plan("llama-3.1-8b", "a100-80gb").to_json()
     with pytest.raises(ConfigError, match="--max-output 1024: equal lengths have no tail to cap"):
         plan("llama-3.1-8b", "a100-80gb", max_output=1024)
+
+
+def test_a_capped_plan_must_fit_the_prompt_and_the_cap():
+    """A server admits a request only if its prompt and ``max_tokens`` fit its context: the plan sizes the one sequence
+    that must fit in the KV cache with the cap, not the mean output."""
+    from infermeter.perfmodel.planner import plan
+
+    capped = plan("llama-3.1-8b", "h100-sxm", input_tokens=198, output_tokens=551, lengths="sharegpt", max_output=1024)
+    assert capped.deployment.max_model_len == 198 + 1024
+    assert plan("llama-3.1-8b", "h100-sxm", input_tokens=198, output_tokens=551, lengths="sharegpt").deployment.max_model_len == 749

@@ -125,7 +125,8 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
                    "b7a-arc53-l8b-h100pcie-sglang-sharegpt", "b6a-xw-q25-mi300x-s2high-n88", "b6b-ib-l4-q25-7b-vllm-long-c64",
                    "b6b-ib-l4-q3-8b-sglang-reason-c4",
                    "b10a-tt125-qwen7-4090-c1-", "b9a-sg1362-l405-8xh100-r16-tpot", "b11b-cru-l31-70b-bf16-l40s-tp8-",
-                   "b9a-cssa100-q25-7b-tp1-2048-128-c16", "b12a-trtguide-gemm-itl", "b12b-staru-",
+                   "b9a-cssa100-q25-7b-tp1-2048-128-c16", "b12a-trtguide-gemm-itl", "b12b-staru-l8-a100-c20-ttft",
+                   "b12b-staru-q3-8-a100-c20-tps", "b12b-staru-q3-8-a100-c20-ttft",
                    "b12b-ft-l3-70awq-a100-80-c10-ttft", "b12b-ft-l3-8-a100-40-c10-ttft")
     assert not {i for i in dense_beyond if not i.startswith(named_dense)}, dense_beyond
     named = ("b2-dsr1-", "b2-gpsr1-", "b2-trtdsr1-", "b2-gpq235-", "b2-pr43232-", "tr10-q235-h200tp8-128-2048", "tr10-l4m-h100tp8-",

@@ -30,7 +30,7 @@ Kinds (a corpus row's ``lengths`` setting, ``infermeter plan --lengths``):
 An output cap is not ignored: a client that sends every request with ``max_tokens`` C (a corpus row's
 ``max_output`` setting, ``plan --max-output``) stops the outputs there, and when C is within a few means
 it cuts the tail that sets a finite run's drain (100 chat requests of mean 551 tokens: the longest
-uncapped one near 2,700 tokens, capped at 1,024). The capped law is the kind's law cut at C, all the mass
+uncapped one about 3,000 tokens, capped at 1,024). The capped law is the kind's law cut at C, all the mass
 beyond it sitting at C; its mean is the stated (measured) one, so the uncapped law behind it (``free_o``)
 has a larger mean, solved for. Equal lengths have no tail and ignore the cap.
 
@@ -63,6 +63,13 @@ class Lengths:
     mean_o: float
     cap_o: float | None = None  # every output stops at this many tokens (a request's max_tokens); None: no cap
     free_o: float = 0.0  # the mean the outputs would have without the cap (mean_o when there is none)
+
+    def __post_init__(self) -> None:
+        if self.cap_o is None and self.free_o != self.mean_o:  # built directly, not through of(): no cap, one mean
+            object.__setattr__(self, "free_o", self.mean_o)
+        if self.cap_o is not None and not self.free_o >= self.mean_o > 0:
+            raise ConfigError(f"output cap {self.cap_o:g}: build a capped length law with Lengths.of (its uncapped mean is "
+                              "solved for there)")
 
     @classmethod
     def of(cls, kind: str | None, input_tokens: float, output_tokens: float, max_output: float | None = None) -> Lengths:

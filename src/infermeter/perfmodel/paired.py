@@ -48,7 +48,7 @@ from infermeter.perfmodel.uncertainty import COVERAGE, records_of, t90
 from infermeter.yamlfile import safe_load
 
 # the settings that define a row's workload (not its server): rows differing in one are not one workload on two hardware
-WORKLOAD = ("lengths", "rate", "requests")
+WORKLOAD = ("lengths", "rate", "requests", "max_output")
 
 PAIRED_FILE = DATA_DIR / "paired-errors.yaml"
 

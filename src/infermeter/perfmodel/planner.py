@@ -162,7 +162,8 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     dist = Lengths.of(lengths, input_tokens, output_tokens, max_output)
     cal = load_calibration(calibration) if isinstance(calibration, str) else (calibration or load_calibration())
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
-                         max_model_len=input_tokens + output_tokens, hardware_file=hardware_file, calibration=cal,
+                         max_model_len=input_tokens + (output_tokens if dist.cap_o is None else int(dist.cap_o)),
+                         hardware_file=hardware_file, calibration=cal,
                          enforce_eager=enforce_eager)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
