@@ -158,12 +158,13 @@ def _row(r: dict[str, str], where: str) -> Row:
                                                      or row.setting("enforce_eager") not in (0, 1)):
         raise DataError(f"{where}: column 'settings' item enforce_eager={row.setting('enforce_eager')}: 0 or 1, on a "
                         f"{' or '.join(eager)} row only (the engines whose graphs a run can turn off)")
-    if row.setting("max_output") is not None and not row.setting("max_output") >= row.output_tokens:
-        raise DataError(f"{where}: column 'settings' item max_output={row.setting('max_output')}: the output cap must be >= "
-                        f"the row's mean output_tokens {row.output_tokens}")
-    if row.setting("max_output") is not None and row.lengths == "fixed":
-        raise DataError(f"{where}: column 'settings' item max_output={row.setting('max_output')}: equal lengths have no tail "
-                        "to cap; the setting needs lengths=uniform or sharegpt")
+    if (cap := row.setting("max_output")) is not None:
+        if not cap >= row.output_tokens:
+            raise DataError(f"{where}: column 'settings' item max_output={cap}: the output cap must be >= the row's mean "
+                            f"output_tokens {row.output_tokens}")
+        if row.lengths == "fixed":
+            raise DataError(f"{where}: column 'settings' item max_output={cap}: equal lengths have no tail to cap; the "
+                            "setting needs lengths=uniform or sharegpt")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "

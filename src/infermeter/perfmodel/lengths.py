@@ -50,6 +50,7 @@ from infermeter.errors import ConfigError
 KINDS = ("fixed", "uniform", "sharegpt")
 SHAREGPT_CV = 1.0  # coefficient of variation of ShareGPT prompt and output lengths (assumption, module docstring)
 POINTS = 8  # equal-weight quadrature points of the prompt length
+_SIG = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))  # the log-normal's sigma for that coefficient of variation
 
 
 def _phi(x: float) -> float:
@@ -136,8 +137,7 @@ class Lengths:
         qs = [(k + 0.5) / POINTS for k in range(POINTS)]
         if self.kind == "uniform":
             return [max(1.0, 2 * self.mean_i * q) for q in qs]
-        s = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
-        mu = math.log(self.mean_i) - s * s / 2
+        mu, s = _lognormal(self.mean_i)
         pts = [math.exp(mu + s * _probit(q)) for q in qs]
         scale = self.mean_i / (sum(pts) / len(pts))  # keep the stated mean exactly
         return [max(1.0, p * scale) for p in pts]
@@ -172,15 +172,15 @@ class Lengths:
         if self.kind == "fixed":
             return self.mean_o
         m = self.free_o
-        free = 2 * m if self.kind == "uniform" else m * math.exp(math.sqrt(math.log(1 + SHAREGPT_CV ** 2)) * 4.3)
+        free = 2 * m if self.kind == "uniform" else m * math.exp(_SIG * 4.3)
         # P(O > s) ~ 1e-5 for the log-normal (z = 4.3 above the median's scale)
         return free if self.cap_o is None else min(free, self.cap_o)
 
 
 # The uncapped output law of a kind, by its mean m (uniform on [0, 2m], a log-normal of CV SHAREGPT_CV):
 def _lognormal(m: float) -> tuple[float, float]:
-    sig = math.sqrt(math.log(1 + SHAREGPT_CV ** 2))
-    return math.log(m) - sig * sig / 2, sig
+    """(mu, sigma) of the log-normal of mean ``m``."""
+    return math.log(m) - _SIG * _SIG / 2, _SIG
 
 
 def _tail(kind: str, m: float, s: float) -> float:
