@@ -46,8 +46,13 @@ def test_example_campaign_is_interrupted_resumed_and_reports(tmp_path, cli, infe
         assert thr[("slots16", profile, "c8")]["mean"] <= 80 * 1.05
         waited = json.loads((out / "runs" / "slots4" / profile / "c8" / "r0" / "summary.json").read_text())
         assert waited["ttft_ms"]["max"] >= 100.0  # queued behind a request of >= 100 ms: the 4-slot limit held
-    # the open loop at 40 req/s is below both ceilings: both serve it
-    assert abs(thr[("slots16", "short", "r40")]["mean"] - thr[("slots4", "short", "r40")]["mean"]) < 4
+    # the open loop at 40 req/s: both targets serve every request, and neither finishes faster than it was sent (how
+    # close each comes to 40 req/s depends on the machine's load: a speed claim, not a test)
+    for target in ("slots4", "slots16"):
+        assert thr[(target, "short", "r40")]["mean"] <= 40 * 1.05
+        for k in (0, 1):
+            run = json.loads((out / "runs" / target / "short" / "r40" / f"r{k}" / "summary.json").read_text())
+            assert (run["scheduled"], run["completed"], run["failed"]) == (32, 32, 0), run["label"]
 
 
 def test_ctrl_c_while_waiting_for_a_target_stops_at_once_with_130(tmp_path, infermeter_bin):
