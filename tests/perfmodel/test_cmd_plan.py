@@ -200,6 +200,11 @@ def test_table_shows_each_prediction_with_its_interval(app):
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--lengths", "sharegpt", "--check", "tpot_ms=5", "--max-output", "1024"],
      "--max-output sets how one planned deployment runs; --check does not take it"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-output", "1024"], "--max-output 1024: equal lengths have no tail"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--network", "ib-xdr"], "--network 'ib-xdr': unknown network 'ib-xdr'; known: "),
+    (["--validate", "rows.csv", "--network", "roce-400"], "--network sets how one planned deployment runs; --validate does not "
+                                                          "take it (a row of the file states it: settings network=ID)"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--disaggregate", "prefill=h100-sxm,decode=h100-sxm", "--network", "roce-400"],
+     "--disaggregate does not take it (give the link in the spec: link=NETWORK)"),
     (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--lengths", "sharegpt", "--output-tokens", "600", "--max-output", "512"],
      "--max-output 512: below --output-tokens 600, the mean of the capped outputs"),
 ])
@@ -207,6 +212,19 @@ def test_bad_input_is_a_config_error_naming_it(app, args, match):
     res = run(app, *args)
     assert isinstance(res.exception, ConfigError)
     assert match in str(res.exception)
+
+
+def test_a_configuration_over_two_nodes_plans_on_the_network_named(app):
+    """16 H200s at TP16 span two 8-GPU nodes: the JSON names the network, the note says so, and a slower network
+    predicts a slower decode; a one-node plan carries no network."""
+    base = ["--model", "deepseek-v3", "--gpu", "h200", "--gpus", "16", "--tp", "16", "--dtype", "fp8", "--concurrency", "8", "--json"]
+    ib = json.loads(run(app, *base).stdout)
+    eth = json.loads(run(app, *base, "--network", "ethernet-100").stdout)
+    assert ib["network"] == "ib-ndr400" and eth["network"] == "ethernet-100"
+    assert any("span 2 nodes of 8" in n and "ethernet-100" in n for n in eth["notes"])
+    assert eth["tpot_ms"] > 1.5 * ib["tpot_ms"]
+    one = json.loads(run(app, "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "8", "--tp", "8", "--json").stdout)
+    assert "network" not in one
 
 
 def test_costs_carry_the_inverted_throughput_interval(app):

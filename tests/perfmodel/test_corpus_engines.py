@@ -172,3 +172,18 @@ def test_an_output_cap_below_the_rows_mean_output_names_the_row(tmp_path):
         load_rows(tmp_path / "m.csv")
     (tmp_path / "m.csv").write_text(head + "\n" + ok + "\n")
     assert load_rows(tmp_path / "m.csv")[0].setting("max_output") == 500
+
+
+def test_a_network_setting_names_a_catalog_network_and_reaches_the_prediction(tmp_path):
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.validate import deployment_for
+
+    head = (DATA / "published-measurements.csv").read_text().splitlines()[0]
+    row = "x1,deepseek-v3,h200,16,16,1,fp8,sglang,fixed_concurrency,8,1024,512,output_tokens_per_s,250,,,,,,,network=roce-400"
+    (tmp_path / "m.csv").write_text(head + "\n" + row + "\n" + row.replace("x1,", "x2,").replace("roce-400", "ib-ndr401") + "\n")
+    with pytest.raises(DataError, match=r"m\.csv:3: column .settings. item network=ib-ndr401: unknown; use one of ib-ndr400"):
+        load_rows(tmp_path / "m.csv")
+    (tmp_path / "m.csv").write_text(head + "\n" + row + "\n" + row.replace("x1,", "x2,").replace("network=roce-400", "") + "\n")
+    roce, default = (deployment_for(r, load_calibration()) for r in load_rows(tmp_path / "m.csv"))
+    assert (roce.network, default.network) == ("roce-400", "ib-ndr400")
+    assert roce._comm_step > default._comm_step  # RoCE's 10 us against InfiniBand's 5, four times a step's all-reduce

@@ -160,10 +160,57 @@ def test_nvlink_tp8_keeps_its_bandwidth():
     assert d.hw.interconnect.allreduce_factor(8) == 1.0
 
 
+def test_tensor_parallel_over_two_nodes_all_reduces_over_the_network(tmp_path):
+    """TP16 on 8-GPU H200 nodes: NCCL over the whole group (no one-node kernel), its start-up plus four one-way network
+    latencies, and a ring no faster than a GPU's NIC; the same 16 GPUs in one NVLink domain (a hardware file with
+    node_devices 16) keep the link's own all-reduce, and a slower network costs more."""
+    from infermeter.perfmodel.hardware import get_network
+
+    d = build_deployment("deepseek-v3", "16xh200:tp16", dtype="fp8", engine="sglang")
+    ic, net, L = d.hw.interconnect, get_network("ib-ndr400"), d.spec.layers
+    assert ic.node_devices == 8 and d.network == "ib-ndr400" and any("span 2 nodes" in n for n in d.notes)
+    assert d._comm_step == pytest.approx(2 * L * (ic.latency_us * 1.6 + 4 * net.latency_us) * 1e-6)
+    nic = net.bandwidth_gbs * 1e9 * 0.8
+    assert d._comm_tok == pytest.approx(2 * L * 2 * 15 / 16 * d.spec.hidden * 2 / nic)
+    one = tmp_path / "one.yaml"
+    one.write_text("h200: {interconnect: {node_devices: 16}}\n")
+    flat = build_deployment("deepseek-v3", "16xh200:tp16", dtype="fp8", engine="sglang", hardware_file=str(one))
+    assert flat.network == "" and flat._comm_step == pytest.approx(2 * L * ic.allreduce_latency_us(16) * 1e-6)
+    slow = build_deployment("deepseek-v3", "16xh200:tp16", dtype="fp8", engine="sglang", network="ethernet-25")
+    step = [x.step_time(8, 8 * 1500, 8) for x in (flat, d, slow)]
+    assert step[0] < step[1] < step[2]
+    assert build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="sglang").network == ""
+
+
+def test_pipeline_stages_on_other_nodes_hop_over_the_network():
+    """TP4 x PP8 on 8-GPU nodes fills four nodes: three of the seven stage boundaries cross the network (its latency,
+    the group's four NICs), four stay on NVLink; the all-reduces stay within a node."""
+    from infermeter.perfmodel.hardware import get_network
+
+    d = build_deployment("llama-3.1-405b", "32xh100-sxm:tp4,pp8", dtype="fp8")
+    ic, net, L, h = d.hw.interconnect, get_network("ib-ndr400"), d.spec.layers, d.spec.hidden
+    assert d.network == "ib-ndr400"
+    assert d._comm_step == pytest.approx(2 * L * ic.allreduce_latency_us(4) * 1e-6 + (4 * ic.latency_us + 3 * net.latency_us) * 1e-6)
+    link, nic = ic.per_direction_bytes_per_s * 0.8, net.bandwidth_gbs * 1e9 * 0.8
+    assert d._comm_tok == pytest.approx(2 * L * 2 * 3 / 4 * h * 2 / link + 4 * h * 2 / link + 3 * h * 2 / (nic * 4))
+    within = build_deployment("llama-3.1-70b", "8xh100-sxm:tp4,pp2", dtype="fp8")
+    assert within.network == "" and within._comm_step == pytest.approx(2 * within.spec.layers * ic.allreduce_latency_us(4) * 1e-6
+                                                                       + ic.latency_us * 1e-6)
+
+
+def test_a_network_that_is_not_in_the_catalog_is_refused_by_name():
+    from infermeter.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown network 'ib-xdr'; known: ib-ndr400"):
+        build_deployment("llama-3.1-8b", "h100-sxm", network="ib-xdr")
+
+
 @pytest.mark.parametrize(("link", "message"), [
     ("cross_domain_factor: 1.5", "interconnect.cross_domain_factor' must be within 0..1"),
     ("nccl_latency_us: 0", "custom_allreduce_max' needs 'interconnect.nccl_latency_us'"),
     ("custom_allreduce_max: 2.5", "custom_allreduce_max' must be a whole number >= 0, got 2.5"),
+    ("node_devices: 0", "node_devices' must be at least 1"),
+    ("node_devices: 4.5", "node_devices' must be a whole number >= 0, got 4.5"),
 ])
 def test_a_bad_interconnect_field_is_refused(tmp_path, link, message):
     from infermeter.errors import ConfigError

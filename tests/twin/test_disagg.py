@@ -62,7 +62,7 @@ def test_link_same_node_uses_the_hardware_interconnect_and_else_the_network():
     link = resolve_link(big, parse_config(big.prefill), parse_config(big.decode))
     net = networks()["ib-ndr400"]
     assert link.where == "network" and link.streams == 2
-    assert link.bytes_per_s == pytest.approx(2 * float(net["bandwidth_gbs"]) * 1e9)
+    assert link.bytes_per_s == pytest.approx(2 * net.bandwidth_gbs * 1e9)
     with pytest.raises(ConfigError, match="link=node"):
         forced = DisaggSpec(prefill=big.prefill, decode=big.decode, link="node")
         resolve_link(forced, parse_config(big.prefill), parse_config(big.decode))

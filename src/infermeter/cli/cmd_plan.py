@@ -443,6 +443,7 @@ def register(app: typer.Typer) -> None:
         seeds: Annotated[int, typer.Option("--seeds", help="With --disaggregate: seeds each layout is simulated on (figures: mean and range).")] = 3,
         enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Plan a vLLM or SGLang server run without CUDA/HIP graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph): every decode step launches each layer's kernels: a cost per layer, fitted per GPU family where rows state it, else a prior (the note says which).")] = False,
         max_output: Annotated[Optional[int], typer.Option("--max-output", help="With --lengths uniform or sharegpt: the output cap every request carries (max_tokens); --output-tokens is then the mean of the capped outputs. It shortens a finite run's drain.")] = None,
+        network: Annotated[Optional[str], typer.Option("--network", help="The network between nodes when a configuration spans more than one (more GPUs than a node holds, 8): one of data/networks.yaml (ib-ndr400, ib-hdr200, roce-400, ethernet-100, ethernet-25). Default ib-ndr400, one 400 Gb/s NIC per GPU.")] = None,
         requests: Annotated[Optional[int], typer.Option("--requests", help="With --rate: a finite run of that many requests (needed past the configuration's rate, where the queue has no steady mean wait); with --disaggregate: requests per simulated run (300).")] = None,
         price_options: Any = None,
         extra: Annotated[Optional[list[str]], typer.Argument(help="More configurations for --compare.", show_default=False)] = None,
@@ -451,13 +452,22 @@ def register(app: typer.Typer) -> None:
         if (fleet or validate) and (rate is not None or requests is not None):
             raise ConfigError(f"--rate and --requests plan one deployment's open loop; {'--fleet' if fleet else '--validate'} "
                               "takes the rates from its file")
-        own = next((f for f, on in (("--enforce-eager", enforce_eager), ("--max-output", max_output is not None)) if on), None)
+        own = next((f for f, on in (("--enforce-eager", enforce_eager), ("--max-output", max_output is not None),
+                                    ("--network", network is not None)) if on), None)
         if own and (fleet or validate or calibration or disaggregate or check):
             which = next(f for f, on in (("--fleet", fleet), ("--validate", validate), ("--calibration", calibration),
                                          ("--disaggregate", disaggregate), ("--check", check)) if on)
-            setting = "enforce_eager=1" if own == "--enforce-eager" else "max_output=N"
+            setting = {"--enforce-eager": "enforce_eager=1", "--max-output": "max_output=N", "--network": "network=ID"}[own]
             raise ConfigError(f"{own} sets how one planned deployment runs; {which} does not take it"
-                              + (f" (a row of the file states it: settings {setting})" if validate else ""))
+                              + (f" (a row of the file states it: settings {setting})" if validate else "")
+                              + (" (give the link in the spec: link=NETWORK)" if disaggregate and own == "--network" else ""))
+        if network is not None:
+            from infermeter.perfmodel.hardware import get_network
+
+            try:
+                get_network(network)  # an unknown id fails before any modelling, naming the known ones
+            except ConfigError as exc:
+                raise ConfigError(f"--network {network!r}: {exc}") from None
         if fleet:
             from infermeter.cli.fleetview import plan_fleet_cmd
 
@@ -553,7 +563,7 @@ def register(app: typer.Typer) -> None:
         plans = [plan(model, c, dtype=dtype, kv_dtype=kv_dtype, engine=engine, input_tokens=input_tokens, output_tokens=output_tokens,
                       concurrency=concurrency, gpu_memory_utilization=gpu_memory_utilization, hardware_file=hardware_file,
                       speculative=speculative, lengths=lengths, rate=rate, requests=requests, enforce_eager=enforce_eager,
-                      max_output=max_output).to_json()
+                      max_output=max_output, **({"network": network} if network else {})).to_json()
                  for c in configs]
         if cost:
             _add_costs(plans, input_tokens, output_tokens, price_options, overhead)

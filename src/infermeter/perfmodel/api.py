@@ -18,7 +18,10 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + smax(L (f_p A + (f_d - f_p) min(A, K)) / t_p / (P_16 * MFU), (r K * kvb + s_b L H/tp T K) / (BW * MBU))   attention
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
         (alpha_tp: the link's all-reduce latency, NCCL's on more than two PCIe GPUs: Interconnect.allreduce_latency_us)
+        (a TP group over more than one node, tp > node_devices: NCCL's start-up over one node plus 4 one-way network
+        latencies, Interconnect.internode_allreduce_latency_us, and bw_link no faster than a GPU's NIC)
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
+        (the nodes - 1 boundaries between nodes: the network's latency and tp NICs instead)
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
         (an eager run of an engine with graphs pays its L * layer_overhead on steps of T <= 512 only: larger
         steps run without graphs either way, steptime.GRAPH_MAX_TOKENS)
@@ -69,7 +72,7 @@ from infermeter.errors import ConfigError
 from infermeter.perfmodel.calibration import Calibration, Entry, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig, parse_config
 from infermeter.perfmodel.engines import EngineDefaults, hardware_limits, version_key
-from infermeter.perfmodel.hardware import Hardware, get_hardware
+from infermeter.perfmodel.hardware import DEFAULT_NETWORK, Hardware, get_hardware, get_network
 from infermeter.perfmodel.memory import (MemoryPlan, attention_dp_extra_bytes, embed_bytes_per_param, kv_elements_per_token_gpu,
                                          layer_bytes_per_gpu, plan_memory, routed_expert_bytes_per_gpu)
 from infermeter.perfmodel.models import ModelSpec, get_model
@@ -111,6 +114,7 @@ class Deployment:
     step_overhead_ms: float = field(repr=False, default=0.0)  # fixed part of the per-step engine cost
     layer_overhead_us: float = field(repr=False, default=0.0)  # per-layer part (kernel launches)
     enforce_eager: bool = field(repr=False, default=False)  # run without graphs: layer_overhead on steps a graph would cover
+    network: str = field(repr=False, default="")  # the network between nodes (data/networks.yaml) when tp x pp spans nodes
     kv_reread: float = field(repr=False, default=0.0)  # fraction of per-query-head re-reads reaching DRAM
     gqa_group: float = field(repr=False, default=1.0)  # query heads per K/V read when the kernel is not group-aware
     seq_overhead_us: float = field(repr=False, default=0.0)  # engine cost per running sequence and step
@@ -279,7 +283,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
                      kv_dtype: str | None = None, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
                      max_model_len: int | None = None, hardware_file: str | None = None,
                      calibration: Calibration | str | None = None, max_num_seqs: int | None = None,
-                     max_batched_tokens: int | None = None, attention_dp: bool = False, enforce_eager: bool = False) -> Deployment:
+                     max_batched_tokens: int | None = None, attention_dp: bool = False, enforce_eager: bool = False,
+                     network: str = DEFAULT_NETWORK) -> Deployment:
     """Resolve everything about one replica; ConfigError names the bad input.
 
     ``engine`` may carry a version (``trtllm@0.6.1``); ``calibration`` is a table or the path of a
@@ -289,7 +294,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     once, on its sequence's GPU; the MLP/expert layers stay tensor-parallel); ``enforce_eager``: the engine runs without
     CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``), so every step launches each layer's
     kernels from Python: a ``layer_overhead`` per layer and step (:meth:`EngineDefaults.eager`). An engine with no
-    graph mode to turn off is a ConfigError.
+    graph mode to turn off is a ConfigError. ``network`` (``data/networks.yaml``) links the nodes when ``tp x pp``
+    exceeds one node's devices (the interconnect's ``node_devices``); within a node it plays no part.
     """
     cfg = parse_config(config) if isinstance(config, str) else config
     spec = model if isinstance(model, ModelSpec) else get_model(model)
@@ -392,14 +398,23 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     expert_bytes = routed_expert_bytes_per_gpu(spec, prec, tp) if spec.is_moe else 0.0  # all layers
     head_b = spec.head_params * embed_bytes_per_param(prec) / tp
     kvb_path = kv_elements_per_token_gpu(spec, L, tp, adp) * prec.kv_bytes
-    link = hw.interconnect.per_direction_bytes_per_s * LINK_EFFICIENCY
+    ic = hw.interconnect
+    link = ic.per_direction_bytes_per_s * LINK_EFFICIENCY
+    net = get_network(network)
+    nodes = ic.nodes(tp * pp)
+    nic = net.per_device_bytes_per_s(ic.node_devices) * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
-    if tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
-        comm_step += 2 * L * hw.interconnect.allreduce_latency_us(tp) * 1e-6
-        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * hw.interconnect.allreduce_factor(tp))
-    if pp > 1:
-        comm_step += (pp - 1) * hw.interconnect.latency_us * 1e-6
-        comm_tok += (pp - 1) * d * ACT_BYTES / link
+    if tp > ic.node_devices:  # one TP group over several nodes: NCCL over the network, its ring as slow as a GPU's NIC
+        comm_step += 2 * L * ic.internode_allreduce_latency_us(tp, net) * 1e-6
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / min(link * ic.allreduce_factor(tp), nic)
+    elif tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
+        comm_step += 2 * L * ic.allreduce_latency_us(tp) * 1e-6
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * ic.allreduce_factor(tp))
+    if pp > 1:  # stage boundaries between nodes (nodes - 1 of the pp - 1 when a TP group fits one node) cross the network,
+        # each of the group's tp ranks sending its share over its own NIC
+        cross = min(pp - 1, nodes - 1) if tp <= ic.node_devices else pp - 1
+        comm_step += ((pp - 1 - cross) * ic.latency_us + cross * net.latency_us) * 1e-6
+        comm_tok += (pp - 1 - cross) * d * ACT_BYTES / link + cross * d * ACT_BYTES / (nic * tp)
     return Deployment(
         model_name=spec.name, hardware=hw.id, config=cfg, dtype=prec.weight_dtype, kv_dtype=prec.kv_dtype, engine=eng.spec,
         fits=not why, weights_gib_per_gpu=mem.weights_gib_per_gpu, kv_capacity_tokens=mem.kv_capacity_tokens,
@@ -407,7 +422,12 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         notes=prec.notes + (("attention data parallel: attention weights whole on each GPU, K/V cached once per token",) if adp else ())
         + ((f"eager execution (no CUDA/HIP graphs): {L} layers x {layer_oh_us:.0f} us of kernel launches a step of up to {GRAPH_MAX_TOKENS} tokens ("
             + (_fitted_on(lo[1], f"eager {fam}") if lo and lo[1].fitted else
-               f"the engine's prior: no eager {eng.name} row on {fam} GPUs") + ")",) if eager else ()),
+               f"the engine's prior: no eager {eng.name} row on {fam} GPUs") + ")",) if eager else ())
+        + ((f"{tp * pp} GPUs span {nodes} nodes of {ic.node_devices}: "
+            + ("the tensor-parallel all-reduces" if tp > ic.node_devices else "the pipeline stages" if nodes > 2 else "one pipeline stage boundary")
+            + f" cross the network between them, {net.id} ({net.name}: {net.bandwidth_gbs:g} GB/s"
+            + (" per node" if net.shared_nic else " per GPU") + f", {net.latency_us:g} us one way; set it with --network)",)
+           if nodes > 1 else ()),
         spec=spec, hw=hw, precision=prec, memory=mem, calibration_sources=(mfu_e.source, mbu_e.source),
         engine_defaults=eng,
         calibration_entries=(mfu_e, mbu_e, oh[1] if oh else None, lo[1] if lo else None, rr[1] if rr else None, so[1] if so else None,
@@ -429,7 +449,7 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
         _att_pair=L * spec.prefill_pair_flops / tp / p_16,
         _att_dec=L * (spec.attn_pair_flops - spec.prefill_pair_flops) / tp / p_16,
         _kv_read=kvb_path * reread / bw,
-        _comm_step=comm_step, _comm_tok=comm_tok,
+        _comm_step=comm_step, _comm_tok=comm_tok, network=net.id if nodes > 1 else "",
         **_overheads(spec, step_oh_ms, layer_oh_us, moe_us, eager), enforce_eager=eager, _oh_seq=(seq_oh_us + (tp_seq_us if tp > 1 else 0.0)) * 1e-6, _k=cal.smooth,
         _score=eng.score_bytes * L * spec.heads / tp / bw, _ubatch=eng.ubatch_tokens,
         request_overhead_s=eng.request_overhead_ms * 1e-3,

@@ -13,7 +13,9 @@ predicted as TP but fit no MoE term, :mod:`perfmodel.fit`), ``attention_dp=1`` a
 parallelism (SGLang ``--enable-dp-attention``, TensorRT-LLM ``enable_attention_dp``; :mod:`perfmodel.memory`),
 ``enforce_eager=1`` a run without CUDA/HIP graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``),
 ``max_output`` the output cap every request carried (``max_tokens``) when the lengths are a distribution: outputs
-that would run longer stop there (:meth:`perfmodel.lengths.Lengths.of`; ``output_tokens`` is the measured mean, at most the cap))::
+that would run longer stop there (:meth:`perfmodel.lengths.Lengths.of`; ``output_tokens`` is the measured mean, at most the cap),
+``network`` the network between the nodes a run spans (``data/networks.yaml``; rows on more GPUs than one node holds are
+predicted on ``ib-ndr400`` unless they name another))::
 
     >>> rows = load_rows("tests/data/published-measurements.csv")
     >>> r = next(r for r in rows if r.id == "trt061-h100-7b-bs768-128-128")
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from infermeter.errors import DataError
+from infermeter.perfmodel.hardware import network_catalog
 from infermeter.perfmodel.lengths import KINDS as LENGTH_KINDS
 
 METRICS = ("output_tokens_per_s", "ttft_ms", "tpot_ms", "decode_tokens_per_s", "prefill_tokens_per_s")
@@ -49,7 +52,7 @@ PROVENANCE = ("date", "engine_version", "source_url", "conditions")
 SETTINGS: dict[str, type] = {"kv_dtype": str, "max_num_seqs": int, "max_batched_tokens": int, "gpu_memory_utilization": float,
                              "lengths": str, "requests": int, "ep": int,
                              "attention_dp": int, "vllm_use_v1": int, "rate": float, "enforce_eager": int,
-                             "max_output": int}
+                             "max_output": int, "network": str}
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,9 @@ def _row(r: dict[str, str], where: str) -> Row:
         if row.lengths == "fixed":
             raise DataError(f"{where}: column 'settings' item max_output={cap}: equal lengths have no tail to cap; the "
                             "setting needs lengths=uniform or sharegpt")
+    if (net := row.setting("network")) is not None:
+        if net not in network_catalog():
+            raise DataError(f"{where}: column 'settings' item network={net}: unknown; use one of {', '.join(network_catalog())}")
     if row.scenario == "request_rate":
         if row.concurrency is not None:
             raise DataError(f"{where}: column 'concurrency' must be 'max' for scenario 'request_rate' (an uncapped client; "

@@ -41,6 +41,7 @@ class Interconnect:
     cross_domain_factor: float = 1.0  # fraction of the all-reduce bandwidth a ring keeps beyond p2p_domain devices
     custom_allreduce_max: int = 0  # most devices the engines' own all-reduce kernel serves (0: any); beyond them NCCL's
     nccl_latency_us: float = 0.0  # start-up latency of NCCL's small all-reduce on this link (used beyond custom_allreduce_max)
+    node_devices: int = 8  # devices one node (server) holds on this link; a larger group crosses the network between nodes
 
     def allreduce_latency_us(self, devices: int) -> float:
         """Start-up latency (µs) of one small all-reduce over ``devices`` devices: ``latency_us`` (``nccl_latency_us``
@@ -56,6 +57,69 @@ class Interconnect:
     @property
     def per_direction_bytes_per_s(self) -> float:
         return self.bandwidth_gbs * 1e9 / 2
+
+    def nodes(self, devices: int) -> int:
+        """The servers ``devices`` devices fill (``node_devices`` each)."""
+        return max(1, math.ceil(devices / self.node_devices))
+
+    def internode_allreduce_latency_us(self, devices: int, net: Network) -> float:
+        """Start-up latency (µs) of one small all-reduce over ``devices`` devices on more than one node: NCCL's over
+        the whole group (the engines' own all-reduce kernels serve one node only: vLLM's CustomAllreduce and SGLang's
+        are disabled for a group that spans nodes), i.e. the link's NCCL start-up over one node's devices plus
+        ``ALLREDUCE_HOPS`` one-way network latencies, times ``1 + 0.3 (log2 nodes - 1)`` as within a node."""
+        base = self.nccl_latency_us or self.latency_us
+        within = base * (1.0 + 0.3 * (math.log2(min(devices, self.node_devices)) - 1.0))
+        return within + ALLREDUCE_HOPS * net.latency_us * (1.0 + 0.3 * (math.log2(self.nodes(devices)) - 1.0))
+
+
+# One-way network latencies a small all-reduce between two nodes pays: NCCL's reduce and broadcast each cross the
+# boundary and wait for the peer's credit (two round trips). On InfiniBand (5 µs one way) this gives the 19-20 µs
+# that nccl-tests' all_reduce_perf reports for 8-128 B between two 8xA100 HDR nodes (NVIDIA/nccl-tests#150).
+ALLREDUCE_HOPS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Network:
+    """A network between nodes (``data/networks.yaml``): what a tensor- or pipeline-parallel group that spans
+    nodes, and a disaggregated KV transfer between nodes, runs over."""
+
+    id: str
+    name: str
+    bandwidth_gbs: float  # one direction, per GPU (one NIC per GPU), or per node when shared_nic
+    latency_us: float  # one-way start-up latency of one transfer
+    shared_nic: bool
+    source: str
+
+    def per_device_bytes_per_s(self, node_devices: int) -> float:
+        """One direction, per device of a full node (a shared NIC is split over the node's devices)."""
+        return self.bandwidth_gbs * 1e9 / (node_devices if self.shared_nic else 1)
+
+
+DEFAULT_NETWORK = "ib-ndr400"  # the DGX/HGX reference: one ConnectX-7 400 Gb/s NIC per GPU
+
+
+@functools.lru_cache(maxsize=1)
+def network_catalog() -> dict[str, Network]:
+    """The shipped network catalog (``data/networks.yaml``); ConfigError naming the entry and field when malformed."""
+    text = (DATA_DIR / "networks.yaml").read_text(encoding="utf-8")
+    out: dict[str, Network] = {}
+    for nid, e in _load_yaml(text, "networks.yaml").items():
+        where = f"networks.yaml: network {nid!r}"
+        if not isinstance(e, dict):
+            raise ConfigError(f"{where}: expected a mapping of fields")
+        out[str(nid)] = Network(id=str(nid), name=str(e.get("name", nid)), bandwidth_gbs=_num(where, "bandwidth_gbs", e.get("bandwidth_gbs")),
+                                latency_us=_num(where, "latency_us", e.get("latency_us")), shared_nic=bool(e.get("shared_nic", False)),
+                                source=str(e.get("source", "")))
+    return out
+
+
+def get_network(network_id: str) -> Network:
+    """One network by id; ConfigError listing the known ids when unknown."""
+    nets = network_catalog()
+    net = nets.get(network_id)
+    if net is None:
+        raise ConfigError(f"unknown network {network_id!r}; known: {', '.join(nets)}")
+    return net
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +224,14 @@ def _build(hid: str, entry: dict[str, Any], origin: str) -> Hardware:
         cross_domain_factor=_num(where, "interconnect.cross_domain_factor", ic.get("cross_domain_factor", 1.0)),
         custom_allreduce_max=_whole(where, "interconnect.custom_allreduce_max", ic.get("custom_allreduce_max", 0)),
         nccl_latency_us=_num(where, "interconnect.nccl_latency_us", ic.get("nccl_latency_us", 0), allow_zero=True),
+        node_devices=_whole(where, "interconnect.node_devices", ic.get("node_devices", 8)),
     )
     if bool(interconnect.custom_allreduce_max) != bool(interconnect.nccl_latency_us):
         raise ConfigError(f"{where}: field 'interconnect.custom_allreduce_max' needs 'interconnect.nccl_latency_us' "
                           "and the other way round (the most devices the engines' own all-reduce serves, and the latency "
                           "of the NCCL all-reduce beyond them)")
+    if interconnect.node_devices < 1:
+        raise ConfigError(f"{where}: field 'interconnect.node_devices' must be at least 1 (the devices one server holds)")
     if interconnect.cross_domain_factor > 1:
         raise ConfigError(f"{where}: field 'interconnect.cross_domain_factor' must be within 0..1, got {interconnect.cross_domain_factor!r}")
     return Hardware(

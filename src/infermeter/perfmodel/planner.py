@@ -27,6 +27,7 @@ from typing import Any
 from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.configspec import HardwareConfig
+from infermeter.perfmodel.hardware import DEFAULT_NETWORK
 from infermeter.perfmodel.lengths import Lengths
 from infermeter.perfmodel.serving import Estimate, at_concurrency, at_rate, max_concurrency, saturation
 
@@ -65,6 +66,7 @@ class Plan:
             "hardware": d.hardware,
             "engine": d.engine,
             **({"enforce_eager": True} if d.enforce_eager else {}),
+            **({"network": d.network} if d.network else {}),
             "dtype": d.dtype,
             "kv_dtype": d.kv_dtype,
             "replicas": replicas,
@@ -133,7 +135,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
          input_tokens: int = 1000, output_tokens: int = 200, concurrency: int = 1, gpu_memory_utilization: float = 0.9,
          hardware_file: str | None = None, calibration: Calibration | str | None = None, speculative: str | None = None,
          lengths: str = "fixed", rate: float | None = None, requests: int | None = None, enforce_eager: bool = False,
-         max_output: int | None = None) -> Plan:
+         max_output: int | None = None, network: str = DEFAULT_NETWORK) -> Plan:
     """One configuration's plan; ``calibration`` is a table or a per-deployment calibration file (default: the shipped table).
 
     ``speculative`` (``METHOD:k=K,acceptance=A``, :mod:`perfmodel.speculative`) plans speculative
@@ -144,7 +146,8 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     of that many, needed past the configuration's rate, where the queue has no steady mean). ``enforce_eager``: the
     engine runs without CUDA/HIP graphs (:func:`api.build_deployment`). ``max_output``: with a length distribution, the
     cap every request carries (``max_tokens``): the outputs are the kind's law cut there, ``output_tokens`` their mean
-    under the cap (:meth:`Lengths.of`); it shortens a finite run's drain and the running batch's context.
+    under the cap (:meth:`Lengths.of`); it shortens a finite run's drain and the running batch's context. ``network``:
+    the network between nodes (``data/networks.yaml``) when the configuration spans more than one (:func:`api.build_deployment`).
     """
     from infermeter.errors import ConfigError
     from infermeter.perfmodel.uncertainty import basis_of, interval, regime_of, table_of
@@ -164,7 +167,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     d = build_deployment(model, config, dtype=dtype, kv_dtype=kv_dtype, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
                          max_model_len=input_tokens + (output_tokens if dist.cap_o is None else int(dist.cap_o)),
                          hardware_file=hardware_file, calibration=cal,
-                         enforce_eager=enforce_eager)
+                         enforce_eager=enforce_eager, network=network)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
     if rate is not None:

@@ -32,7 +32,7 @@ from infermeter.errors import DataError, UserError
 from infermeter.perfmodel.api import Deployment, build_deployment
 from infermeter.perfmodel.calibration import Calibration, load_calibration
 from infermeter.perfmodel.corpus import METRICS, Row, load_rows, publication
-from infermeter.perfmodel.hardware import get_hardware
+from infermeter.perfmodel.hardware import DEFAULT_NETWORK, get_hardware
 from infermeter.perfmodel.lengths import Lengths
 from infermeter.perfmodel.serving import at_concurrency, at_rate, engine_of, saturated_latency, saturation, static_batch
 from infermeter.perfmodel.uncertainty import Regime, regime_of
@@ -57,7 +57,8 @@ def deployment_for(row: Row, cal: Calibration) -> Deployment:
         d = build_deployment(row.model, row.config, dtype=row.weight_dtype, kv_dtype=row.setting("kv_dtype"), engine=row.engine_spec,
                              gpu_memory_utilization=util, calibration=cal, max_num_seqs=row.setting("max_num_seqs"),
                              max_batched_tokens=row.setting("max_batched_tokens"), attention_dp=bool(row.setting("attention_dp", 0)),
-                             enforce_eager=bool(row.setting("enforce_eager", 0)))
+                             enforce_eager=bool(row.setting("enforce_eager", 0)),
+                             network=row.setting("network") or DEFAULT_NETWORK)
     except UserError as exc:
         raise DataError(f"measurement row {row.id!r}: {exc}") from None
     if not d.fits:

@@ -39,18 +39,16 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from infermeter.errors import ConfigError
+from infermeter.perfmodel.hardware import DEFAULT_NETWORK, Network, network_catalog
 from infermeter.twin.deploy import Twin
 from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, Boundary, LoopStats, VirtualClock
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, WAITING, SimRequest
 
 GPUS_PER_NODE = 8
-DEFAULT_NETWORK = "ib-ndr400"
 ROUTES = ("least-loaded", "kv-aware")
 PIPELINING = ("none", "layer")
 _KEYS = ("prefill", "decode", "link", "pipelining", "route", "overhead_ms")
@@ -129,13 +127,9 @@ def parse_disaggregate(text: str, flag: str = "--disaggregate") -> DisaggSpec:
                       overhead_ms=overhead)
 
 
-@lru_cache(maxsize=1)
-def networks() -> dict[str, dict[str, Any]]:
-    """The network catalog (``data/networks.yaml``)."""
-    from infermeter.yamlfile import yaml_mapping
-
-    path = Path(__file__).resolve().parent.parent / "data" / "networks.yaml"
-    return yaml_mapping(path.read_text(encoding="utf-8"), str(path), "a mapping of network ids")
+def networks() -> dict[str, Network]:
+    """The network catalog (``data/networks.yaml``, :func:`perfmodel.hardware.network_catalog`)."""
+    return network_catalog()
 
 
 @dataclass(frozen=True)
@@ -177,9 +171,9 @@ def resolve_link(spec: DisaggSpec, prefill: Any, decode: Any) -> Link:
             raise ConfigError(f"--disaggregate link=node: {prefill.hardware} has no device interconnect; use a network")
         return Link(ic.kind, "node", ic.per_direction_bytes_per_s * streams, ic.latency_us * 1e-6, streams, overhead)
     net = networks()[link]
-    per = float(net["bandwidth_gbs"]) * 1e9
-    bw = per if net.get("shared_nic") else per * streams
-    return Link(link, "network", bw, float(net["latency_us"]) * 1e-6, streams, overhead)
+    per = net.bandwidth_gbs * 1e9
+    bw = per if net.shared_nic else per * streams
+    return Link(link, "network", bw, net.latency_us * 1e-6, streams, overhead)
 
 
 @dataclass(frozen=True)
