@@ -91,14 +91,14 @@ def test_the_plan_says_how_seldom_first_token_intervals_held_on_fresh_publicatio
 
     held = fresh_held_out()
     out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").stdout)
-    assert out["interval_basis"]["ttft_ms"]["fresh_held_out"] == held["ttft"]
-    assert out["interval_basis"]["tpot_ms"]["fresh_held_out"] == held["tpot"]
+    assert out["interval_basis"]["ttft_ms"]["fresh_held_out"] == held["ttft"] | {"group": "ttft"}
+    assert out["interval_basis"]["tpot_ms"]["fresh_held_out"] == held["tpot"] | {"group": "tpot"}
     text = " ".join(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm").output.split())
-    assert f"{held['ttft']['inside']} of {held['ttft']['rows']} first-token measurements" in text
-    rest = sum(v["rows"] for g, v in held.items() if g != "ttft")
+    assert f"{held['ttft']['inside']} of {held['ttft']['rows']} first-token measurements of one request alone" in text
+    rest = sum(v["rows"] for g, v in held.items() if not g.startswith("ttft"))
     assert f"of {rest}," in text
     check = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--check", "ttft=500", "--json").stdout)
-    assert check[0]["interval_basis"]["fresh_held_out"] == held["ttft"]  # plan --check states the same record
+    assert check[0]["interval_basis"]["fresh_held_out"] == held["ttft"] | {"group": "ttft"}  # plan --check states the same
 
 
 def test_the_first_token_caveat_follows_the_history(monkeypatch):
@@ -225,6 +225,39 @@ def test_a_configuration_over_two_nodes_plans_on_the_network_named(app):
     assert eth["tpot_ms"] > 1.5 * ib["tpot_ms"]
     one = json.loads(run(app, "--model", "llama-3.1-70b", "--gpu", "h200", "--gpus", "8", "--tp", "8", "--json").stdout)
     assert "network" not in one
+
+
+def test_a_first_token_with_others_in_flight_takes_the_queued_spread(app):
+    """One user's first token keeps its model class's fresh-publication spread; 32 users' (or an open loop holding
+    several) take the ``queued`` spread: a far wider band, and the line under the table says how it held."""
+    import math
+
+    from infermeter.perfmodel.uncertainty import QUEUED, table_of
+
+    base = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"]
+    one, many = (json.loads(run(app, *base, *extra).stdout) for extra in ([], ["--concurrency", "32"]))
+    assert one["interval_basis"]["ttft_ms"]["fresh_held_out"]["group"] == "ttft"
+    assert many["interval_basis"]["ttft_ms"]["fresh_held_out"]["group"] == "ttft_queued"
+    assert many["interval_basis"]["tpot_ms"]["fresh_held_out"]["group"] == "tpot"  # other figures keep their class
+    width = [math.log(p["intervals"]["ttft_ms"][1] / p["intervals"]["ttft_ms"][0]) / 2 for p in (one, many)]
+    tau = table_of().fresh_tau(QUEUED)
+    assert tau > 2 * table_of().fresh_tau("dense") and width[1] >= tau > width[0]
+    text = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "32").output
+    assert "with other requests in flight" in " ".join(text.split()) and f"x{math.exp(tau):,.0f} either way" in text
+    alone = run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm").output
+    assert "of one request alone" in " ".join(alone.split())
+
+
+def test_validate_json_names_each_rows_fresh_class(app, tmp_path):
+    """A first-token row with others in flight is ``queued`` (a 400-user loop), one alone keeps its model class, and
+    other metrics never are: what ``freshpub.records_from`` files in the blind history."""
+    lines = (CSV.parent / "published-measurements-blind13.csv").read_text().splitlines()
+    f = tmp_path / "b.csv"
+    f.write_text("\n".join(lines[:1] + [x for x in lines if x.startswith(("b13b-cr-q3coder-4090x1", "b13b-cr-glmair-h200x1"))]) + "\n")
+    rows = {r["id"]: r for r in json.loads(run(app, "--validate", str(f), "--holdout", "none", "--json").stdout)["rows"]}
+    assert rows["b13b-cr-q3coder-4090x1-ttft"]["fresh_class"] == "queued"
+    assert rows["b13b-cr-glmair-h200x1-c1-ttft"]["fresh_class"] == "moe"
+    assert {r["fresh_class"] for i, r in rows.items() if not i.endswith("ttft")} == {"moe"}
 
 
 def test_costs_carry_the_inverted_throughput_interval(app):

@@ -146,20 +146,25 @@ def _print_plans(plans: list[dict[str, Any]], title: str) -> None:
 def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
     """The line that says how often first-token intervals held on publications no fit had seen (the blind history,
     each set held out in turn), beside the other figures, and whether that is worse; None where no plan states a
-    first-token interval so built."""
+    first-token interval so built. A first token with other requests in flight (``ttft_queued``) carries a spread of
+    its own, and the line says how wide."""
     held = next((h for p in plans if (h := (p.get("interval_basis") or {}).get("ttft_ms", {}).get("fresh_held_out"))), None)
     if not held:
         return None
-    from infermeter.perfmodel.uncertainty import fresh_held_out
+    from infermeter.perfmodel.uncertainty import QUEUED, fresh_held_out, table_of
 
-    rest = [v for g, v in fresh_held_out().items() if g != "ttft"]
+    rest = [v for g, v in fresh_held_out().items() if not g.startswith("ttft")]
     inside, rows = sum(v["inside"] for v in rest), sum(v["rows"] for v in rest)
     share, other = held["inside"] / held["rows"], (inside / rows if rows else 1.0)
-    label = "TTFT is the least certain figure" if share < other else "TTFT intervals"
+    queued = held.get("group") == f"ttft_{QUEUED}"
+    label = "TTFT is the least certain figure" if share < other or queued else "TTFT intervals"
+    what = "first-token measurements with other requests in flight" if queued else "first-token measurements of one request alone"
+    wide = (f"; such intervals carry a spread of their own, x{math.exp(table_of().fresh_tau(QUEUED)):,.0f} either way, as "
+            "the model does not place a new run's queue") if queued else ""
     return (f"[yellow]{label}[/]: on blind sets of publications no fit had seen, each held out in turn, "
-            f"{held['inside']} of {held['rows']} first-token measurements fell inside intervals built this way "
-            f"({share:.0%}; the other figures {inside} of {rows}, {other:.0%}): a first token takes whatever a run adds "
-            "before it (a queue, a client, a network).")
+            f"{held['inside']} of {held['rows']} {what} fell inside intervals built this way "
+            f"({share:.0%}; the other figures {inside} of {rows}, {other:.0%}){wide}: a first token takes whatever a run "
+            "adds before it (a queue, a client, a network).")
 
 
 def _unseen_note(plan: dict[str, Any]) -> tuple[str, str] | None:
@@ -257,7 +262,8 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
             lo, hi, _ = interval(r.row.metric, r.predicted, reg)
             checks.append((r, lo, hi, lo <= r.row.value <= hi, reg))
     for r, lo, hi, ok, reg in checks:
-        per[r.row.id] = {"interval": [lo, hi], "inside": ok, "basis": reg.calibration, "class": reg.model_class}
+        per[r.row.id] = {"interval": [lo, hi], "inside": ok, "basis": reg.calibration, "class": reg.model_class,
+                         "fresh_class": reg.fresh_class}
     n = len(per)
     inside = sum(v["inside"] for v in per.values())
     summary = {"inside": round(inside / n, 4) if n else None, "rows": n, "nominal": 0.8, "kind": kind, **coverage_by(checks)}
@@ -273,9 +279,9 @@ def _row_intervals(report: Any) -> tuple[dict[str, dict[str, Any]], dict[str, An
 
 def _row_interval(v: dict[str, Any] | None) -> dict[str, Any]:
     if v is None:  # too few other rows to state an interval for this one
-        return {"interval": None, "inside": None, "interval_basis": None, "model_class": None}
+        return {"interval": None, "inside": None, "interval_basis": None, "model_class": None, "fresh_class": None}
     return {"interval": [round(x, 4) for x in v["interval"]], "inside": v["inside"], "interval_basis": v["basis"],
-            "model_class": v["class"]}
+            "model_class": v["class"], "fresh_class": v["fresh_class"]}
 
 
 def _validation_json(report: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Promise: ``data/blind-history.csv`` keeps, for every row of every blind set, what the shipped model
 of that day stated for it *before* the set joined the corpus (prediction and 80% interval) beside
 the published value; :func:`spread` turns those records into one extra log half-width ``tau`` per
-model class such that ``sqrt(h**2 + tau**2)`` about each stated centre would have held 80% of the
+class (the model class, dense or MoE; a first token with other requests in flight, of either, is ``queued``:
+a new publication's queue, client and scheduler land on it whole, and it misses by far more) such that ``sqrt(h**2 + tau**2)`` about each stated centre would have held 80% of the
 class's rows; :mod:`~infermeter.perfmodel.uncertainty` adds it, in quadrature, to every interval
 that is not a deployment's own (a user's calibration file measures their deployment, not a new
 publication).
@@ -49,9 +50,10 @@ from infermeter.perfmodel.hardware import DATA_DIR
 HISTORY = DATA_DIR / "blind-history.csv"
 COVERAGE = 0.8
 FIELDS = ("set", "scored_at", "id", "publication", "model_class", "metric", "measured", "predicted", "low", "high",
-          "fresh_tau")
+          "fresh_tau", "fresh_class")
 MIN_ROWS = 8  # a class with fewer records takes the spread of every class
 CLASSES = ("dense", "moe")  # ModelSpec.model_class
+QUEUED = "queued"  # first tokens with other requests in flight (uncertainty.Regime.queued), of either model class
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,11 @@ class Record:
     low: float
     high: float
     fresh_tau: float = 0.0  # the spread the stated interval already carried (0 before this module existed)
+    fresh_class: str = ""  # QUEUED: a first token with others in flight takes that class's spread; "": its model class's
+
+    @property
+    def spread_class(self) -> str:
+        return self.fresh_class or self.model_class
 
     def _centre_and_width(self) -> tuple[float, float]:
         """Centre and half-width of the stated interval in log space, less the spread it already carried."""
@@ -109,6 +116,9 @@ def load(path: Path | str | None = None) -> list[Record]:
             raise DataError(f"{where}: missing {', '.join(missing)}")
         if r["model_class"] not in CLASSES:
             raise DataError(f"{where}: model_class must be one of {', '.join(CLASSES)}, got {r['model_class']!r}")
+        if r["fresh_class"] not in (QUEUED, r["model_class"]):
+            raise DataError(f"{where}: fresh_class must be {QUEUED!r} (a first token with others in flight) or the row's "
+                            f"model_class {r['model_class']!r}, got {r['fresh_class']!r}")
         if (r["set"], r["id"]) in seen:
             raise DataError(f"{where}: row {r['id']!r} of set {r['set']!r} is already in the history")
         seen.add((r["set"], r["id"]))
@@ -118,7 +128,7 @@ def load(path: Path | str | None = None) -> list[Record]:
             raise DataError(f"{where}: 'fresh_tau' must be a number, got {r['fresh_tau']!r}") from None
         measured, predicted, low, high = (_float(r, k, where) for k in ("measured", "predicted", "low", "high"))
         rec = Record(r["set"], r["scored_at"], r["id"], r["publication"], r["model_class"], r["metric"], measured,
-                     predicted, low, high, fresh_tau=carried)
+                     predicted, low, high, fresh_tau=carried, fresh_class="" if r["fresh_class"] == r["model_class"] else r["fresh_class"])
         if not rec.low <= rec.predicted <= rec.high:
             raise DataError(f"{where}: the stated interval [{rec.low}, {rec.high}] does not hold its prediction {rec.predicted}")
         if not (math.isfinite(carried) and 0 <= carried <= math.log(rec.high / rec.low) / 2 + 1e-6):
@@ -139,8 +149,8 @@ def spread(records: list[Record]) -> dict[str, tuple[float, int]]:
     if not records:
         return {}
     out = {"*": (_rank([r.excess for r in records]), len(records))}
-    for cls in sorted({r.model_class for r in records}):
-        mine = [r.excess for r in records if r.model_class == cls]
+    for cls in sorted({r.spread_class for r in records}):
+        mine = [r.excess for r in records if r.spread_class == cls]
         out[cls] = (_rank(mine), len(mine)) if len(mine) >= MIN_ROWS else out["*"]
     return out
 
@@ -157,7 +167,7 @@ def _held_out_checks(records: list[Record]) -> list[tuple[Record, bool]]:
     out = []
     for s in dict.fromkeys(r.set for r in records):
         taus = spread([r for r in records if r.set != s])
-        out += [(r, inside(r, taus.get(r.model_class, taus["*"])[0])) for r in records if r.set == s]
+        out += [(r, inside(r, taus.get(r.spread_class, taus["*"])[0])) for r in records if r.set == s]
     return out
 
 
@@ -174,13 +184,13 @@ def held_out(records: list[Record]) -> dict[str, dict[str, float | int]]:
     return out
 
 
-def held_out_by_group(records: list[Record], group_of: Callable[[str], str]) -> dict[str, dict[str, int]]:
-    """The held-out check of :func:`held_out` per metric group (``group_of(metric)``; ``{group: {rows, inside}}``):
+def held_out_by_group(records: list[Record], group_of: Callable[[Record], str]) -> dict[str, dict[str, int]]:
+    """The held-out check of :func:`held_out` per group (``group_of(record)``; ``{group: {rows, inside}}``):
     first tokens, where a new publication's queue, client and network land whole, hold far fewer than the rest
     (:func:`~infermeter.perfmodel.uncertainty.fresh_held_out` applies it to the shipped history)."""
     out: dict[str, dict[str, int]] = {}
     for r, ok in _held_out_checks(records):
-        v = out.setdefault(group_of(r.metric), {"rows": 0, "inside": 0})
+        v = out.setdefault(group_of(r), {"rows": 0, "inside": 0})
         v["rows"] += 1
         v["inside"] += ok
     return out
@@ -208,10 +218,14 @@ def records_from(set_name: str, commit: str, blind_csv: Path | str, validate_jso
         if not s.get("interval"):
             raise DataError(f"{validate_json}: row {s['id']!r} states no interval")
         cls = get_model(row.model).model_class
+        fresh = s.get("fresh_class") or cls  # the class whose spread that model gave the row (its model class before)
+        if fresh not in (QUEUED, cls):
+            raise DataError(f"{validate_json}: row {s['id']!r}: fresh_class {fresh!r} is neither {QUEUED!r} nor {cls!r}")
         own = s.get("interval_basis") == "deployment"  # a deployment's own residuals carry no spread
         out.append(Record(set_name, commit, row.id, publication(row), cls, row.metric, float(s["measured"]),
                           float(s["predicted"]), float(s["interval"][0]), float(s["interval"][1]),
-                          fresh_tau=0.0 if own else float(carried.get(cls, carried.get("*", 0.0)))))
+                          fresh_tau=0.0 if own else float(carried.get(fresh, carried.get("*", 0.0))),
+                          fresh_class="" if fresh == cls else fresh))
     return out
 
 
@@ -222,7 +236,7 @@ def write(records: list[Record], path: Path | str | None = None) -> None:
         w.writerow(FIELDS)
         for r in records:
             w.writerow([r.set, r.scored_at, r.id, r.publication, r.model_class, r.metric,
-                        *(f"{x:.6g}" for x in (r.measured, r.predicted, r.low, r.high)), f"{r.fresh_tau:.4f}"])
+                        *(f"{x:.6g}" for x in (r.measured, r.predicted, r.low, r.high)), f"{r.fresh_tau:.4f}", r.spread_class])
 
 
 def main(argv: list[str]) -> int:

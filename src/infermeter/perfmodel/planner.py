@@ -185,7 +185,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
     intervals, regimes, cells, bases = {}, {}, [], {}
     for metric in INTERVAL_METRICS:
         running = batch if metric == "saturation_output_tokens_per_s" else est.running_per_replica * d.config.replicas
-        reg = regime_of(d, metric, input_tokens, output_tokens, running)
+        reg = regime_of(d, metric, input_tokens, output_tokens, running, est.concurrency / d.config.replicas)
         lo, hi, _ = interval(metric, values[metric], reg, table)
         intervals[metric], regimes[metric], bases[metric] = (lo, hi), reg.label, basis_of(reg, table)
         cells.append(f"{metric} in {reg.label} (cell {table.multipliers(reg)[2]})")

@@ -104,10 +104,22 @@ class Regime:
     bound: str  # prefill | decode
     calibration: str  # deployment | calibrated | pooled | unseen
     model_class: str = "*"  # dense | moe (:func:`model_class`); "*": not known, the cells of every class serve
+    queued: bool = False  # a first token (ttft_ms) that arrives with other requests in flight (QUEUED_BATCH)
 
     @property
     def label(self) -> str:
         return f"{self.group}/{self.bound}/{self.calibration}"
+
+    @property
+    def fresh_class(self) -> str:
+        """The class whose fresh-publication spread (:mod:`freshpub`) the interval carries: ``queued`` for a first
+        token with others in flight (a new publication's queue, client and scheduler land on it whole), else the
+        model class."""
+        return QUEUED if self.queued else self.model_class
+
+
+QUEUED = "queued"
+QUEUED_BATCH = 1.5  # sequences in flight above which a first token shares the engine with others (one user: about 1)
 
 
 def model_class(spec: Any) -> str:  # noqa: ANN401 - a models.ModelSpec
@@ -151,13 +163,17 @@ def _throughput_bound(d: Deployment, input_tokens: int, output_tokens: int, batc
     return "prefill" if t_prefill > t_decode else "decode"
 
 
-def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int, batch: int) -> Regime:
-    """The regime of ``metric`` predicted for ``d`` at ``input_tokens``/``output_tokens`` with ``batch`` sequences in flight."""
+def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int, batch: float,
+              in_system: float | None = None) -> Regime:
+    """The regime of ``metric`` predicted for ``d`` at ``input_tokens``/``output_tokens`` with ``batch`` sequences in flight;
+    a first token is ``queued`` when more than ``QUEUED_BATCH`` requests share a replica (``in_system``: running and
+    waiting, per replica; ``batch`` where not given)."""
     if metric not in METRIC_GROUPS:
         raise ConfigError(f"no prediction interval for metric {metric!r}; known: {', '.join(METRIC_GROUPS)}")
     group, kind = METRIC_GROUPS[metric][0], model_class(d.spec)
     if group == "ttft":
-        return Regime(group, "prefill", _status(d, 0), kind)
+        load = batch if in_system is None else in_system
+        return Regime(group, "prefill", _status(d, 0), kind, queued=metric == "ttft_ms" and load > QUEUED_BATCH)
     if group == "tpot":
         return Regime(group, "decode", _status(d, 1), kind)
     weakest = min((_status(d, 0), _status(d, 1)), key=CALIBRATIONS.index)
@@ -252,7 +268,7 @@ class IntervalTable:
         cell, parent = self.cell_of(regime)
         # a deployment's own residuals measure that deployment, not a new publication; a deployment file without
         # residuals falls back to the corpus's cells, and with them keeps the spread
-        tau = 0.0 if cell.key[2] == "deployment" else self.fresh_tau(regime.model_class)
+        tau = 0.0 if cell.key[2] == "deployment" else self.fresh_tau(regime.fresh_class)
         used = f"{cell.name} (n={cell.n})" + (f" + fresh-publication spread {tau:.2f}" if tau > 0 else "")
         if cell.key[:3] == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
             # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction,
@@ -362,20 +378,28 @@ def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, An
     table = table or table_of()
     cell, _ = table.cell_of(regime)
     out: dict[str, Any] = {"basis": regime.calibration, "n": cell.n, "cell": cell.name}
-    if cell.key[2] != "deployment" and table.fresh_tau(regime.model_class) > 0 and (held := fresh_held_out().get(regime.group)):
-        out["fresh_held_out"] = dict(held)
+    group = fresh_group(regime.group, regime.queued)
+    if cell.key[2] != "deployment" and table.fresh_tau(regime.fresh_class) > 0 and (held := fresh_held_out().get(group)):
+        out["fresh_held_out"] = dict(held) | {"group": group}
     return out
+
+
+def fresh_group(group: str, queued: bool) -> str:
+    """The group a figure's fresh-publication check is reported under: its metric group, first tokens with others in
+    flight apart (``ttft_queued``)."""
+    return f"{group}_{QUEUED}" if queued else group
 
 
 @functools.lru_cache(maxsize=1)
 def fresh_held_out() -> dict[str, dict[str, int]]:
-    """The shipped blind history's held-out check per metric group (:func:`freshpub.held_out_by_group`): ``{group:
+    """The shipped blind history's held-out check per :func:`fresh_group` (:func:`freshpub.held_out_by_group`): ``{group:
     {rows, inside}}``; ``{}`` without a history."""
     from infermeter.perfmodel import freshpub
 
     if not freshpub.HISTORY.exists():
         return {}
-    return freshpub.held_out_by_group(freshpub.load(), lambda m: METRIC_GROUPS[m][0] if m in METRIC_GROUPS else m)
+    return freshpub.held_out_by_group(freshpub.load(), lambda r: fresh_group(
+        METRIC_GROUPS[r.metric][0] if r.metric in METRIC_GROUPS else r.metric, r.fresh_class == QUEUED))
 
 
 def combination(row: Any) -> tuple[str, str, str, str]:  # noqa: ANN401 - a corpus Row

@@ -75,7 +75,9 @@ def validation_regime(row: Row, d: Deployment) -> Regime:
                         requests=row.setting("requests")).concurrency
     else:
         batch = row.concurrency or 1
-    regime = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch)
+    # requests per replica in the system: a saturated run queues every one at once
+    in_system = math.inf if row.scenario == "saturated" else batch / d.config.replicas
+    regime = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch, in_system)
     if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # queueing no fitted row measures: unseen
         regime = replace(regime, calibration="unseen")
     return regime
