@@ -163,7 +163,7 @@ def _throughput_bound(d: Deployment, input_tokens: int, output_tokens: int, batc
     return "prefill" if t_prefill > t_decode else "decode"
 
 
-def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int, batch: float,
+def regime_of(d: Deployment, metric: str, input_tokens: int, output_tokens: int, batch: int,
               in_system: float | None = None) -> Regime:
     """The regime of ``metric`` predicted for ``d`` at ``input_tokens``/``output_tokens`` with ``batch`` sequences in flight;
     a first token is ``queued`` when more than ``QUEUED_BATCH`` requests share a replica (``in_system``: running and
