@@ -1,8 +1,8 @@
 """Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv, -blind5.csv, -blind6.csv,
--blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv, -blind12.csv and -blind13.csv).
+-blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv, -blind12.csv, -blind13.csv and -blind14.csv).
 
 Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
-publications (blind sets 4 to 13: organisations and engines too) only: it never predicts, so a set stays blind until it
+publications (blind sets 4 to 14: organisations and engines too) only: it never predicts, so a set stays blind until it
 is scored."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _org(r: Row) -> str:
 
 
 @pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 45), (7, 55), (8, 50), (9, 26),
-                                             (10, 45), (11, 45), (12, 40), (13, 30)])
+                                             (10, 45), (11, 45), (12, 40), (13, 30), (14, 25)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
@@ -71,7 +71,7 @@ def test_blind3_spreads_over_publications() -> None:
                                           (7, PINNED_OR_THREAD), (8, PINNED_THREAD_OR_CARD),
                                           (9, PINNED_THREAD_OR_PAGE), (10, PINNED_THREAD_OR_PAGE),
                                           (11, PINNED_THREAD_OR_PAGE), (12, PINNED_THREAD_OR_PAGE),
-                                          (13, PINNED_THREAD_OR_PAGE)])
+                                          (13, PINNED_THREAD_OR_PAGE), (14, PINNED_THREAD_OR_PAGE)])
 def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pattern[str]) -> None:
     for r in _rows(n):
         assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (sets 5-7: or issue) thread"
@@ -94,6 +94,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
 # Blind set 12's largest organisations (staru09, France-Travail) hold 12 of its 41 rows each (29%): no cap applied
 # Blind set 13: sgl-project held 17 of the 42 audited rows (40%): cut by the SHA-1 rule to 10 of 35 (29%); cloudrift-ai
 # and FreedomIntelligence then hold 12 of 35 each (34%): reported, not cut further (a cascade would leave about 10 rows)
+# Blind set 14: surajssd held 12 of the 31 audited rows (39%): the strict cascade cut it to 8 of 27 (30%); every
+# organisation is within 30% (test_blind14_counts); set 14 has vLLM rows only
 @pytest.mark.parametrize(("n", "org_share", "engines"), [(4, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (5, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (6, 0.32, {"vllm", "sglang", "lmdeploy"}),
@@ -103,7 +105,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
                                                         (10, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (11, 0.3, {"vllm", "sglang"}),
                                                         (12, 0.3, {"vllm", "sglang", "trtllm"}),
-                                                        (13, 12 / 35, {"vllm", "sglang"})])
+                                                        (13, 12 / 35, {"vllm", "sglang"}),
+                                                        (14, 0.3, {"vllm"})])
 def test_blind_spreads_over_publications_organisations_and_engines(n: int, org_share: float, engines: set[str]) -> None:
     rows = _rows(n)
     per_pub = Counter(publication(r) for r in rows)
@@ -453,6 +456,64 @@ def test_blind13_counts() -> None:
     assert not [r.id for r in rows + extra if r.setting("enforce_eager") == 1]
     # the three collectors' files, kept for the record, hold the set, the aside rows and the capped rows, nothing else
     collected = [r for c in "abc" for r in load_rows(DATA / f"published-measurements-blind13{c}.csv")]
+    assert sorted(r.id for r in collected) == sorted(r.id for r in rows + aside + extra)
+    keys = [(r.model, r.hardware, r.gpus, r.tp, r.weight_dtype, r.engine, r.scenario, r.concurrency, r.input_tokens,
+             r.output_tokens, r.metric, r.value) for r in collected]
+    assert len(keys) == len(set(keys))
+
+
+def test_blind14_counts() -> None:
+    """Blind set 14 as audited: 27 rows (collectors 14a, engine threads: vLLM PR #17535 and recipes PR #431, 7; 14b,
+    third-party result files: Anyscale and France-Travail, 12; 14c, surajssd/llm-k8s: 8 of 12). The audit set aside
+    (-blind14-aside.csv, 20 rows) cmontemuino's six mem0.8 files (reruns of the mem0.9 configurations blind set 10 took),
+    willettAMT's 4-GPU file's single-GPU baseline (a rerun of the configuration blind set 2 took) and DigitalOcean's
+    twelve '1x H200 141GB' rows (a single-GPU droplet whose form factor nothing in the repository shows: SXM or NVL).
+    Caps, fixed before any prediction: at most 12 rows per publication (none over), then the strict 30% rule per
+    organisation: with c_i each organisation's rows, n = sum(c_i), repeat n <- sum(min(c_i, floor(0.3 n))) until it
+    stops (31 -> 28 -> 27); each organisation keeps its first min(c_i, floor(0.3 n)) rows by the SHA-1 hex digest of
+    the id. surajssd keeps 8 of 12; its other 4 are -blind14x.csv, scored apart. Final shares: surajssd 8/27 (29.6%),
+    vllm-project 7/27 (25.9%), anyscale 6/27 (22.2%), France-Travail 6/27 (22.2%)."""
+    import hashlib
+    import math
+
+    rows = _rows(14)
+    aside = load_rows(DATA / "published-measurements-blind14-aside.csv")
+    extra = load_rows(DATA / "published-measurements-blind14x.csv")
+    per_org = Counter(_org(r) for r in rows)
+    per_study = Counter(_study(r) for r in rows)
+    assert (len(rows), len({publication(r) for r in rows}), len(per_study), max(per_study.values())) == (27, 12, 5, 8)
+    assert per_org == {"surajssd": 8, "vllm-project": 7, "anyscale": 6, "France-Travail": 6}
+    _pinned(rows, engines={"vllm": 27}, moe_dense=(10, 17), hardware={"a100-40gb", "a100-80gb", "h100-sxm", "mi300x"},
+            scenarios={"fixed_concurrency": 15, "saturated": 6, "request_rate": 6},
+            metrics={"output_tokens_per_s": 13, "ttft_ms": 8, "tpot_ms": 6}, halves=("b14", 7, 12))
+    assert sum(r.id.startswith("b14c-") for r in rows) == 8
+    assert len(aside) == 20 and all("AUDIT 14: set aside" in r.notes for r in aside)
+    assert Counter(_org(r) for r in aside) == {"cmontemuino": 6, "willettAMT": 2, "DO-Solutions": 12}
+    # the cap's rule: the strict cascade over the organisations' rows in the set and beside it, then SHA-1 order
+    pool = rows + extra
+    counts = Counter(_org(r) for r in pool)
+    n, seen_n = sum(counts.values()), []
+    while n not in seen_n:
+        seen_n.append(n)
+        n = sum(min(c, math.floor(0.3 * n)) for c in counts.values())
+    assert (seen_n, n) == ([31, 28, 27], 27) and n >= 20
+    for o, c in counts.items():
+        first = sorted((r for r in pool if _org(r) == o), key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())
+        assert {r.id for r in first[:min(c, math.floor(0.3 * n))]} == {r.id for r in rows if _org(r) == o}, o
+    assert len(extra) == 4 and all(_org(r) == "surajssd" for r in extra)
+    assert max(Counter(_study(r) for r in pool + aside).values()) <= 12  # the publication cap: none over
+    assert max(per_org.values()) <= 0.3 * len(rows)
+    # no row repeats a measurement of any other data file (same model, hardware and value)
+    seen = {(r.model, r.hardware, r.value) for p in DATA.glob("published-measurements*.csv") if "blind14" not in p.name
+            for r in load_rows(p)}
+    assert not [r.id for r in rows + extra if (r.model, r.hardware, r.value) in seen]
+    # max_output both ways: no kept row states a single per-request cap (ShareGPT rows send each reply's own length),
+    # none carries the setting; fixed lengths never do
+    assert not [r.id for r in rows + extra if r.setting("max_output") is not None]
+    # no kept run is stated without CUDA graphs
+    assert not [r.id for r in rows + extra if r.setting("enforce_eager") == 1]
+    # the three collectors' files, kept for the record, hold the set, the aside rows and the capped rows, nothing else
+    collected = [r for c in "abc" for r in load_rows(DATA / f"published-measurements-blind14{c}.csv")]
     assert sorted(r.id for r in collected) == sorted(r.id for r in rows + aside + extra)
     keys = [(r.model, r.hardware, r.gpus, r.tp, r.weight_dtype, r.engine, r.scenario, r.concurrency, r.input_tokens,
              r.output_tokens, r.metric, r.value) for r in collected]
