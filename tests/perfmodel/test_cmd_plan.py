@@ -260,6 +260,18 @@ def test_validate_json_names_each_rows_fresh_class(app, tmp_path):
     assert {r["fresh_class"] for i, r in rows.items() if not i.endswith("ttft")} == {"moe"}
 
 
+def test_a_request_longer_than_the_context_window_is_named_in_the_notes(app):
+    """Llama 3.1 holds 131,072 tokens: a 200,000-token prompt, or a cap that takes a request past it, gets a note that
+    engines refuse it; a request within the window gets none."""
+    long = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-tokens", "200000", "--json").stdout)
+    assert any("200,200 tokens (prompt + output) exceeds llama-3.1-8b's 131,072-token context window" in n for n in long["notes"])
+    capped = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--lengths", "sharegpt", "--input-tokens", "1000",
+                            "--max-output", "140000", "--json").stdout)
+    assert any("141,000 tokens (prompt + output cap) exceeds" in n for n in capped["notes"])
+    fine = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-tokens", "100000", "--json").stdout)
+    assert not any("context window" in n for n in fine["notes"])
+
+
 def test_costs_carry_the_inverted_throughput_interval(app):
     out = json.loads(run(app, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost", "--json").stdout)
     lo_tps, hi_tps = out["intervals"]["saturation_output_tokens_per_s"]

@@ -109,6 +109,11 @@ class Plan:
     def notes(self) -> list[str]:
         d = self.deployment
         out = list(d.notes)
+        longest = self.input_tokens + (self.max_output or self.output_tokens)
+        if longest > d.spec.max_context:
+            out.append(f"a request of {longest:,} tokens (prompt + " + ("output cap" if self.max_output else "output")
+                       + f") exceeds {d.spec.name}'s {d.spec.max_context:,}-token context window: engines refuse it unless "
+                       "the model is served with a longer context (RoPE scaling, e.g. YaRN); the figures extrapolate")
         if d.fits and d.kv_capacity_tokens < d.spec.max_context:
             out.append(f"the KV cache holds {d.kv_capacity_tokens:,} tokens per replica, less than the model's {d.spec.max_context:,}-token "
                        f"context: the engine must be started with a max model length <= {d.kv_capacity_tokens:,}")
