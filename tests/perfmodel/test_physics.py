@@ -170,8 +170,12 @@ def test_tensor_parallel_over_two_nodes_all_reduces_over_the_network(tmp_path):
     ic, net, L = d.hw.interconnect, get_network("ib-ndr400"), d.spec.layers
     assert ic.node_devices == 8 and d.network == "ib-ndr400" and any("span 2 nodes" in n for n in d.notes)
     assert d._comm_step == pytest.approx(2 * L * (ic.latency_us * 1.6 + 4 * net.latency_us) * 1e-6)
-    nic = net.bandwidth_gbs * 1e9 * 0.8
-    assert d._comm_tok == pytest.approx(2 * L * 2 * 15 / 16 * d.spec.hidden * 2 / nic)
+    nics = 8 * net.bandwidth_gbs * 1e9 * 0.8  # one ring (channel) a NIC: the crossing carries the node's eight together
+    link = ic.per_direction_bytes_per_s * 0.8
+    assert d._comm_tok == pytest.approx(2 * L * 2 * 15 / 16 * d.spec.hidden * 2 / min(link, nics))
+    shared = build_deployment("deepseek-v3", "16xh200:tp16", dtype="fp8", engine="sglang", network="ethernet-100")
+    eth = get_network("ethernet-100")  # one NIC a node, shared: the crossing carries that one NIC
+    assert eth.shared_nic and shared._comm_tok == pytest.approx(2 * L * 2 * 15 / 16 * d.spec.hidden * 2 / (eth.bandwidth_gbs * 1e9 * 0.8))
     one = tmp_path / "one.yaml"
     one.write_text("h200: {interconnect: {node_devices: 16}}\n")
     flat = build_deployment("deepseek-v3", "16xh200:tp16", dtype="fp8", engine="sglang", hardware_file=str(one))
@@ -180,6 +184,25 @@ def test_tensor_parallel_over_two_nodes_all_reduces_over_the_network(tmp_path):
     step = [x.step_time(8, 8 * 1500, 8) for x in (flat, d, slow)]
     assert step[0] < step[1] < step[2]
     assert build_deployment("deepseek-v3", "8xh200:tp8", dtype="fp8", engine="sglang").network == ""
+
+
+def test_within_one_node_the_network_plays_no_part():
+    """Every deployment on at most one node's devices costs the same whatever network is named."""
+    for cfg in ("8xh100-sxm:tp8", "8xh100-sxm:tp4,pp2", "2xl40s:tp2", "h200"):
+        a, b = (build_deployment("llama-3.1-70b", cfg, dtype="fp8", network=n) for n in ("ib-ndr400", "ethernet-25"))
+        assert (a._comm_step, a._comm_tok, a.network) == (b._comm_step, b._comm_tok, "")
+
+
+def test_one_device_a_node_pays_the_network_alone(tmp_path):
+    """A hardware file with node_devices 1: a TP2 pair spans two nodes and pays four one-way network latencies, no
+    start-up within a node."""
+    from infermeter.perfmodel.hardware import get_network
+
+    f = tmp_path / "one.yaml"
+    f.write_text("h100-sxm: {interconnect: {node_devices: 1}}\n")
+    d = build_deployment("llama-3.1-8b", "2xh100-sxm:tp2", hardware_file=str(f))
+    assert d.network == "ib-ndr400"
+    assert d._comm_step == pytest.approx(2 * d.spec.layers * 4 * get_network("ib-ndr400").latency_us * 1e-6)
 
 
 def test_pipeline_stages_on_other_nodes_hop_over_the_network():

@@ -404,9 +404,10 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
     nodes = ic.nodes(tp * pp)
     nic = net.per_device_bytes_per_s(ic.node_devices) * LINK_EFFICIENCY
     comm_step = comm_tok = 0.0
-    if tp > ic.node_devices:  # one TP group over several nodes: NCCL over the network, its ring as slow as a GPU's NIC
+    if tp > ic.node_devices:  # one TP group over several nodes: NCCL over the network, one ring (channel) per NIC, so
+        # the crossing carries what the node's NICs together carry (a shared NIC: the node's one)
         comm_step += 2 * L * ic.internode_allreduce_latency_us(tp, net) * 1e-6
-        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / min(link * ic.allreduce_factor(tp), nic)
+        comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / min(link * ic.allreduce_factor(tp), nic * ic.node_devices)
     elif tp > 1:  # a ring beyond the P2P domain (an 8-GPU PCIe box: both CPU sockets) keeps cross_domain_factor of the bandwidth
         comm_step += 2 * L * ic.allreduce_latency_us(tp) * 1e-6
         comm_tok += 2 * L * 2 * (tp - 1) / tp * d * ACT_BYTES / (link * ic.allreduce_factor(tp))
@@ -424,7 +425,8 @@ def build_deployment(model: str | ModelSpec, config: str | HardwareConfig = "h10
             + (_fitted_on(lo[1], f"eager {fam}") if lo and lo[1].fitted else
                f"the engine's prior: no eager {eng.name} row on {fam} GPUs") + ")",) if eager else ())
         + ((f"{tp * pp} GPUs span {nodes} nodes of {ic.node_devices}: "
-            + ("the tensor-parallel all-reduces" if tp > ic.node_devices else "the pipeline stages" if nodes > 2 else "one pipeline stage boundary")
+            + (("the tensor-parallel all-reduces" + (" and the pipeline stage boundaries" if pp > 1 else "")) if tp > ic.node_devices
+               else "the pipeline stages" if nodes > 2 else "one pipeline stage boundary")
             + f" cross the network between them, {net.id} ({net.name}: {net.bandwidth_gbs:g} GB/s"
             + (" per node" if net.shared_nic else " per GPU") + f", {net.latency_us:g} us one way; set it with --network)",)
            if nodes > 1 else ()),

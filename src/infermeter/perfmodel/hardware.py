@@ -68,13 +68,16 @@ class Interconnect:
         are disabled for a group that spans nodes), i.e. the link's NCCL start-up over one node's devices plus
         ``ALLREDUCE_HOPS`` one-way network latencies, times ``1 + 0.3 (log2 nodes - 1)`` as within a node."""
         base = self.nccl_latency_us or self.latency_us
-        within = base * (1.0 + 0.3 * (math.log2(min(devices, self.node_devices)) - 1.0))
+        local = min(devices, self.node_devices)
+        within = base * (1.0 + 0.3 * (math.log2(local) - 1.0)) if local > 1 else 0.0  # one device a node: no NVLink hop
         return within + ALLREDUCE_HOPS * net.latency_us * (1.0 + 0.3 * (math.log2(self.nodes(devices)) - 1.0))
 
 
 # One-way network latencies a small all-reduce between two nodes pays: NCCL's reduce and broadcast each cross the
 # boundary and wait for the peer's credit (two round trips). On InfiniBand (5 µs one way) this gives the 19-20 µs
-# that nccl-tests' all_reduce_perf reports for 8-128 B between two 8xA100 HDR nodes (NVIDIA/nccl-tests#150).
+# that nccl-tests' all_reduce_perf reports for 8-128 B over two ranks, one GPU on each of two A100 HDR nodes
+# (NVIDIA/nccl-tests#150); the start-up within a node is added on top, unchecked (2 x 8 H20 GPUs took about 46 µs,
+# NVIDIA/nccl#1244, where this gives 30-33).
 ALLREDUCE_HOPS = 4
 
 
