@@ -248,6 +248,27 @@ def test_a_first_token_with_others_in_flight_takes_the_queued_spread(app):
     assert "of one request alone" in " ".join(alone.split())
 
 
+def test_a_first_token_is_queued_above_one_and_a_half_requests_a_replica():
+    """QUEUED_BATCH: one user, or three over two replicas (1.5 each), is alone; two users on one, or an open loop that
+    holds several, are queued; prompt rates never are; a table without the class falls back to the model class's."""
+    from dataclasses import replace
+
+    from infermeter.perfmodel.planner import plan
+    from infermeter.perfmodel.uncertainty import QUEUED, Regime, table_of
+
+    def queued(cfg, **kw):
+        p = plan("llama-3.1-8b", cfg, **kw)
+        return p.interval_basis["ttft_ms"]["fresh_held_out"]["group"] == "ttft_queued"
+
+    assert not queued("h100-sxm") and queued("h100-sxm", concurrency=2)
+    assert not queued("2xh100-sxm:tp1", concurrency=3) and queued("2xh100-sxm:tp1", concurrency=4)
+    assert queued("h100-sxm", rate=5.0) and not queued("h100-sxm", rate=0.05)
+    table = table_of()
+    old = replace(table, fresh=tuple(f for f in table.fresh if f[0] != QUEUED))
+    reg = Regime("ttft", "prefill", "calibrated", "dense", queued=True)
+    assert old.fresh_tau_of(reg) == table.fresh_tau("dense") < table.fresh_tau_of(reg)
+
+
 def test_validate_json_names_each_rows_fresh_class(app, tmp_path):
     """A first-token row with others in flight is ``queued`` (a 400-user loop), one alone keeps its model class, and
     other metrics never are: what ``freshpub.records_from`` files in the blind history."""

@@ -195,7 +195,24 @@ def test_the_held_out_check_by_metric_group():
     assert alone["inside"] / alone["rows"] >= 0.7 and queued["rows"] > 2 * alone["rows"]
     docs = " ".join((ROOT / "docs/performance-model.md").read_text().split())
     assert (f"**{queued['inside']} of {queued['rows']} ({queued['inside'] / queued['rows']:.0%})**" in docs
-            and f"one request alone {alone['inside']} of {alone['rows']}" in docs
+            and f"a prompt rate) {alone['inside']} of {alone['rows']}" in docs
             and f"the other figures {inside} of {rows}" in docs), "docs section 9's first-token figures are stale"
 
 
+
+
+def test_the_history_classes_are_the_rule_that_scores_a_set():
+    """Each recorded row's fresh_class is what validate.validation_regime gives its row now (the backfill of sets 1-13
+    and the rule a new set is scored with are one rule); set 13 and the newest set checked row by row."""
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.corpus import load_rows
+    from infermeter.perfmodel.validate import deployment_for, validation_regime
+
+    cal = load_calibration()
+    recs = load()
+    for name in ("blind13", max({r.set for r in recs if r.set.startswith("blind")}, key=lambda s: int(s[5:]))):
+        rows = {r.id: r for r in load_rows(ROOT / "tests/data" / f"published-measurements-{name}.csv")}
+        mine = [r for r in recs if r.set == name]
+        assert mine and all(r.spread_class == validation_regime(rows[r.id], deployment_for(rows[r.id], cal)).fresh_class
+                            for r in mine), name
+    assert {r.spread_class for r in recs if r.metric != "ttft_ms"} <= {"dense", "moe"}

@@ -148,10 +148,13 @@ def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
     each set held out in turn), beside the other figures, and whether that is worse; None where no plan states a
     first-token interval so built. A first token with other requests in flight (``ttft_queued``) carries a spread of
     its own, and the line says how wide."""
-    held = next((h for p in plans if (h := (p.get("interval_basis") or {}).get("ttft_ms", {}).get("fresh_held_out"))), None)
+    from infermeter.perfmodel.uncertainty import QUEUED, fresh_held_out, table_of
+
+    helds = [h for p in plans if (h := (p.get("interval_basis") or {}).get("ttft_ms", {}).get("fresh_held_out"))]
+    # several configurations (--compare): a queued first token's record, if any has one, is the one to read
+    held = next((h for h in helds if h.get("group") == f"ttft_{QUEUED}"), helds[0] if helds else None)
     if not held:
         return None
-    from infermeter.perfmodel.uncertainty import QUEUED, fresh_held_out, table_of
 
     rest = [v for g, v in fresh_held_out().items() if not g.startswith("ttft")]
     inside, rows = sum(v["inside"] for v in rest), sum(v["rows"] for v in rest)

@@ -9,7 +9,10 @@ fitted published rows' cells until the file carries held-out residuals of its ow
 model cannot bound gets ``{"value", "why"}`` instead, never an invented band: TTFT of a saturated
 run (queueing turns a small step-time error into an unbounded TTFT error), the throughput of an
 open loop the server kept up with (the offered load sets it), and every figure of a calibrated
-run whose batch went beyond the calibration's (``extrapolated``)::
+run whose batch went beyond the calibration's (``extrapolated``). A run's TTFT with more than
+``uncertainty.QUEUED_BATCH`` requests in the system on average (running and waiting) takes the ``queued``
+fresh-publication spread, as ``plan`` does: what a publication's queue, client and scheduler add to a first token
+under load is what the blind sets' loaded first tokens missed by, in simulation as in the model::
 
     pi = prediction_intervals(twin, summary)      # summary: the run's Summary
     pi["tpot_ms"]["lo"], pi["tpot_ms"]["hi"], pi["tpot_ms"]["basis"]
@@ -42,6 +45,7 @@ def prediction_intervals(twin: Twin, summary: Summary) -> dict[str, Any] | None:
     mo = max(1, round(summary.mean_output_tokens or 1))
     sm = summary.server_metrics or {}
     batch = max(1, round(sm.get("num_requests_running_mean") or 1))
+    in_system = float(sm.get("num_requests_running_mean") or 1) + float(sm.get("num_requests_waiting_mean") or 0)
     sat = summary.saturation
     saturated = bool(sat.saturated)
     follows_load = sat.saturated is False and bool(sat.offered_rate)  # an open loop it kept up with
@@ -66,7 +70,7 @@ def prediction_intervals(twin: Twin, summary: Summary) -> dict[str, Any] | None:
         group = METRIC_GROUPS[metric][0]
         try:
             if d is not None:
-                reg = regime_of(d, metric, mi, mo, batch)
+                reg = regime_of(d, metric, mi, mo, batch, in_system / d.config.replicas)
             else:
                 ttft, e2e = _value(summary, "ttft_ms", "p50") or 0.0, _value(summary, "e2e_ms", "p50") or 0.0
                 bound = {"ttft": "prefill", "tpot": "decode"}.get(group) or ("prefill" if ttft > e2e - ttft else "decode")

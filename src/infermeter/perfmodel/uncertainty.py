@@ -221,6 +221,12 @@ class IntervalTable:
         taus = {c: t for c, t, _ in self.fresh}
         return taus.get(model_class, taus.get("*", 0.0))
 
+    def fresh_tau_of(self, regime: Regime) -> float:
+        """The spread an interval in ``regime`` carries: its :attr:`Regime.fresh_class`'s; a table with no ``queued``
+        entry (one written before that class) gives a queued first token its model class's."""
+        known = {c for c, _, _ in self.fresh}
+        return self.fresh_tau(regime.fresh_class if regime.fresh_class in known else regime.model_class)
+
     def with_fresh(self, spread: dict[str, tuple[float, int]]) -> IntervalTable:
         """This table with the fresh-publication spread ``spread`` (``{class: (tau, rows)}``, :func:`freshpub.spread`)."""
         return replace(self, fresh=tuple((c, t, n) for c, (t, n) in sorted(spread.items())))
@@ -268,7 +274,7 @@ class IntervalTable:
         cell, parent = self.cell_of(regime)
         # a deployment's own residuals measure that deployment, not a new publication; a deployment file without
         # residuals falls back to the corpus's cells, and with them keeps the spread
-        tau = 0.0 if cell.key[2] == "deployment" else self.fresh_tau(regime.fresh_class)
+        tau = 0.0 if cell.key[2] == "deployment" else self.fresh_tau_of(regime)
         used = f"{cell.name} (n={cell.n})" + (f" + fresh-publication spread {tau:.2f}" if tau > 0 else "")
         if cell.key[:3] == ("*", "*", "unseen") and math.isfinite(cell.q80_abs):
             # the sign of the model's error on a combination no fit has seen is unknown: a band about the prediction,
@@ -379,7 +385,7 @@ def basis_of(regime: Regime, table: IntervalTable | None = None) -> dict[str, An
     cell, _ = table.cell_of(regime)
     out: dict[str, Any] = {"basis": regime.calibration, "n": cell.n, "cell": cell.name}
     group = fresh_group(regime.group, regime.queued)
-    if cell.key[2] != "deployment" and table.fresh_tau(regime.fresh_class) > 0 and (held := fresh_held_out().get(group)):
+    if cell.key[2] != "deployment" and table.fresh_tau_of(regime) > 0 and (held := fresh_held_out().get(group)):
         out["fresh_held_out"] = dict(held) | {"group": group}
     return out
 

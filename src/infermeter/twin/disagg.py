@@ -48,7 +48,6 @@ from infermeter.twin.engine import Engine
 from infermeter.twin.loop import ArrivalSource, Boundary, LoopStats, VirtualClock
 from infermeter.twin.request import CANCELLED, FINISHED, TIMED_OUT, WAITING, SimRequest
 
-GPUS_PER_NODE = 8
 ROUTES = ("least-loaded", "kv-aware")
 PIPELINING = ("none", "layer")
 _KEYS = ("prefill", "decode", "link", "pipelining", "route", "overhead_ms")
@@ -156,8 +155,8 @@ def resolve_link(spec: DisaggSpec, prefill: Any, decode: Any) -> Link:
     from infermeter.perfmodel.hardware import get_hardware
 
     streams = max(1, min(prefill.gpus_per_replica, decode.gpus_per_replica))
-    same_node = prefill.hardware == decode.hardware and prefill.count + decode.count <= GPUS_PER_NODE
     ic = get_hardware(prefill.hardware).interconnect
+    same_node = prefill.hardware == decode.hardware and prefill.count + decode.count <= ic.node_devices
     link = spec.link
     if link == "auto":
         link = "node" if same_node and ic.bandwidth_gbs > 0 else DEFAULT_NETWORK
@@ -165,7 +164,7 @@ def resolve_link(spec: DisaggSpec, prefill: Any, decode: Any) -> Link:
     if link == "node":
         if not same_node:
             raise ConfigError(f"--disaggregate link=node: prefill {spec.prefill} and decode {spec.decode} are not "
-                              f"one node of the same hardware (at most {GPUS_PER_NODE} GPUs); use link=auto or a "
+                              f"one node of the same hardware (at most {ic.node_devices} GPUs); use link=auto or a "
                               f"network ({', '.join(networks())})")
         if ic.bandwidth_gbs <= 0:
             raise ConfigError(f"--disaggregate link=node: {prefill.hardware} has no device interconnect; use a network")
