@@ -118,7 +118,7 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
     network between nodes) added, dense: CloudRift's Llama-3.3-70B AWQ over two RTX 4090s at 400 users (first token
     +51%, TPOT -39%), AccelMark's Llama-3-8B H200 TPOT at 5 requests a second (-40%) and one row the refit moved:
     LLM-Perf-Compare's Qwen3-8B 20480/128 TPOT on an RTX 4090 (blind set 5, +42%); MoE: DeepSeek-V3 at TP16 over two
-    H200 nodes (SGLang PR #7687, +97% / +85% with the network term), DeepSeek-R1 FP4 on 4 B200 at one user (first
+    H200 nodes (SGLang PR #7687, +117% / +103% with the network term), DeepSeek-R1 FP4 on 4 B200 at one user (first
     token -71%: a mean over 5 requests whose median is a third of it), CloudRift's RTX 4090 MoE runs at 400 users
     (Qwen3-Coder-30B-A3B AWQ: throughput -44%, first token +244%; GLM-4.5-Air over four cards, first token +46%), the
     SGLang cookbook's GLM-4.6 on 8 B200 at one user (+47% to +48%), and rows the refit moved: SGLang's gpt-oss-120b on
@@ -165,7 +165,9 @@ def test_in_sample_errors_meet_the_targets(lopo_report):
 
 
 def test_out_of_sample_errors(lopo_report):
-    """Leave-one-publication-out: the median within 15.13% overall (15.12% of 906 rows from 140 publications since blind
+    """Leave-one-publication-out: the median within 14.82% overall (14.81% of 948 rows since blind set 13 and its capped
+    rows joined, with the network between nodes: dense 11.30%, MoE 25.52%, TensorRT-LLM 12.32%, vLLM 15.34%, SGLang
+    26.62%; 15.12% of 906 rows from 140 publications since blind
     set 12 joined, staru09's rows with their output cap: dense 11.30%, MoE 23.80%, TensorRT-LLM 12.38%, vLLM 15.53%,
     SGLang 26.03%, as `python -m infermeter.perfmodel.refit` prints them, to a hundredth; the overall bar sits at that
     figure's upper rounding edge, the TensorRT-LLM-and-vLLM bar at vLLM's; 14.5% of 865 rows from 126 publications
@@ -185,14 +187,14 @@ def test_out_of_sample_errors(lopo_report):
     issue's bar on fresh publications is 12%)."""
     from infermeter.perfmodel.models import get_model
 
-    assert lopo_report.median_abs("lopo") <= 0.1513
+    assert lopo_report.median_abs("lopo") <= 0.1482
     assert lopo_report.median_abs("lopo") >= lopo_report.median_abs("in")  # out of sample is never better than in sample
     dense = [r for r in lopo_report.results if not get_model(r.row.model).is_moe]
     assert statistics.median(abs(r.error_lopo) for r in dense) <= 0.121
     moe = [r for r in lopo_report.results if get_model(r.row.model).is_moe]
     assert statistics.median(abs(r.error_lopo) for r in moe) <= 0.28
     covered = [r for r in lopo_report.results if r.row.engine == "trtllm" or r.row.engine == "vllm"]
-    assert statistics.median(abs(r.error_lopo) for r in covered) <= 0.1554  # between TensorRT-LLM's 12.38% and vLLM's 15.53%
+    assert statistics.median(abs(r.error_lopo) for r in covered) <= 0.1534  # between TensorRT-LLM's 12.32% and vLLM's 15.34%
     assert all(r.predicted_lopo is not None for r in lopo_report.results)
 
 
