@@ -22,7 +22,7 @@ BLIND_FILES = {"new": "published-measurements-new.csv", "blind2": "published-mea
                "blind7": "published-measurements-blind7.csv", "blind8": "published-measurements-blind8.csv",
                "blind9": "published-measurements-blind9.csv", "blind10": "published-measurements-blind10.csv",
                "blind11": "published-measurements-blind11.csv", "blind12": "published-measurements-blind12.csv",
-               "blind13": "published-measurements-blind13.csv"}
+               "blind13": "published-measurements-blind13.csv", "blind14": "published-measurements-blind14.csv"}
 
 
 def _rec(v: float, cls: str = "dense", s: str = "a", lo: float = 9.0, hi: float = 11.0) -> Record:
