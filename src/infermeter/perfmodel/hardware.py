@@ -3,7 +3,8 @@
 Promises: :func:`get_hardware` returns a frozen :class:`Hardware` for a catalog id from the
 shipped ``data/hardware.yaml``, merged with an optional user YAML file of the same layout
 (fields of an existing id are overridden, new ids must carry every required field). Unknown ids,
-missing fields and bad values raise :class:`ConfigError` naming the file, id and field::
+missing fields and bad values raise :class:`ConfigError` naming the file, id and field. :func:`get_network` returns
+a frozen :class:`Network` of ``data/networks.yaml`` (what a group larger than one node's ``node_devices`` crosses)::
 
     >>> hw = get_hardware("h100-sxm")
     >>> hw.memory_bandwidth_gbs, hw.peak_tflops("fp8"), hw.family
