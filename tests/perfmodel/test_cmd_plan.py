@@ -232,7 +232,8 @@ def test_a_first_token_with_others_in_flight_takes_the_queued_spread(app):
     several) take the ``queued`` spread: a far wider band, and the line under the table says how it held."""
     import math
 
-    from infermeter.perfmodel.uncertainty import QUEUED, table_of
+    from infermeter.perfmodel.freshpub import QUEUED
+    from infermeter.perfmodel.uncertainty import table_of
 
     base = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"]
     one, many = (json.loads(run(app, *base, *extra).stdout) for extra in ([], ["--concurrency", "32"]))
@@ -254,7 +255,8 @@ def test_a_first_token_is_queued_above_one_and_a_half_requests_a_replica():
     from dataclasses import replace
 
     from infermeter.perfmodel.planner import plan
-    from infermeter.perfmodel.uncertainty import QUEUED, Regime, table_of
+    from infermeter.perfmodel.freshpub import QUEUED
+    from infermeter.perfmodel.uncertainty import Regime, table_of
 
     def queued(cfg, **kw):
         p = plan("llama-3.1-8b", cfg, **kw)

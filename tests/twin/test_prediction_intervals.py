@@ -26,7 +26,8 @@ def test_a_simulated_run_carries_the_models_band_for_its_regime(tmp_path):
     assert (pi["tpot_ms"]["lo"], pi["tpot_ms"]["hi"], pi["tpot_ms"]["basis"]) == (pytest.approx(lo), pytest.approx(hi), basis)
     assert "leave-one-publication-out" in basis
     # eight users in the system: the first token takes the queued spread, one user alone its model class's
-    from infermeter.perfmodel.uncertainty import QUEUED, table_of
+    from infermeter.perfmodel.freshpub import QUEUED
+    from infermeter.perfmodel.uncertainty import table_of
 
     assert f"fresh-publication spread {table_of().fresh_tau(QUEUED):.2f}" in pi["ttft_ms"]["basis"]
     one = _run(tmp_path, "c1", concurrency=1, requests=20).summary["prediction_intervals"]["ttft_ms"]

@@ -148,7 +148,8 @@ def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
     each set held out in turn), beside the other figures, and whether that is worse; None where no plan states a
     first-token interval so built. A first token with other requests in flight (``ttft_queued``) carries a spread of
     its own, and the line says how wide."""
-    from infermeter.perfmodel.uncertainty import QUEUED, fresh_held_out, table_of
+    from infermeter.perfmodel.freshpub import QUEUED
+    from infermeter.perfmodel.uncertainty import fresh_held_out, table_of
 
     helds = [h for p in plans if (h := (p.get("interval_basis") or {}).get("ttft_ms", {}).get("fresh_held_out"))]
     # several configurations (--compare): a queued first token's record, if any has one, is the one to read

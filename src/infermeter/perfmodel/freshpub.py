@@ -46,7 +46,6 @@ from pathlib import Path
 
 from infermeter.errors import DataError
 from infermeter.perfmodel.hardware import DATA_DIR
-from infermeter.perfmodel.uncertainty import QUEUED  # first tokens with other requests in flight, of either model class
 
 HISTORY = DATA_DIR / "blind-history.csv"
 COVERAGE = 0.8
@@ -54,6 +53,7 @@ FIELDS = ("set", "scored_at", "id", "publication", "model_class", "metric", "mea
           "fresh_tau", "fresh_class")
 MIN_ROWS = 8  # a class with fewer records takes the spread of every class
 CLASSES = ("dense", "moe")  # ModelSpec.model_class
+QUEUED = "queued"  # first tokens with other requests in flight, of either model class (uncertainty.Regime.queued)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ from typing import Any
 
 from infermeter.errors import ConfigError
 from infermeter.perfmodel.api import Deployment
+from infermeter.perfmodel.freshpub import QUEUED
 
 COVERAGE = 0.8
 MIN_CELL = 4  # a cell with fewer rows is skipped (its conformal rank ceil((n+1)*0.8) would exceed n)
@@ -118,7 +119,6 @@ class Regime:
         return QUEUED if self.queued else self.model_class
 
 
-QUEUED = "queued"
 QUEUED_BATCH = 1.5  # sequences in flight above which a first token shares the engine with others (one user: about 1)
 
 
