@@ -19,7 +19,7 @@ Step time (per engine iteration, latency through all pipeline stages)::
       + 2 L (alpha_tp + 2 (tp-1)/tp * T d 2 B / (bw_link * x_tp))                 TP all-reduces
         (alpha_tp: the link's all-reduce latency, NCCL's on more than two PCIe GPUs: Interconnect.allreduce_latency_us)
         (a TP group over more than one node, tp > node_devices: NCCL's start-up over one node plus 4 one-way network
-        latencies, Interconnect.internode_allreduce_latency_us, and bw_link no faster than a GPU's NIC)
+        latencies, Interconnect.internode_allreduce_latency_us, and bw_link no faster than a node's NICs together)
       + (pp-1) (alpha_link + T d 2 B / bw_link)                                   PP stage transfers
         (the nodes - 1 boundaries between nodes: the network's latency and tp NICs instead)
       + step_overhead + L * layer_overhead + seq_overhead * n                     engine CPU/launch cost
