@@ -518,3 +518,12 @@ def test_blind14_counts() -> None:
     # no kept run is stated without CUDA graphs
     assert not [r.id for r in rows + extra if r.setting("enforce_eager") == 1]
     _collected_once(14, rows + aside + extra)
+
+
+def test_blind_set_14_and_its_capped_rows_are_folded_unchanged() -> None:
+    """Every scored row of set 14, and the four surajssd rows the strict 30% cap kept apart (-blind14x.csv, scored
+    apart), joined the corpus as scored; the twenty aside rows did not."""
+    assert not any(_folded(14).values())
+    corpus = {r.id: r for r in load_rows(DATA / "published-measurements.csv")}
+    extra = load_rows(DATA / "published-measurements-blind14x.csv")
+    assert len(extra) == 4 and all(dataclasses.asdict(corpus[r.id]) == dataclasses.asdict(r) for r in extra)
