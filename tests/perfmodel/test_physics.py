@@ -336,3 +336,24 @@ def test_decode_efficiency_borrows_the_family_at_another_plain_precision():
     assert dtype_class(own.calibration_entries[1].dtype) == "half" and own.calibration_entries[1].family == "cdna3"
     h100 = build_deployment("llama-3.1-70b", "4xh100-sxm:tp4", dtype="bf16", engine="vllm")
     assert h100.calibration_entries[1].family == "hopper" and h100.calibration_entries[1].dtype in ("bf16", "half")
+
+
+def test_equal_lengths_in_a_closed_loop_arrive_in_cohorts_of_the_token_budget():
+    """A benchmark's closed loop of equal lengths keeps its users in step: each prompt waits for its cohort's
+    ``budget // I`` prompts; varied lengths, prompts over the budget, or one user break nothing."""
+    from infermeter.perfmodel.lengths import Lengths
+    from infermeter.perfmodel.serving import at_concurrency
+
+    d = build_deployment("llama-3.1-8b", "a100-80gb")
+    budget = engine_of(d).max_batched_tokens
+    i = budget // 4  # four prompts a step
+    mixed, locked = at_concurrency(d, i, 128, 8), at_concurrency(d, i, 128, 8, lockstep=True)
+    assert locked.ttft_s > 2 * mixed.ttft_s  # four prompts' prefill, not one
+    assert locked.tpot_s == pytest.approx(mixed.tpot_s, rel=0.05)  # the same prompt work per cycle
+    finite = at_concurrency(d, i, 128, 8, lockstep=True, requests=16)
+    assert finite.ttft_s > locked.ttft_s  # the first wave's second cohort waited for the first
+    assert at_concurrency(d, i, 128, 1, lockstep=True).ttft_s == at_concurrency(d, i, 128, 1).ttft_s
+    long = 2 * budget
+    assert at_concurrency(d, long, 128, 8, lockstep=True).ttft_s == at_concurrency(d, long, 128, 8).ttft_s
+    varied = Lengths.of("sharegpt", i, 128)
+    assert at_concurrency(d, i, 128, 8, varied, lockstep=True).ttft_s == at_concurrency(d, i, 128, 8, varied).ttft_s

@@ -110,7 +110,8 @@ def value_of(row: Row, d: Deployment) -> float:
             raise DataError(f"measurement row {row.id!r}: {exc}") from None
     else:
         e = (static_batch(d, i, o, row.concurrency or 1) if row.scenario == "static_batch"
-             else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0]))
+             else at_concurrency(d, i, o, row.concurrency or 1, _dist(row)[0], lockstep=row.lengths == "fixed",
+                                 requests=row.setting("requests")))
     if row.metric == "output_tokens_per_s":
         return e.output_tokens_per_s
     if row.metric == "ttft_ms":
