@@ -357,3 +357,19 @@ def test_equal_lengths_in_a_closed_loop_arrive_in_cohorts_of_the_token_budget():
     assert at_concurrency(d, long, 128, 8, lockstep=True).ttft_s == at_concurrency(d, long, 128, 8).ttft_s
     varied = Lengths.of("sharegpt", i, 128)
     assert at_concurrency(d, i, 128, 8, varied, lockstep=True).ttft_s == at_concurrency(d, i, 128, 8, varied).ttft_s
+
+
+def test_plan_says_what_a_benchmark_of_equal_lengths_would_show():
+    """``plan`` keeps the drifting-apart loop in its table (production traffic) and notes the lockstep first token a
+    benchmark of the same equal lengths would measure; varied lengths, one user or an open loop get no such note."""
+    from infermeter.perfmodel.planner import plan
+
+    p = plan("llama-3.1-8b", "h100-sxm", input_tokens=1024, output_tokens=128, concurrency=16)
+    assert p.lockstep_ttft_s is not None and p.lockstep_ttft_s > 1.1 * p.estimate.ttft_s
+    assert p.to_json()["lockstep_ttft_ms"] == pytest.approx(p.lockstep_ttft_s * 1e3, abs=1e-3)
+    assert any("keeps them in step" in n and f"{p.lockstep_ttft_s * 1e3:,.0f} ms" in n for n in p.notes())
+    for other in (plan("llama-3.1-8b", "h100-sxm", input_tokens=1024, output_tokens=128, concurrency=16, lengths="uniform"),
+                  plan("llama-3.1-8b", "h100-sxm", input_tokens=1024, output_tokens=128, concurrency=1),
+                  plan("llama-3.1-8b", "h100-sxm", input_tokens=1024, output_tokens=128, rate=2.0)):
+        assert other.lockstep_ttft_s is None and "lockstep_ttft_ms" not in other.to_json()
+        assert not any("keeps them in step" in n for n in other.notes())

@@ -52,6 +52,7 @@ class Plan:
     rate: float | None = None  # requests a second of an open loop (serving.at_rate); None: a closed loop of `concurrency`
     requests: int | None = None  # with `rate`: a finite run of that many requests
     max_output: int | None = None  # the output cap (max_tokens) of a length distribution; None: uncapped
+    lockstep_ttft_s: float | None = None  # equal lengths, several users: a benchmark's first token in lockstep cohorts
 
     @property
     def fits(self) -> bool:
@@ -104,6 +105,8 @@ class Plan:
         if self.rate is not None:
             out["rate"] = self.rate
             out["requests"] = self.requests
+        if self.lockstep_ttft_s is not None:
+            out["lockstep_ttft_ms"] = round(self.lockstep_ttft_s * 1e3, 3)
         return out
 
     def notes(self) -> list[str]:
@@ -126,7 +129,12 @@ class Plan:
             else:
                 out.append(f"open loop at {self.rate:g} requests a second{run}: about {self.estimate.concurrency} in the system "
                            "at once (Little's law)")
-        elif self.estimate and self.concurrency > self.estimate.max_concurrency * d.config.replicas:
+        elif self.lockstep_ttft_s is not None and self.estimate:
+            out.append(f"a benchmark that sends these equal lengths from {self.concurrency} users at once keeps them in step "
+                       f"(prompts arrive in cohorts that fill the engine's token budget): its mean first token would be about "
+                       f"{self.lockstep_ttft_s * 1e3:,.0f} ms, not {self.estimate.ttft_s * 1e3:,.0f} ms; the table is traffic "
+                       "whose requests drift apart, as varied lengths make them (plan --validate models benchmark rows in step)")
+        if self.estimate and self.rate is None and self.concurrency > self.estimate.max_concurrency * d.config.replicas:
             out.append(f"concurrency {self.concurrency} exceeds the {self.estimate.max_concurrency * d.config.replicas} sequences that fit at once: "
                        "the rest queue, which the TTFT includes")
         return out
@@ -175,6 +183,7 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
                          enforce_eager=enforce_eager, network=network)
     if not d.fits or max_concurrency(d, input_tokens, output_tokens) < 1:
         return Plan(d, input_tokens, output_tokens, concurrency, None, None, None)
+    lockstep_ttft = None
     if rate is not None:
         try:
             est = at_rate(d, input_tokens, output_tokens, rate, dist, requests=requests)
@@ -183,6 +192,9 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
         concurrency = est.concurrency
     else:
         est = at_concurrency(d, input_tokens, output_tokens, concurrency, dist)
+        if dist.fixed and concurrency > 1:  # what a benchmark of these equal lengths would show: its users stay in step
+            locked = at_concurrency(d, input_tokens, output_tokens, concurrency, dist, lockstep=True).ttft_s
+            lockstep_ttft = locked if locked > 1.1 * est.ttft_s else None
     sat, batch = saturation(d, input_tokens, output_tokens, dist)
     values = {"ttft_ms": est.ttft_s * 1e3, "tpot_ms": est.tpot_s * 1e3, "per_user_output_tokens_per_s": est.per_user_tokens_per_s,
               "output_tokens_per_s": est.output_tokens_per_s, "saturation_output_tokens_per_s": sat}
@@ -204,4 +216,4 @@ def plan(model: str, config: str | HardwareConfig, *, dtype: str = "bf16", kv_dt
              f"without its (hardware family, engine, precision) combination), in the figure's regime: "
              + "; ".join(cells))
     return Plan(d, input_tokens, output_tokens, concurrency, est, sat, batch, intervals, regimes, basis, bases, block, dist.kind,
-                rate, requests if rate is not None else None, None if dist.cap_o is None else max_output)
+                rate, requests if rate is not None else None, None if dist.cap_o is None else max_output, lockstep_ttft)
