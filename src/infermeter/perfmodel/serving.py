@@ -22,7 +22,7 @@ context ``I + O/2``:
 - ``TTFT = request_overhead + delta + base/2 (when others decode) + wait``;
 - ``TPOT = base / (1 - (c - 1) delta / E2E)`` (other users' prompts stall the decodes);
 - ``E2E = TTFT + (O - 1) TPOT``, solved by fixed-point iteration; throughput ``c O / E2E``;
-- a benchmark's closed loop of equal lengths (``lockstep``) keeps its users in cohorts of ``g = budget // I``
+- a benchmark's closed loop of equal lengths (``lockstep``) keeps its users in cohorts of ``g = budget / I``
   prompts that arrive together: ``delta`` in the first token and its wait is the cohort's, ``g I`` tokens (ten users
   of 1,024-token prompts on an A100 under vLLM: 6x one prompt's first token; France-Travail's runs, blind sets 12
   and 14, read after they were scored).
@@ -124,10 +124,10 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
 
     ``lockstep`` (equal lengths, every user starting at once: a benchmark's closed loop, ``vllm bench serve
     --max-concurrency`` on fixed random lengths): the users stay in cohorts. The first wave's prompts are prefilled
-    ``g = min(c, max(1, budget // I))`` a step (the engine's token budget); each cohort then decodes in step, finishes
-    in the same step and sends its next prompts together, so every prompt waits for its cohort's ``g I`` tokens, not
-    its own ``I``: ``delta_g`` replaces ``delta`` in the first token, and the wait behind other prompts is behind the
-    ``c / g - 1`` other cohorts. With ``requests`` (a finite run of ``N``) the first wave's cohorts also queue behind
+    ``g = min(c, max(1, budget / I))`` a step (the engine's token budget; a prompt may split over two steps); each
+    cohort then decodes in step, finishes in the same step and sends its next prompts together, so every prompt waits
+    for its cohort's ``g I`` tokens, not its own ``I``: ``delta_g`` replaces ``delta`` in the first token, and the
+    wait behind other prompts is behind the ``c / g - 1`` other cohorts. With ``requests`` (a finite run of ``N``) the first wave's cohorts also queue behind
     each other once, ``(c / g - 1) / 2`` cohort prefills on average, a share ``c / N`` of the requests. TPOT keeps the
     mixed loop's stall (the same prompt work per cycle). Varied lengths (or Poisson arrivals) break the cohorts apart:
     the default, as in production traffic.
@@ -148,10 +148,10 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
         pts = dist.prompt_points()
         delta = sum(prefill_delta(d, max(1, round(i)), n - 1, ctx, eng.max_batched_tokens) for i in pts) / len(pts)
     o = max(output_tokens, 1)
-    g = min(c, max(1, eng.max_batched_tokens // max(input_tokens, 1))) if lockstep and dist is None else 1
-    delta_g = delta if g == 1 else prefill_delta(d, g * input_tokens, max(n - g, 0), ctx, eng.max_batched_tokens)
+    g = min(float(c), max(1.0, eng.max_batched_tokens / max(input_tokens, 1))) if lockstep and dist is None else 1.0
+    delta_g = delta if g == 1.0 else prefill_delta(d, round(g * input_tokens), max(round(n - g), 0), ctx, eng.max_batched_tokens)
     cohorts = c / g
-    first_wave = 0.0 if g == 1 or not requests else min(1.0, c / requests) * (cohorts - 1) / 2 * delta_g
+    first_wave = 0.0 if g == 1.0 or not requests else min(1.0, c / requests) * (cohorts - 1) / 2 * delta_g
     e2e = delta + (o - 1) * base
     ttft = tpot = base
     for _ in range(30):
