@@ -157,12 +157,7 @@ class Lengths:
         if self.kind == "fixed":
             return max(0.0, 1 - s / self.mean_o)
         if self.cap_o is None:
-            m = self.mean_o
-            if self.kind == "uniform":
-                return max(0.0, (2 * m - s)) ** 2 / (4 * m * m)
-            mu, sig = _lognormal(m)
-            d2 = (mu - math.log(s)) / sig
-            return max(0.0, _phi(d2 + sig) - s / m * _phi(d2))
+            return _excess(self.kind, self.mean_o, s) / self.mean_o
         if s >= self.cap_o:
             return 0.0
         return max(0.0, _excess(self.kind, self.free_o, s) - _excess(self.kind, self.free_o, self.cap_o)) / self.mean_o
