@@ -1,8 +1,8 @@
 """Schema checks of the blind sets (tests/data/published-measurements-blind3.csv, -blind4.csv, -blind5.csv, -blind6.csv,
--blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv, -blind12.csv, -blind13.csv and -blind14.csv).
+-blind7.csv, -blind8.csv, -blind9.csv, -blind10.csv, -blind11.csv, -blind12.csv, -blind13.csv, -blind14.csv and -blind15.csv).
 
 Each file is parsed with :func:`corpus.load_rows` and checked for catalog look-ups, provenance and its spread over
-publications (blind sets 4 to 14: organisations and engines too) only: it never predicts, so a set stays blind until it
+publications (blind sets 4 to 15: organisations and engines too) only: it never predicts, so a set stays blind until it
 is scored."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _org(r: Row) -> str:
 
 
 @pytest.mark.parametrize(("n", "at_least"), [(3, 45), (4, 50), (5, 40), (6, 45), (7, 55), (8, 50), (9, 26),
-                                             (10, 45), (11, 45), (12, 40), (13, 30), (14, 25)])
+                                             (10, 45), (11, 45), (12, 40), (13, 30), (14, 25), (15, 35)])
 def test_blind_rows_resolve_in_catalog_and_carry_provenance(n: int, at_least: int) -> None:
     rows = _rows(n)
     assert len(rows) >= at_least
@@ -71,7 +71,8 @@ def test_blind3_spreads_over_publications() -> None:
                                           (7, PINNED_OR_THREAD), (8, PINNED_THREAD_OR_CARD),
                                           (9, PINNED_THREAD_OR_PAGE), (10, PINNED_THREAD_OR_PAGE),
                                           (11, PINNED_THREAD_OR_PAGE), (12, PINNED_THREAD_OR_PAGE),
-                                          (13, PINNED_THREAD_OR_PAGE), (14, PINNED_THREAD_OR_PAGE)])
+                                          (13, PINNED_THREAD_OR_PAGE), (14, PINNED_THREAD_OR_PAGE),
+                                          (15, PINNED_THREAD_OR_PAGE)])
 def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pattern[str]) -> None:
     for r in _rows(n):
         assert pinned.match(r.source_url), f"{r.id}: source_url is not a commit-pinned file or a PR (sets 5-7: or issue) thread"
@@ -96,6 +97,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
 # and FreedomIntelligence then hold 12 of 35 each (34%): reported, not cut further (a cascade would leave about 10 rows)
 # Blind set 14: surajssd held 12 of the 31 audited rows (39%): the strict cascade cut it to 8 of 27 (30%); every
 # organisation is within 30% (test_blind14_counts); set 14 has vLLM rows only
+# Blind set 15: argonne-lcf, staru09 and Scicom-AI-Enterprise-Organization hold 9 of the 40 audited rows each (22.5%):
+# the strict cascade stops at once (40), no cap applied (test_blind15_counts)
 @pytest.mark.parametrize(("n", "org_share", "engines"), [(4, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (5, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (6, 0.32, {"vllm", "sglang", "lmdeploy"}),
@@ -106,7 +109,8 @@ def test_blind_rows_are_pinned_versioned_dated_and_counted(n: int, pinned: re.Pa
                                                         (11, 0.3, {"vllm", "sglang"}),
                                                         (12, 0.3, {"vllm", "sglang", "trtllm"}),
                                                         (13, 12 / 35, {"vllm", "sglang"}),
-                                                        (14, 0.3, {"vllm"})])
+                                                        (14, 0.3, {"vllm"}),
+                                                        (15, 0.3, {"vllm", "sglang", "trtllm", "llamacpp"})])
 def test_blind_spreads_over_publications_organisations_and_engines(n: int, org_share: float, engines: set[str]) -> None:
     rows = _rows(n)
     per_pub = Counter(publication(r) for r in rows)
@@ -518,6 +522,69 @@ def test_blind14_counts() -> None:
     # no kept run is stated without CUDA graphs
     assert not [r.id for r in rows + extra if r.setting("enforce_eager") == 1]
     _collected_once(14, rows + aside + extra)
+
+
+def test_blind15_counts() -> None:
+    """Blind set 15 as audited: 40 rows (collectors 15a, engine threads and recipes: sglang PR #1262, vLLM PR #27323,
+    llama.cpp PRs #7860/#8062, gpu-recipes a3ultra 405B TRT-LLM, 7; 15b, third-party result files: argonne-lcf
+    Fig_22 TTFT file, staru09 concurrency-50/80 files, Scicom llm-benchmaq, DataCrunch's SGLang README offline table,
+    30; 15c, vLLM offline-batch READMEs: llm-compressor's A10G offline edition and robertgshaw2's H100 sample, 3). The
+    audit set aside (-blind15-aside.csv, 12 rows) LambdaLabsML's Llama-3-8B len2048 run (17 of its 320 requests
+    returned no token: failed requests) and llm-compressor's online-serving README (its GPU is 'A10G' in the header
+    and 'an A10' in the run's own text: ambiguous part; also only on an unmerged branch). Argonne's rows are static
+    batches of 16 x 1024 tokens with one output token, whose 'TTFT Latency' is the batch's time to its first tokens
+    (the publication gives no per-request mean). Caps, fixed before any prediction: at most 12 rows per publication
+    (none over: the largest study, Argonne's file, holds 9), then the strict 30% rule per organisation: with c_i each
+    organisation's rows, n = sum(c_i), repeat n <- sum(min(c_i, floor(0.3 n))) until it stops (40, at once: floor(12)
+    is above every c_i); each organisation would keep its first min(c_i, floor(0.3 n)) rows by the SHA-1 hex digest of
+    the id: none is cut, no -blind15x.csv. Final shares: argonne-lcf, staru09 and Scicom-AI-Enterprise-Organization
+    9/40 each (22.5%), vllm-project 4/40 (10%), datacrunch-research 3/40, sgl-project and ggml-org 2/40 each,
+    AI-Hypercomputer and robertgshaw2-neuralmagic 1/40 each."""
+    import hashlib
+    import math
+
+    rows = _rows(15)
+    aside = load_rows(DATA / "published-measurements-blind15-aside.csv")
+    assert not (DATA / "published-measurements-blind15x.csv").exists()
+    per_org = Counter(_org(r) for r in rows)
+    per_study = Counter(_study(r) for r in rows)
+    assert (len(rows), len({publication(r) for r in rows}), len(per_study), max(per_study.values())) == (40, 19, 11, 9)
+    assert per_org == {"argonne-lcf": 9, "staru09": 9, "Scicom-AI-Enterprise-Organization": 9, "vllm-project": 4,
+                       "datacrunch-research": 3, "sgl-project": 2, "ggml-org": 2, "AI-Hypercomputer": 1,
+                       "robertgshaw2-neuralmagic": 1}
+    _pinned(rows, engines={"vllm": 26, "sglang": 8, "trtllm": 4, "llamacpp": 2}, moe_dense=(4, 36),
+            hardware={"a100-80gb", "a10g", "b200", "h100-sxm", "h200", "mi300x", "rtx-4090"},
+            scenarios={"fixed_concurrency": 16, "saturated": 15, "static_batch": 9},
+            metrics={"output_tokens_per_s": 16, "ttft_ms": 16, "tpot_ms": 6, "prefill_tokens_per_s": 2},
+            halves=("b15", 7, 30))
+    assert sum(r.id.startswith("b15c-") for r in rows) == 3
+    assert len(aside) == 12 and all("AUDIT 15: set aside" in r.notes for r in aside)
+    assert Counter(_org(r) for r in aside) == {"LambdaLabsML": 3, "vllm-project": 9}
+    # the cap's rule: the strict cascade over the organisations' rows, then SHA-1 order (here it cuts nothing)
+    counts = Counter(_org(r) for r in rows)
+    n, seen_n = sum(counts.values()), []
+    while n not in seen_n:
+        seen_n.append(n)
+        n = sum(min(c, math.floor(0.3 * n)) for c in counts.values())
+    assert (seen_n, n) == ([40], 40) and n >= 20
+    for o, c in counts.items():
+        first = sorted((r for r in rows if _org(r) == o), key=lambda r: hashlib.sha1(r.id.encode()).hexdigest())
+        assert len(first[:min(c, math.floor(0.3 * n))]) == c, o
+    assert max(Counter(_study(r) for r in rows + aside).values()) <= 12  # the publication cap: none over
+    assert max(per_org.values()) <= 0.3 * len(rows)
+    # no row repeats a measurement of any other data file (same model, hardware and value)
+    seen = {(r.model, r.hardware, r.value) for p in DATA.glob("published-measurements*.csv") if "blind15" not in p.name
+            for r in load_rows(p)}
+    assert not [r.id for r in rows if (r.model, r.hardware, r.value) in seen]
+    # max_output both ways: only rows whose source states one per-request cap carry it (SGLang random runs' upper
+    # bound, staru09's max_tokens, the offline scripts' max_tokens=250); fixed lengths and own-length ShareGPT never do
+    capped = {r.id for r in rows if r.setting("max_output") is not None}
+    assert capped == {r.id for r in rows if r.id.startswith(("b15a-sgl1262-", "b15b-staru-", "b15c-"))
+                      or "-sgl-tp8-" in r.id}
+    assert not [r.id for r in rows if r.setting("lengths") == "fixed" and r.setting("max_output") is not None]
+    # eager mode where stated: staru09's runs use --enforce-eager, no other kept run is stated without CUDA graphs
+    assert {r.id for r in rows if r.setting("enforce_eager") == 1} == {r.id for r in rows if r.id.startswith("b15b-staru-")}
+    _collected_once(15, rows + aside)
 
 
 def test_blind_set_14_and_its_capped_rows_are_folded_unchanged() -> None:
