@@ -340,7 +340,8 @@ def test_decode_efficiency_borrows_the_family_at_another_plain_precision():
 
 def test_equal_lengths_in_a_closed_loop_arrive_in_cohorts_of_the_token_budget():
     """A benchmark's closed loop of equal lengths keeps its users in step: each prompt waits for its cohort's
-    ``budget // I`` prompts; varied lengths, prompts over the budget, or one user break nothing."""
+    ``budget / I`` prompts, and the decodes stall for the other cohorts' prompts only; varied lengths, prompts over the
+    budget, or one user break nothing."""
     from infermeter.perfmodel.lengths import Lengths
     from infermeter.perfmodel.serving import at_concurrency
 
@@ -349,9 +350,20 @@ def test_equal_lengths_in_a_closed_loop_arrive_in_cohorts_of_the_token_budget():
     i = budget // 4  # four prompts a step
     mixed, locked = at_concurrency(d, i, 128, 8), at_concurrency(d, i, 128, 8, lockstep=True)
     assert locked.ttft_s > 2 * mixed.ttft_s  # four prompts' prefill, not one
-    assert locked.tpot_s == pytest.approx(mixed.tpot_s, rel=0.05)  # the same prompt work per cycle
+    assert locked.tpot_s < mixed.tpot_s  # a cohort's own prompts are in its first token, not in its decodes
+    ctx = i + 128 / 2
+    alone = at_concurrency(d, i, 128, 4, lockstep=True)  # one cohort: nothing stalls its decodes
+    assert alone.tpot_s == pytest.approx(d.step_time(4, int(4 * ctx), 4), rel=1e-9)
     finite = at_concurrency(d, i, 128, 8, lockstep=True, requests=16)
     assert finite.ttft_s > locked.ttft_s  # the first wave's second cohort waited for the first
+    # per replica: two replicas of 8 users and 16 requests each wait as one replica of 8 users and 16 requests
+    two = build_deployment("llama-3.1-8b", "2xa100-80gb:tp1")
+    assert at_concurrency(two, i, 128, 16, lockstep=True, requests=32).ttft_s == pytest.approx(finite.ttft_s, rel=1e-9)
+    # fewer requests than users: only they send, one cohort's worth here, and the first wave waits for no other
+    assert at_concurrency(d, i, 128, 8, lockstep=True, requests=4).ttft_s == pytest.approx(locked.ttft_s, rel=1e-9)
+    # a prompt over one step's budget but under two: a cohort is that one step's worth (g > 1 is not whole)
+    mid = int(budget * 0.6)
+    assert at_concurrency(d, mid, 128, 8, lockstep=True).ttft_s > 1.3 * at_concurrency(d, mid, 128, 8).ttft_s
     assert at_concurrency(d, i, 128, 1, lockstep=True).ttft_s == at_concurrency(d, i, 128, 1).ttft_s
     long = 2 * budget
     assert at_concurrency(d, long, 128, 8, lockstep=True).ttft_s == at_concurrency(d, long, 128, 8).ttft_s

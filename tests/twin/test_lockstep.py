@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from infermeter.perfmodel.api import build_deployment
 from infermeter.perfmodel.serving import at_concurrency
 
@@ -17,19 +19,23 @@ ARGS = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "16", "
         "--no-enable-prefix-caching", "--json")
 
 
-def _mean_ttft_ms(cli, out, inputs: str, outputs: str) -> float:
+def _simulated(cli, out, inputs: str, outputs: str) -> dict:
     p = cli("simulate", *ARGS, "--input-tokens", inputs, "--output-tokens", outputs, "--out", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
-    return float(json.loads((out / "summary.json").read_text())["ttft_ms"]["mean"])
+    return json.loads((out / "summary.json").read_text())
 
 
 def test_equal_lengths_stay_in_step_in_the_twin_as_the_model_says(cli, tmp_path):
     d = build_deployment("llama-3.1-8b", "h100-sxm")
-    locked = at_concurrency(d, 1024, 128, 16, lockstep=True, requests=200).ttft_s * 1e3
-    drifting = at_concurrency(d, 1024, 128, 16).ttft_s * 1e3
-    assert locked > 3 * drifting
-    twin_equal = _mean_ttft_ms(cli, tmp_path / "equal", "1024", "128")
-    twin_varied = _mean_ttft_ms(cli, tmp_path / "varied", "1024,300,400,1648", "128,40,60,196")
-    assert 0.6 * locked < twin_equal < 1.6 * locked  # the model's lockstep is the twin's closed loop
+    locked = at_concurrency(d, 1024, 128, 16, lockstep=True, requests=200)
+    drifting = at_concurrency(d, 1024, 128, 16)
+    assert locked.ttft_s > 3 * drifting.ttft_s
+    equal = _simulated(cli, tmp_path / "equal", "1024", "128")
+    varied = _simulated(cli, tmp_path / "varied", "1024,300,400,1648", "128,40,60,196")
+    twin_equal, twin_varied = equal["ttft_ms"]["mean"], varied["ttft_ms"]["mean"]
+    # the model's lockstep is the twin's closed loop: first token, decode step and throughput
+    assert 0.6 * locked.ttft_s * 1e3 < twin_equal < 1.6 * locked.ttft_s * 1e3
+    assert equal["tpot_ms"]["mean"] == pytest.approx(locked.tpot_s * 1e3, rel=0.15)
+    assert equal["output_token_throughput"] == pytest.approx(locked.output_tokens_per_s, rel=0.15)
     assert twin_varied < 0.5 * twin_equal  # varied lengths break the cohorts apart
-    assert twin_varied < 2 * drifting
+    assert twin_varied < 2 * drifting.ttft_s * 1e3

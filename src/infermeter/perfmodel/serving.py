@@ -23,9 +23,9 @@ context ``I + O/2``:
 - ``TPOT = base / (1 - (c - 1) delta / E2E)`` (other users' prompts stall the decodes);
 - ``E2E = TTFT + (O - 1) TPOT``, solved by fixed-point iteration; throughput ``c O / E2E``;
 - a benchmark's closed loop of equal lengths (``lockstep``) keeps its users in cohorts of ``g = budget / I``
-  prompts that arrive together: ``delta`` in the first token and its wait is the cohort's, ``g I`` tokens (ten users
-  of 1,024-token prompts on an A100 under vLLM: 6x one prompt's first token; France-Travail's runs, blind sets 12
-  and 14, read after they were scored).
+  prompts that arrive together: ``delta`` in the first token, its wait and the decodes' stall are the cohorts', ``g I``
+  tokens each (France-Travail's ten users of 1,024-token prompts on A100s under vLLM 0.6: first tokens 3-7x the
+  drifting-apart figure in three of its five runs; blind sets 12 and 14, read after they were scored).
 
 Users beyond the KV-capacity (or engine) limit wait for a free slot: their extra wait is
 ``(c / limit - 1) E2E``. Saturation: ``B`` = min(engine max_num_seqs, KV capacity / per-sequence
@@ -128,9 +128,11 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
     cohort then decodes in step, finishes in the same step and sends its next prompts together, so every prompt waits
     for its cohort's ``g I`` tokens, not its own ``I``: ``delta_g`` replaces ``delta`` in the first token, and the
     wait behind other prompts is behind the ``c / g - 1`` other cohorts. With ``requests`` (a finite run of ``N``) the first wave's cohorts also queue behind
-    each other once, ``(c / g - 1) / 2`` cohort prefills on average, a share ``c / N`` of the requests. TPOT keeps the
-    mixed loop's stall (the same prompt work per cycle). Varied lengths (or Poisson arrivals) break the cohorts apart:
-    the default, as in production traffic.
+    each other once, ``(c / g - 1) / 2`` cohort prefills on average, a share ``c / N`` of the requests (per replica;
+    with ``N < c`` only ``N`` users ever send). The decodes stall for the other cohorts' prompts only,
+    ``(c / g - 1) delta_g / E2E``: a cohort's own are in its first token (one cohort: plain decode steps). Like
+    :func:`prefill_delta`, it lets an engine split a prompt over two steps (chunked prefill), so ``g`` need not be a
+    whole number. Varied lengths (or Poisson arrivals) break the cohorts apart: the default, as in production traffic.
     """
     eng = engine_of(d)
     dist = lengths if lengths is not None and not lengths.fixed else None
@@ -150,15 +152,20 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
     o = max(output_tokens, 1)
     g = min(float(c), max(1.0, eng.max_batched_tokens / max(input_tokens, 1))) if lockstep and dist is None else 1.0
     delta_g = delta if g == 1.0 else prefill_delta(d, round(g * input_tokens), max(round(n - g), 0), ctx, eng.max_batched_tokens)
-    cohorts = c / g
-    first_wave = 0.0 if g == 1.0 or not requests else min(1.0, c / requests) * (cohorts - 1) / 2 * delta_g
+    # g is capped by the users, not by a pipeline stage's n = c / pp: one scheduler (vLLM V1) takes a cohort whole
+    cohorts = c / g  # g = 1: every prompt its own cohort, the drifting-apart loop
+    first_wave = 0.0
+    if g > 1.0 and requests:  # the first wave's cohorts queue behind each other once; its share of this replica's run
+        mine = math.ceil(requests / replicas)
+        users = min(c, mine)
+        first_wave = max(users / g - 1.0, 0.0) / 2 * delta_g * users / mine
     e2e = delta + (o - 1) * base
     ttft = tpot = base
     for _ in range(30):
         rho = min((cohorts - 1) * delta_g / e2e, 0.95)
         wait = rho * delta_g / (2 * (1 - rho))
         ttft = d.request_overhead_s + delta_g + (0.5 * base if c > 1 else 0.0) + wait + first_wave
-        stall = min((c - 1) * delta / e2e, 0.95)
+        stall = min((cohorts - 1) * delta_g / e2e, 0.95)  # the other cohorts' prompts; a cohort's own are in its TTFT
         tpot = base / (1 - stall)
         new = ttft + (o - 1) * tpot
         if abs(new - e2e) <= 1e-9 * new:
