@@ -216,3 +216,22 @@ def test_the_history_classes_are_the_rule_that_scores_a_set():
         assert mine and all(r.spread_class == validation_regime(rows[r.id], deployment_for(rows[r.id], cal)).fresh_class
                             for r in mine), name
     assert {r.spread_class for r in recs if r.metric != "ttft_ms"} <= {"dense", "moe"}
+
+
+def test_a_static_batch_first_token_is_not_queued():
+    """A static batch's first token is the batch's own prefill: no queue a new publication's client or scheduler could
+    lengthen, so it keeps its model class's spread at any batch; a closed loop of as many users is queued."""
+    from dataclasses import replace
+
+    from infermeter.perfmodel.calibration import load_calibration
+    from infermeter.perfmodel.corpus import load_rows
+    from infermeter.perfmodel.validate import deployment_for, validation_regime
+
+    cal = load_calibration()
+    rows = [r for r in load_rows(ROOT / "tests/data/published-measurements.csv")
+            if r.metric == "ttft_ms" and r.scenario == "fixed_concurrency" and (r.concurrency or 1) > 8]
+    assert len(rows) > 5
+    for r in rows:
+        d = deployment_for(r, cal)
+        assert validation_regime(r, d).fresh_class == "queued", r.id
+        assert validation_regime(replace(r, scenario="static_batch"), d).fresh_class in ("dense", "moe"), r.id

@@ -75,8 +75,9 @@ def validation_regime(row: Row, d: Deployment) -> Regime:
                         requests=row.setting("requests")).concurrency
     else:
         batch = row.concurrency or 1
-    # requests per replica in the system: a saturated run queues every one at once
-    in_system = math.inf if row.scenario == "saturated" else batch / d.config.replicas
+    # requests per replica in the system: a saturated run queues every one at once; a static batch queues none (its
+    # first token is the batch's own prefill, no queue a new publication's client or scheduler could lengthen)
+    in_system = math.inf if row.scenario == "saturated" else 1.0 if row.scenario == "static_batch" else batch / d.config.replicas
     regime = regime_of(d, row.metric, row.input_tokens, row.output_tokens, batch, in_system)
     if row.scenario == "saturated" and row.metric in ("ttft_ms", "tpot_ms"):  # queueing no fitted row measures: unseen
         regime = replace(regime, calibration="unseen")
