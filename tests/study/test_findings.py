@@ -41,12 +41,12 @@ def test_swapping_prices_swaps_the_best_value(kit: Any) -> None:
     assert fs[0].topic == "value"
     assert text.startswith("chat: best value is a100-80gb at $278 per 1M requests (SLO capacity, simulated; "
                            "price $2.00/h, study file, 2026-11-01)")
-    # two simulated figures on different hardware families: the model's paired errors (rms 0.493 over 62 pairs since the
-    # fourteenth round's refit on 948 rows, 0.483 over 62 since the twelfth round's refit on 865 rows, 0.482 over 62 since the eleventh's on 818 rows, 0.479 over 62 since the ninth's on 762, 0.489 over 58 since the eighth's on 705, 0.4928 over 56 since the Huber refit, 0.517
+    # two simulated figures on different hardware families: the model's paired errors (rms 0.4895 over 62 pairs since the
+    # fifteenth round's refit on 979 rows, 0.493 over 62 since the fourteenth round's refit on 948 rows, 0.483 over 62 since the twelfth round's refit on 865 rows, 0.482 over 62 since the eleventh's on 818 rows, 0.479 over 62 since the ninth's on 762, 0.489 over 58 since the eighth's on 705, 0.4928 over 56 since the Huber refit, 0.517
     # before; blind set 3's GPUStack quantization page joined, whose A100/RTX 4090/H100 first tokens differ by
     # up to e^1.8; 0.179 over 46 before that) give their cost ratio, 1.25, an 80%
-    # interval of 1.25 x e^(+-1.296 x 0.493 x sqrt(1 + 1/62)) = 0.66-2.38
-    assert ("20.0% cheaper than h100-sxm ($347); too close to call: the cost ratio's 80% interval, 0.66–2.38, "
+    # interval of 1.25 x e^(+-1.296 x 0.4895 x sqrt(1 + 1/62)) = 0.66-2.37
+    assert ("20.0% cheaper than h100-sxm ($347); too close to call: the cost ratio's 80% interval, 0.66–2.37, "
             "includes 1; from the model's paired out-of-sample errors across hardware families, n=62; "
             "h100-sxm has the highest throughput") in text
 
