@@ -162,7 +162,7 @@ def _first_token_caveat(plans: list[dict[str, Any]]) -> str | None:
     share, other = held["inside"] / held["rows"], (inside / rows if rows else 1.0)
     queued = held.get("group") == f"ttft_{QUEUED}"
     label = "TTFT is the least certain figure" if share < other or queued else "TTFT intervals"
-    what = "first-token measurements with other requests in flight" if queued else "first-token measurements of one request alone"
+    what = "first-token measurements with other requests in flight" if queued else "first-token measurements of one request alone or a static batch"
     wide = (f"; such intervals carry a spread of their own, x{math.exp(table_of().fresh_tau(QUEUED)):,.0f} either way, as "
             "the model does not place a new run's queue") if queued else ""
     return (f"[yellow]{label}[/]: on blind sets of publications no fit had seen, each held out in turn, "
