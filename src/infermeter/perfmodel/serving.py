@@ -127,9 +127,9 @@ def at_concurrency(d: Deployment, input_tokens: int, output_tokens: int, concurr
     ``g = min(c, max(1, budget / I))`` a step (the engine's token budget; a prompt may split over two steps); each
     cohort then decodes in step, finishes in the same step and sends its next prompts together, so every prompt waits
     for its cohort's ``g I`` tokens, not its own ``I``: ``delta_g`` replaces ``delta`` in the first token, and the
-    wait behind other prompts is behind the ``c / g - 1`` other cohorts. With ``requests`` (a finite run of ``N``) the first wave's cohorts also queue behind
-    each other once, ``(c / g - 1) / 2`` cohort prefills on average, a share ``c / N`` of the requests (per replica;
-    with ``N < c`` only ``N`` users ever send). The decodes stall for the other cohorts' prompts only,
+    wait behind other prompts is behind the ``c / g - 1`` other cohorts. With ``requests`` (a finite run of ``N``)
+    the first wave's cohorts also queue behind each other once, ``(c / g - 1) / 2`` cohort prefills on average, a
+    share ``c / N`` of the requests (per replica; with ``N < c`` only ``N`` users ever send). The decodes stall for the other cohorts' prompts only,
     ``(c / g - 1) delta_g / E2E``: a cohort's own are in its first token (one cohort: plain decode steps). Like
     :func:`prefill_delta`, it lets an engine split a prompt over two steps (chunked prefill), so ``g`` need not be a
     whole number. Varied lengths (or Poisson arrivals) break the cohorts apart: the default, as in production traffic.
